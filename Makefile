@@ -1,0 +1,55 @@
+# rdmo build, test and benchmark entry points.
+# `make test` is what the README and CI run; it installs what it needs first.
+
+GO        ?= go
+PKGS      ?= ./...
+BENCHTIME ?= 2s
+APT_PKGS  := libucx-dev ucx-utils pkg-config
+export CGO_ENABLED := 1
+
+.PHONY: all deps build test vet fmt-check unit bench bench-ucx clean
+
+all: build
+
+# deps installs the system packages the build links against. It is idempotent:
+# apt-get runs only when a package is missing, and `apt-get update` only when
+# the package lists are empty or the first install attempt fails.
+deps:
+	@missing=""; for p in $(APT_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  if [ -z "$$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then $$SUDO apt-get update -qq; fi; \
+	  $$SUDO apt-get install -y -qq --no-install-recommends $$missing \
+	    || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $$missing; }; \
+	fi
+	@pkg-config --exists ucx || { echo "deps: pkg-config cannot find ucx" >&2; exit 1; }
+
+build: deps
+	$(GO) build $(PKGS)
+
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet: deps
+	$(GO) vet $(PKGS)
+
+test: deps fmt-check vet
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+# bench runs the Go benchmarks and, in the same run, ucx_perftest's AM bandwidth
+# test on shared memory, so the Go numbers can be read as a ratio to UCX's own.
+bench: deps
+	@echo "== ucx_perftest ucp_am_bw 64B (shared memory, same run)"
+	@./scripts/perftest-am.sh 64
+	@echo "== go test -bench ./ucp"
+	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp
+	@echo "== ucx_perftest ucp_am_bw 64B again (drift check)"
+	@./scripts/perftest-am.sh 64
+
+clean:
+	$(GO) clean -testcache

@@ -1,0 +1,3 @@
+module github.com/openrdmo/rdmo
+
+go 1.26

@@ -1,0 +1,128 @@
+package ucp
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// ContextOptions configure a Context. The standard UCX_* environment is
+// always read first; Config entries override it.
+type ContextOptions struct {
+	// Config overrides UCX configuration entries, named without the UCX_
+	// prefix, e.g. {"TLS": "shm,self"}.
+	Config map[string]string
+	// Name is reported in UCX logs.
+	Name string
+}
+
+// Context is a UCP application context with the features the project needs:
+// active messages, RMA, 64-bit atomics and wake-up.
+type Context struct {
+	h   *handle
+	ctx C.ucp_context_h
+	mu  sync.Mutex // guards workers count for Close
+	nw  int
+}
+
+// NewContext initialises UCX. It reads the UCX_* environment.
+func NewContext(opts ContextOptions) (*Context, error) {
+	keys := make([]*C.char, 0, len(opts.Config))
+	vals := make([]*C.char, 0, len(opts.Config))
+	names := make([]string, 0, len(opts.Config))
+	for k := range opts.Config {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		keys = append(keys, cString(strings.TrimPrefix(k, "UCX_")))
+		vals = append(vals, cString(opts.Config[k]))
+	}
+	defer func() {
+		for i := range keys {
+			cFree(unsafe.Pointer(keys[i]))
+			cFree(unsafe.Pointer(vals[i]))
+		}
+	}()
+	// C arrays of C pointers: the Go slices hold only C pointers, which
+	// cgo allows passing.
+	var kp, vp **C.char
+	if len(keys) > 0 {
+		kp, vp = &keys[0], &vals[0]
+	}
+	features := C.uint64_t(C.UCP_FEATURE_AM | C.UCP_FEATURE_RMA | C.UCP_FEATURE_AMO64 | C.UCP_FEATURE_WAKEUP)
+	c := &Context{}
+	if st := C.shim_context_create(features, kp, vp, C.int(len(keys)), &c.ctx); st != C.UCS_OK {
+		return nil, fmt.Errorf("ucp: init context: %w", Status(st))
+	}
+	c.h = newHandle(c, "ucp.Context")
+	return c, nil
+}
+
+// Close releases the context. Every worker and memory mapping made from it
+// must be closed first.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	n := c.nw
+	c.mu.Unlock()
+	if n > 0 {
+		return fmt.Errorf("ucp: context close with %d workers still open", n)
+	}
+	if !c.h.markClosed() {
+		return nil
+	}
+	C.ucp_cleanup(c.ctx)
+	return nil
+}
+
+// Info returns UCX's own description of the context: its resources
+// (memory domains, devices, transports).
+func (c *Context) Info() string {
+	if c.h.check() != nil {
+		return ""
+	}
+	return goStringAndFree(C.shim_context_info(c.ctx))
+}
+
+// Resource is a transport on a device that the context selected.
+type Resource struct {
+	Transport string // e.g. "tcp", "posix", "cma"
+	Device    string // e.g. "lo", "memory"
+}
+
+func (r Resource) String() string { return r.Transport + "/" + r.Device }
+
+var resourceLine = regexp.MustCompile(`resource\s+\d+\s*:\s*md\s+\d+\s+dev\s+\d+\s+flags\s+\S+\s+(\S+)/(\S+)`)
+
+// Resources lists the transports and devices the context selected, as UCX
+// reports them (after UCX_TLS and UCX_NET_DEVICES filtering).
+func (c *Context) Resources() []Resource {
+	var out []Resource
+	for _, m := range resourceLine.FindAllStringSubmatch(c.Info(), -1) {
+		out = append(out, Resource{Transport: m[1], Device: m[2]})
+	}
+	return out
+}
+
+// Devices lists the distinct device names among the selected resources.
+func (c *Context) Devices() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range c.Resources() {
+		if !seen[r.Device] {
+			seen[r.Device] = true
+			out = append(out, r.Device)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,30 @@
+// Package ucp is the project's only binding to the UCX communication library
+// (libucp): contexts, workers, endpoints, memory, active messages, RMA and
+// atomics, shaped for batches so the data path crosses cgo once per batch.
+//
+// # Threading rule
+//
+// A Worker and everything made from it (Endpoints, Listeners, RemoteKeys,
+// Batches, received Messages) belong to one goroutine at a time: the one that
+// calls Progress. UCX runs the worker in single-thread mode, so there are no
+// locks on the data path. The only Worker method that may be called from any
+// goroutine is Wake, which interrupts a Wait in progress. Use Worker.Wake
+// together with a queue of your own to hand work to the owning goroutine.
+// A Context is safe for concurrent use: several workers, each on its own
+// goroutine, may share one Context and its Memory.
+//
+// # Completions
+//
+// Non-blocking operations take a Completer and a tag. The Completer is called
+// on the owning goroutine, from inside Progress, never from the call that
+// issued the operation, so a Completer may issue more operations. Blocking
+// helpers (the *Sync methods) drive Progress themselves and must not be called
+// from inside a Completer or a message handler (they return ErrReentrant).
+//
+// # Cost model
+//
+// UCX callbacks never call into Go. They record events in C memory; Progress
+// makes one cgo call that releases the previous batch's message buffers,
+// progresses UCX, and returns the number of new events, which Go then reads
+// directly. Operations queued on a Batch are issued by one cgo call.
+package ucp

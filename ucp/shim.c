@@ -1,0 +1,636 @@
+#define _GNU_SOURCE
+#include "shim.h"
+
+#include <ucs/config/global_opts.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+static shim_event_t *push_event(shim_worker_t *w)
+{
+    if (w->nevents == w->events_cap) {
+        uint32_t ncap = w->events_cap ? w->events_cap * 2 : 256;
+        shim_event_t *n = realloc(w->events, (size_t)ncap * sizeof(*n));
+        if (n == NULL) {
+            w->dropped++;
+            return NULL;
+        }
+        w->events     = n;
+        w->events_cap = ncap;
+    }
+    shim_event_t *ev = &w->events[w->nevents++];
+    memset(ev, 0, sizeof(*ev));
+    return ev;
+}
+
+/* Copies len bytes into the arena; returns the offset or UINT64_MAX. */
+static uint64_t arena_copy(shim_worker_t *w, const void *src, size_t len)
+{
+    uint64_t need = w->arena_len + len;
+    if (need > w->arena_cap) {
+        uint64_t ncap = w->arena_cap ? w->arena_cap : 4096;
+        while (ncap < need) {
+            ncap *= 2;
+        }
+        uint8_t *n = realloc(w->arena, ncap);
+        if (n == NULL) {
+            w->dropped++;
+            return UINT64_MAX;
+        }
+        w->arena     = n;
+        w->arena_cap = ncap;
+    }
+    uint64_t off = w->arena_len;
+    if (len > 0) {
+        memcpy(w->arena + off, src, len);
+    }
+    w->arena_len = need;
+    return off;
+}
+
+shim_worker_t *shim_worker_new(ucp_worker_h worker, uint32_t nslots, uint32_t ops_cap)
+{
+    shim_worker_t *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return NULL;
+    }
+    w->worker  = worker;
+    w->slots   = calloc(nslots, sizeof(*w->slots));
+    w->ops     = calloc(ops_cap, sizeof(*w->ops));
+    w->nslots  = nslots;
+    w->ops_cap = ops_cap;
+    w->efd     = -1;
+    if (w->slots == NULL || w->ops == NULL) {
+        shim_worker_free(w);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < nslots; i++) {
+        w->slots[i].w = w;
+    }
+    if (ucp_worker_get_efd(worker, &w->efd) != UCS_OK) {
+        w->efd = -1;
+    }
+    return w;
+}
+
+void shim_worker_free(shim_worker_t *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    for (int i = 0; i < SHIM_MAX_AM_ID; i++) {
+        free(w->am[i]);
+    }
+    free(w->events);
+    free(w->arena);
+    free(w->slots);
+    free(w->ops);
+    free(w);
+}
+
+static void shim_complete(shim_slot_t *s, ucs_status_t status, uint64_t length)
+{
+    shim_worker_t *w  = s->w;
+    shim_event_t  *ev = push_event(w);
+    if (ev == NULL) {
+        return;
+    }
+    ev->kind   = SHIM_EV_COMPLETE;
+    ev->status = status;
+    ev->token  = (uint64_t)(s - w->slots);
+    ev->length = length;
+}
+
+static void shim_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    shim_complete(user_data, status, 0);
+    ucp_request_free(request);
+}
+
+static void shim_recv_cb(void *request, ucs_status_t status, size_t length,
+                         void *user_data)
+{
+    shim_complete(user_data, status, length);
+    ucp_request_free(request);
+}
+
+static ucs_status_t shim_am_cb(void *arg, const void *header, size_t header_length,
+                               void *data, size_t length,
+                               const ucp_am_recv_param_t *param)
+{
+    shim_am_ctx_t *ctx = arg;
+    shim_worker_t *w   = ctx->w;
+    ucs_status_t   ret = UCS_OK;
+    shim_event_t  *ev  = push_event(w);
+    if (ev == NULL) {
+        return UCS_OK; /* dropped: the data goes back to UCX */
+    }
+    uint64_t hoff = arena_copy(w, header, header_length);
+    if (hoff == UINT64_MAX) {
+        w->nevents--;
+        return UCS_OK;
+    }
+    ev->kind       = SHIM_EV_AM;
+    ev->am_id      = ctx->id;
+    ev->header_len = (uint32_t)header_length;
+    ev->header_off = (uint32_t)hoff;
+    ev->length     = length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        ev->ep        = param->reply_ep;
+        ev->am_flags |= SHIM_AM_HAS_REPLY_EP;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        ev->am_flags |= SHIM_AM_DATA_RNDV;
+        ev->data      = data;
+        ret           = UCS_INPROGRESS;
+    } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) && length > 0) {
+        ev->am_flags |= SHIM_AM_DATA_PERSISTENT;
+        ev->data      = data;
+        ret           = UCS_INPROGRESS;
+    } else {
+        uint64_t doff = arena_copy(w, data, length);
+        if (doff == UINT64_MAX) {
+            w->nevents--;
+            return UCS_OK;
+        }
+        ev->am_flags |= SHIM_AM_DATA_COPIED;
+        ev->data      = (void*)(uintptr_t)doff;
+    }
+    return ret;
+}
+
+static void shim_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    shim_worker_t *w  = arg;
+    shim_event_t  *ev = push_event(w);
+    if (ev == NULL) {
+        return;
+    }
+    ev->kind   = SHIM_EV_EP_ERROR;
+    ev->status = status;
+    ev->ep     = ep;
+}
+
+static void shim_conn_cb(ucp_conn_request_h conn_request, void *arg)
+{
+    shim_listener_ctx_t *ctx = arg;
+    shim_event_t        *ev  = push_event(ctx->w);
+    if (ev == NULL) {
+        ucp_listener_reject(ctx->listener, conn_request);
+        return;
+    }
+    ev->kind  = SHIM_EV_CONN_REQ;
+    ev->token = ctx->token;
+    ev->ep    = conn_request;
+}
+
+uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release,
+                       uint32_t nrelease, uint32_t budget)
+{
+    w->nevents   = 0;
+    w->arena_len = 0;
+    shim_submit(w, nops);
+    for (uint32_t i = 0; i < nrelease; i++) {
+        ucp_am_data_release(w->worker, (void*)release[i]);
+    }
+    for (uint32_t r = 0; r < budget; r++) {
+        if (ucp_worker_progress(w->worker) == 0) {
+            break;
+        }
+    }
+    return w->nevents;
+}
+
+static ucp_atomic_op_t amo_opcode(uint32_t kind)
+{
+    switch (kind) {
+    case SHIM_AMO_SWAP:
+        return UCP_ATOMIC_OP_SWAP;
+    case SHIM_AMO_CSWAP:
+        return UCP_ATOMIC_OP_CSWAP;
+    default:
+        return UCP_ATOMIC_OP_ADD;
+    }
+}
+
+void shim_submit(shim_worker_t *w, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        shim_op_t        *op = &w->ops[i];
+        shim_slot_t      *s  = &w->slots[op->token];
+        ucp_request_param_t p;
+        ucs_status_ptr_t  sp;
+
+        memset(&p, 0, sizeof(p));
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.user_data    = s;
+        p.cb.send      = shim_send_cb;
+
+        switch (op->kind) {
+        case SHIM_OP_AM_SEND:
+            p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+            p.flags         = op->flags;
+            sp = ucp_am_send_nbx(op->ep, op->am_id, op->header, op->header_len,
+                                 op->buffer, op->length, &p);
+            break;
+        case SHIM_OP_PUT:
+            sp = ucp_put_nbx(op->ep, op->buffer, op->length, op->raddr, op->rkey, &p);
+            break;
+        case SHIM_OP_GET:
+            sp = ucp_get_nbx(op->ep, op->buffer, op->length, op->raddr, op->rkey, &p);
+            break;
+        case SHIM_OP_ATOMIC:
+            p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+            p.datatype      = ucp_dt_make_contig(8);
+            if (op->atomic_op == SHIM_AMO_CSWAP) {
+                s->operand = op->compare;
+                s->reply   = op->value;
+            } else {
+                s->operand = op->value;
+                s->reply   = 0;
+            }
+            if (op->atomic_op != SHIM_AMO_ADD) {
+                p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+                p.reply_buffer  = &s->reply;
+            }
+            sp = ucp_atomic_op_nbx(op->ep, amo_opcode(op->atomic_op), &s->operand, 1,
+                                   op->raddr, op->rkey, &p);
+            break;
+        case SHIM_OP_EP_FLUSH:
+            sp = ucp_ep_flush_nbx(op->ep, &p);
+            break;
+        case SHIM_OP_WORKER_FLUSH:
+            sp = ucp_worker_flush_nbx(w->worker, &p);
+            break;
+        case SHIM_OP_AM_RECV:
+            p.cb.recv_am = shim_recv_cb;
+            sp = ucp_am_recv_data_nbx(w->worker, op->desc, op->buffer, op->length, &p);
+            break;
+        case SHIM_OP_EP_CLOSE:
+            p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+            p.flags         = op->flags;
+            sp = ucp_ep_close_nbx(op->ep, &p);
+            break;
+        default:
+            sp = UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+            break;
+        }
+
+        if (sp == NULL) {
+            op->result = SHIM_RES_DONE;
+            op->status = UCS_OK;
+        } else if (UCS_PTR_IS_ERR(sp)) {
+            op->result = SHIM_RES_DONE;
+            op->status = UCS_PTR_STATUS(sp);
+        } else {
+            op->result = SHIM_RES_PENDING;
+            op->status = UCS_INPROGRESS;
+        }
+    }
+}
+
+ucs_status_t shim_set_am_handler(shim_worker_t *w, uint16_t id)
+{
+    if (id >= SHIM_MAX_AM_ID) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (w->am[id] == NULL) {
+        w->am[id] = calloc(1, sizeof(*w->am[id]));
+        if (w->am[id] == NULL) {
+            return UCS_ERR_NO_MEMORY;
+        }
+        w->am[id]->w  = w;
+        w->am[id]->id = id;
+    }
+    ucp_am_handler_param_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    p.id    = id;
+    p.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+    p.cb    = shim_am_cb;
+    p.arg   = w->am[id];
+    return ucp_worker_set_am_recv_handler(w->worker, &p);
+}
+
+ucs_status_t shim_clear_am_handler(shim_worker_t *w, uint16_t id)
+{
+    if (id >= SHIM_MAX_AM_ID) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ucp_am_handler_param_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    p.id = id;
+    p.cb = NULL;
+    return ucp_worker_set_am_recv_handler(w->worker, &p);
+}
+
+static void set_err_mode(shim_worker_t *w, ucp_ep_params_t *p, int peer_err)
+{
+    if (peer_err) {
+        p->field_mask     |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                             UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        p->err_mode        = UCP_ERR_HANDLING_MODE_PEER;
+        p->err_handler.cb  = shim_ep_err_cb;
+        p->err_handler.arg = w;
+    }
+}
+
+static ucs_status_t ep_create_addr(shim_worker_t *w, const void *addr, int peer_err,
+                                   ucp_ep_h *ep)
+{
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address    = addr;
+    set_err_mode(w, &p, peer_err);
+    return ucp_ep_create(w->worker, &p, ep);
+}
+
+int shim_log_level(void)
+{
+    return ucs_global_opts.log_component.log_level;
+}
+
+void shim_set_log_level(int level)
+{
+    ucs_global_opts.log_component.log_level = (ucs_log_level_t)level;
+}
+
+ucs_status_t shim_ep_create_addr(shim_worker_t *w, const void *addr, int mode,
+                                 ucp_ep_h *ep, int *detect)
+{
+    *detect = 0;
+    if (mode == 0) {
+        return ep_create_addr(w, addr, 0, ep);
+    }
+    ucs_log_level_t saved = ucs_global_opts.log_component.log_level;
+    if (mode == 1) {
+        /* The failed attempt is expected; UCX would log it as an error. */
+        ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_FATAL;
+    }
+    ucs_status_t st = ep_create_addr(w, addr, 1, ep);
+    ucs_global_opts.log_component.log_level = saved;
+    if (st == UCS_OK) {
+        *detect = 1;
+        return st;
+    }
+    if (mode == 1 && st == UCS_ERR_UNREACHABLE) {
+        return ep_create_addr(w, addr, 0, ep);
+    }
+    return st;
+}
+
+static ucs_status_t resolve(const char *host, uint16_t port, int passive,
+                            struct sockaddr_storage *ss, socklen_t *len)
+{
+    struct addrinfo hints, *res = NULL;
+    char            portstr[8];
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = passive ? AI_PASSIVE : 0;
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    if (getaddrinfo((host && host[0]) ? host : NULL, portstr, &hints, &res) != 0 ||
+        res == NULL) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return UCS_OK;
+}
+
+ucs_status_t shim_ep_create_sockaddr(shim_worker_t *w, const char *host, uint16_t port,
+                                     int peer_err, ucp_ep_h *ep)
+{
+    struct sockaddr_storage ss;
+    socklen_t               len;
+    ucs_status_t            st = resolve(host, port, 0, &ss, &len);
+    if (st != UCS_OK) {
+        return st;
+    }
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask       = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    p.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    p.sockaddr.addr    = (struct sockaddr*)&ss;
+    p.sockaddr.addrlen = len;
+    set_err_mode(w, &p, 1); /* client-server endpoints require peer mode */
+    (void)peer_err;
+    return ucp_ep_create(w->worker, &p, ep);
+}
+
+ucs_status_t shim_ep_create_conn(shim_worker_t *w, void *conn_req, int peer_err,
+                                 ucp_ep_h *ep)
+{
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask   = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    p.conn_request = conn_req;
+    set_err_mode(w, &p, 1);
+    (void)peer_err;
+    return ucp_ep_create(w->worker, &p, ep);
+}
+
+ucs_status_t shim_listener_create(shim_worker_t *w, const char *host, uint16_t port,
+                                  uint64_t token, ucp_listener_h *listener,
+                                  uint16_t *bound_port, void **ctx_out)
+{
+    struct sockaddr_storage ss;
+    socklen_t               len;
+    ucs_status_t            st = resolve(host, port, 1, &ss, &len);
+    if (st != UCS_OK) {
+        return st;
+    }
+    shim_listener_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    ctx->w     = w;
+    ctx->token = token;
+    ucp_listener_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask       = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                         UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    p.sockaddr.addr    = (struct sockaddr*)&ss;
+    p.sockaddr.addrlen = len;
+    p.conn_handler.cb  = shim_conn_cb;
+    p.conn_handler.arg = ctx;
+    st = ucp_listener_create(w->worker, &p, listener);
+    if (st != UCS_OK) {
+        free(ctx);
+        return st;
+    }
+    ctx->listener = *listener;
+    ucp_listener_attr_t attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    *bound_port     = port;
+    if (ucp_listener_query(*listener, &attr) == UCS_OK) {
+        if (attr.sockaddr.ss_family == AF_INET) {
+            *bound_port = ntohs(((struct sockaddr_in*)&attr.sockaddr)->sin_port);
+        } else if (attr.sockaddr.ss_family == AF_INET6) {
+            *bound_port = ntohs(((struct sockaddr_in6*)&attr.sockaddr)->sin6_port);
+        }
+    }
+    *ctx_out = ctx;
+    return UCS_OK;
+}
+
+int shim_wait(shim_worker_t *w, int timeout_ms)
+{
+    if (w->efd < 0) {
+        return -(int)UCS_ERR_UNSUPPORTED;
+    }
+    ucs_status_t st = ucp_worker_arm(w->worker);
+    if (st == UCS_ERR_BUSY) {
+        return 1;
+    }
+    if (st != UCS_OK) {
+        return st;
+    }
+    struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+    int           r   = poll(&pfd, 1, timeout_ms);
+    if (r < 0) {
+        return errno == EINTR ? 1 : (int)UCS_ERR_IO_ERROR;
+    }
+    return r > 0 ? 1 : 0;
+}
+
+ucs_status_t shim_context_create(uint64_t features, const char **keys,
+                                 const char **values, int n, ucp_context_h *ctx)
+{
+    ucp_config_t *cfg;
+    ucs_status_t  st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK) {
+        return st;
+    }
+    for (int i = 0; i < n; i++) {
+        st = ucp_config_modify(cfg, keys[i], values[i]);
+        if (st != UCS_OK) {
+            ucp_config_release(cfg);
+            return st;
+        }
+    }
+    ucp_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    p.features          = features;
+    p.mt_workers_shared = 1;
+    st = ucp_init(&p, cfg, ctx);
+    ucp_config_release(cfg);
+    return st;
+}
+
+#define PRINT_TO_STRING(call)                 \
+    char  *buf = NULL;                        \
+    size_t len = 0;                           \
+    FILE  *f   = open_memstream(&buf, &len);  \
+    if (f == NULL) {                          \
+        return NULL;                          \
+    }                                         \
+    call;                                     \
+    fclose(f);                                \
+    return buf
+
+char *shim_context_info(ucp_context_h ctx)
+{
+    PRINT_TO_STRING(ucp_context_print_info(ctx, f));
+}
+
+char *shim_ep_info(ucp_ep_h ep)
+{
+    PRINT_TO_STRING(ucp_ep_print_info(ep, f));
+}
+
+char *shim_worker_info(ucp_worker_h w)
+{
+    PRINT_TO_STRING(ucp_worker_print_info(w, f));
+}
+
+ucs_status_t shim_mem_map(ucp_context_h ctx, void *addr, size_t len, int allocate,
+                          ucp_mem_h *memh, void **addr_out, size_t *len_out)
+{
+    ucp_mem_map_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    p.length     = len;
+    if (allocate) {
+        p.flags = UCP_MEM_MAP_ALLOCATE;
+    } else {
+        p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+        p.address     = addr;
+    }
+    ucs_status_t st = ucp_mem_map(ctx, &p, memh);
+    if (st != UCS_OK) {
+        return st;
+    }
+    ucp_mem_attr_t attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    st = ucp_mem_query(*memh, &attr);
+    if (st != UCS_OK) {
+        ucp_mem_unmap(ctx, *memh);
+        return st;
+    }
+    *addr_out = attr.address;
+    *len_out  = attr.length;
+    return UCS_OK;
+}
+
+ucs_status_t shim_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void **buf, size_t *len)
+{
+    return ucp_rkey_pack(ctx, memh, buf, len);
+}
+
+#if UCP_API_VERSION >= UCP_VERSION(1, 14)
+int shim_have_exported_memh(void)
+{
+    return 1;
+}
+
+ucs_status_t shim_memh_pack(ucp_context_h ctx, ucp_mem_h memh, void **buf, size_t *len)
+{
+    ucp_memh_pack_params_t p;
+    (void)ctx;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_MEMH_PACK_PARAM_FIELD_FLAGS;
+    p.flags      = UCP_MEMH_PACK_FLAG_EXPORT;
+    return ucp_memh_pack(memh, &p, buf, len);
+}
+
+void shim_memh_buffer_release(void *buf)
+{
+    ucp_memh_buffer_release_params_t p;
+    memset(&p, 0, sizeof(p));
+    ucp_memh_buffer_release(buf, &p);
+}
+#else
+int shim_have_exported_memh(void)
+{
+    return 0;
+}
+
+ucs_status_t shim_memh_pack(ucp_context_h ctx, ucp_mem_h memh, void **buf, size_t *len)
+{
+    (void)ctx;
+    (void)memh;
+    (void)buf;
+    (void)len;
+    return UCS_ERR_UNSUPPORTED;
+}
+
+void shim_memh_buffer_release(void *buf)
+{
+    (void)buf;
+}
+#endif
