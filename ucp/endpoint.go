@@ -278,7 +278,9 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags SendFlags, c Com
 		op.header = e.w.pinned(tok, header)
 		op.buffer = e.w.pinned(tok, data)
 	}
-	e.w.slots[tok].ep = e
+	if c != nil {
+		e.w.slots[tok].ep = e
+	}
 	return nil
 }
 
@@ -310,7 +312,9 @@ func (e *Endpoint) rma(kind C.uint32_t, local []byte, raddr uint64, rkey *Remote
 	} else {
 		op.buffer = e.w.pinned(tok, local)
 	}
-	e.w.slots[tok].ep = e
+	if c != nil {
+		e.w.slots[tok].ep = e
+	}
 	return nil
 }
 

@@ -28,6 +28,10 @@ type handle struct {
 	kind   string
 	closed atomic.Bool
 	stack  []uintptr
+	// keep holds what must outlive a leaked object: memory UCX or a peer
+	// may still write to, and the runtime.Pinners that pin it (a collected
+	// Pinner that still pins panics the program).
+	keep any
 }
 
 // TrackLeaks turns creation-stack tracking of live objects on or off. Tests

@@ -20,7 +20,7 @@ type Memory struct {
 	addr      unsafe.Pointer
 	length    int
 	allocated bool
-	pin       runtime.Pinner
+	pin       *runtime.Pinner
 }
 
 // Allocate asks UCX to allocate and map n bytes. Shared-memory transports
@@ -54,7 +54,7 @@ func (c *Context) Map(buf []byte) (*Memory, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("ucp: map of an empty buffer")
 	}
-	m := &Memory{ctx: c}
+	m := &Memory{ctx: c, pin: new(runtime.Pinner)}
 	p := unsafe.Pointer(unsafe.SliceData(buf))
 	m.pin.Pin(p)
 	var addr unsafe.Pointer
@@ -65,6 +65,7 @@ func (c *Context) Map(buf []byte) (*Memory, error) {
 	}
 	m.addr, m.length = p, len(buf)
 	m.h = newHandle(m, "ucp.Memory")
+	m.h.keep = [2]any{m.pin, buf}
 	return m, nil
 }
 
@@ -120,7 +121,9 @@ func (m *Memory) Close() error {
 		return nil
 	}
 	st := C.ucp_mem_unmap(m.ctx.ctx, m.memh)
-	m.pin.Unpin()
+	if m.pin != nil {
+		m.pin.Unpin()
+	}
 	return statusErr(st)
 }
 

@@ -15,8 +15,10 @@ type Message struct {
 	ID uint16
 	// Header is the sender's header, valid until the handler returns.
 	Header []byte
-	// Data is the payload, valid until the handler returns, or until
-	// Held.Release after Keep. Nil for rendezvous messages: see Receive.
+	// Data is the payload, valid until the handler returns (or, after
+	// Keep, until Worker.Release). Payloads up to 1 KiB are copies in the
+	// worker's per-round arena; larger ones are UCX's receive buffer, kept
+	// zero-copy. Nil for rendezvous messages: see Receive.
 	Data []byte
 	// Length is the payload length (also for rendezvous messages).
 	Length int

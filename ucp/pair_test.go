@@ -107,3 +107,25 @@ func (p *pair) closeEndpoint(ep *ucp.Endpoint) {
 	close(stop)
 	<-done
 }
+
+// closeEndpointB closes an endpoint of b while a keeps progressing.
+func (p *pair) closeEndpointB(ep *ucp.Endpoint) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p.a.Progress()
+			}
+		}
+	}()
+	if err := ep.Close(); err != nil {
+		p.t.Errorf("close %s: %v", ep.Name(), err)
+	}
+	close(stop)
+	<-done
+}

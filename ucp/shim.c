@@ -150,7 +150,7 @@ static ucs_status_t shim_am_cb(void *arg, const void *header, size_t header_leng
         ev->am_flags |= SHIM_AM_DATA_RNDV;
         ev->data      = data;
         ret           = UCS_INPROGRESS;
-    } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) && length > 0) {
+    } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) && length > SHIM_COPY_MAX) {
         ev->am_flags |= SHIM_AM_DATA_PERSISTENT;
         ev->data      = data;
         ret           = UCS_INPROGRESS;

@@ -93,6 +93,11 @@ typedef struct shim_op {
 /* Per-token storage that must not move while UCX holds it. */
 typedef struct shim_worker shim_worker_t;
 
+/* Arriving payloads up to this size are copied into the worker's arena and
+ * their UCX buffer is returned at once: cheaper than keeping a descriptor
+ * and releasing it later. */
+#define SHIM_COPY_MAX 1024
+
 /* Small sends and puts are copied here instead of pinning Go memory. */
 #define SHIM_INLINE 256
 

@@ -103,6 +103,7 @@ type slot struct {
 	tag  uint64
 	pin  runtime.Pinner
 	busy bool
+	pins bool // pin holds something
 	kind slotKind
 	n    uint64    // bytes a receive asked for
 	ep   *Endpoint // the endpoint the operation runs on, if any
@@ -158,6 +159,7 @@ func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 	c.nw++
 	c.mu.Unlock()
 	w.h = newHandle(w, "ucp.Worker")
+	w.h.keep = w.slots
 	return w, nil
 }
 
@@ -243,6 +245,7 @@ func (w *Worker) pinned(tok uint32, b []byte) unsafe.Pointer {
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b))
 	w.slots[tok].pin.Pin(p)
+	w.slots[tok].pins = true
 	return p
 }
 
@@ -267,9 +270,18 @@ func (w *Worker) submit() {
 func (w *Worker) collectSubmitted() {
 	for i := 0; i < w.nops; i++ {
 		op := &w.ops[i]
-		if op.result == C.SHIM_RES_DONE {
-			w.ready = append(w.ready, readyCompletion{token: uint32(op.token), status: C.ucs_status_t(op.status)})
+		if op.result != C.SHIM_RES_DONE {
+			continue
 		}
+		tok := uint32(op.token)
+		if s := &w.slots[tok]; op.status == C.UCS_OK && s.c == nil && !s.pins && s.ep == nil {
+			// Nobody waits for it: free the slot now.
+			s.tag, s.kind, s.n, s.busy = 0, slotPlain, 0, false
+			w.free = append(w.free, tok)
+			w.outstanding--
+			continue
+		}
+		w.ready = append(w.ready, readyCompletion{token: tok, status: C.ucs_status_t(op.status)})
 	}
 	w.nops = 0
 }
@@ -279,7 +291,10 @@ func (w *Worker) complete(tok uint32, status C.ucs_status_t, length uint64) {
 	if !s.busy {
 		return
 	}
-	s.pin.Unpin()
+	if s.pins {
+		s.pin.Unpin()
+		s.pins = false
+	}
 	c, tag, ep, kind, n := s.c, s.tag, s.ep, s.kind, s.n
 	s.c, s.tag, s.ep, s.kind, s.n, s.busy = nil, 0, nil, slotPlain, 0, false
 	w.free = append(w.free, tok)
@@ -350,25 +365,18 @@ func (w *Worker) deliverEvents() int {
 	n := 0
 	batchID := -1
 	w.msgs = w.msgs[:0]
-	flush := func() {
-		if batchID >= 0 && len(w.msgs) > 0 {
-			w.dispatch(uint16(batchID), w.msgs)
-		}
-		w.msgs = w.msgs[:0]
-		batchID = -1
-	}
 	for i := 0; i < int(w.sw.nevents); i++ {
 		ev := (*C.shim_event_t)(unsafe.Add(unsafe.Pointer(w.sw.events), uintptr(i)*unsafe.Sizeof(C.shim_event_t{})))
 		n++
 		if ev.kind == C.SHIM_EV_AM {
 			if int(ev.am_id) != batchID {
-				flush()
+				batchID = w.flushMessages(batchID)
 				batchID = int(ev.am_id)
 			}
 			w.msgs = append(w.msgs, w.message(ev))
 			continue
 		}
-		flush()
+		batchID = w.flushMessages(batchID)
 		switch ev.kind {
 		case C.SHIM_EV_COMPLETE:
 			w.complete(uint32(ev.token), C.ucs_status_t(ev.status), uint64(ev.length))
@@ -378,8 +386,17 @@ func (w *Worker) deliverEvents() int {
 			w.connRequest(uint64(ev.token), ev.ep)
 		}
 	}
-	flush()
+	w.flushMessages(batchID)
 	return n
+}
+
+// flushMessages hands the messages gathered for one AM id to its handler.
+func (w *Worker) flushMessages(id int) int {
+	if id >= 0 && len(w.msgs) > 0 {
+		w.dispatch(uint16(id), w.msgs)
+	}
+	w.msgs = w.msgs[:0]
+	return -1
 }
 
 func (w *Worker) message(ev *C.shim_event_t) Message {
@@ -603,7 +620,10 @@ func (w *Worker) Close() error {
 
 func (w *Worker) failSlot(tok uint32) {
 	s := &w.slots[tok]
-	s.pin.Unpin()
+	if s.pins {
+		s.pin.Unpin()
+		s.pins = false
+	}
 	c, tag := s.c, s.tag
 	s.c, s.tag, s.ep, s.kind, s.n, s.busy = nil, 0, nil, slotPlain, 0, false
 	w.outstanding--

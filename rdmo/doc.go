@@ -1,0 +1,3 @@
+// Package rdmo is the RDMO wire protocol and the handler SDK shared by
+// workers, plugins and initiators.
+package rdmo

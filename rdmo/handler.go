@@ -1,0 +1,205 @@
+package rdmo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// This file is the handler SDK: what an operation handler implements and the
+// view of target memory it gets. It is pure Go and its values are plain data
+// (no channels, no callbacks), so the same interface works in the worker's
+// process and across a process boundary (go-plugin).
+
+// HandlerInfo describes a handler to the worker that loads it.
+type HandlerInfo struct {
+	Name    string   // e.g. "append"
+	Version string   // semantic version of the handler
+	Ops     []uint32 // the op ids it serves
+}
+
+// Request is one RDMO request as the worker hands it to a handler. It is
+// valid until HandleBatch returns.
+type Request struct {
+	Seq    uint64 // arrival number on its connection, counted from 0
+	Client uint64 // the client the connection belongs to (already checked)
+	Op     uint32
+	Flags  uint32
+	// Header is the whole AM header: the 16-byte common header then the op
+	// sub-header. Decode it with ParseRequest.
+	Header []byte
+	// Payload is the eager payload; nil when Rendezvous.
+	Payload []byte
+	// Length is the payload length, also for rendezvous payloads.
+	Length uint64
+	// Rendezvous payloads are still at the initiator: move them with
+	// Target.Place or Target.Fetch.
+	Rendezvous bool
+}
+
+// Result is a handler's outcome for one request.
+type Result struct {
+	Status Status // StatusOK, or why the request failed
+	// Detail says more about a failure, for the worker's log line.
+	Detail string
+	// Value is returned to the initiator in the request's ack (FlagAck),
+	// for operations that produce a value.
+	Value uint64
+}
+
+// Fail returns a failed Result.
+func Fail(s Status, format string, args ...any) Result {
+	return Result{Status: s, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ResultOf turns an error into a Result: a *WireError keeps its status, any
+// other error is HandlerFailed.
+func ResultOf(err error) Result {
+	if err == nil {
+		return Result{}
+	}
+	var we *WireError
+	if errors.As(err, &we) {
+		return Result{Status: we.Status, Detail: err.Error()}
+	}
+	return Result{Status: StatusHandlerFailed, Detail: err.Error()}
+}
+
+// Handler executes one or more kinds of operation. A worker makes one
+// Handler per handler kind and calls it for every client; calls for one
+// client never overlap (they come from that client's executor), calls for
+// different clients may run concurrently, so state kept per client needs
+// no lock once found.
+type Handler interface {
+	Info() HandlerInfo
+	// HandleBatch runs reqs, which arrived together on one connection of
+	// one client, in arrival order, and writes results[i] for reqs[i]
+	// (len(results) == len(reqs), zeroed). Requests of one batch may be
+	// coalesced: the worker completes them when HandleBatch has returned
+	// and every Put and Place it issued has completed.
+	HandleBatch(t Target, reqs []Request, results []Result)
+	// Fence writes back whatever the handler caches for t's client (for
+	// example a cached queue tail), so that after the flush that follows,
+	// target memory holds every effect of every completed request.
+	Fence(t Target) error
+	// RegionRemoved writes back and then drops state tied to a region that
+	// is being deregistered. Requests naming it fail from now on.
+	RegionRemoved(t Target, region uint64) error
+	// ClientRemoved drops every state of a client that is gone (its target
+	// died or it was torn down). Nothing can be written back any more.
+	ClientRemoved(client uint64)
+}
+
+// Region is a registered region of target memory.
+type Region struct {
+	ID   uint64 // the id requests name it by (the wire's "rkey")
+	Base uint64 // target virtual address of its first byte
+	Len  uint64
+}
+
+// Contains reports whether [addr, addr+n) lies inside the region, without
+// overflow for any addr and n.
+func (r Region) Contains(addr, n uint64) bool {
+	if addr < r.Base {
+		return false
+	}
+	off := addr - r.Base
+	return off <= r.Len && n <= r.Len-off
+}
+
+// CheckRange returns ErrOutOfBounds (with detail) unless [addr, addr+n) is
+// inside the region; addr+n wrapping past 2^64 is out of bounds too.
+func (r Region) CheckRange(addr, n uint64) error {
+	if n > math.MaxUint64-addr || !r.Contains(addr, n) {
+		return wireErr(StatusOutOfBounds, fmt.Sprintf("[%#x, +%d) is outside region %d [%#x, +%d)", addr, n, r.ID, r.Base, r.Len))
+	}
+	return nil
+}
+
+// RemoteOpKind is a remote operation whose result a handler waits for.
+type RemoteOpKind uint8
+
+const (
+	RemoteGet         RemoteOpKind = iota + 1 // read len(Buf) bytes into Buf
+	RemoteFetchAdd                            // add Operand, Result = old value
+	RemoteCompareSwap                         // store Operand if equal to Compare, Result = old value
+	RemoteSwap                                // store Operand, Result = old value
+)
+
+// RemoteOp is one operation of Target.Sync.
+type RemoteOp struct {
+	Kind    RemoteOpKind
+	Region  uint64
+	Addr    uint64 // atomics: 8-byte aligned
+	Buf     []byte // RemoteGet destination
+	Operand uint64
+	Compare uint64
+	// Out:
+	Result uint64
+	Status Status // StatusOK, or why this op failed
+}
+
+// Target is the view of one client's target memory that a handler gets. The
+// worker checks every address against the client's registered regions
+// before UCX sees it; an out-of-bounds call fails and touches nothing.
+type Target interface {
+	// ClientID is the client whose memory this is.
+	ClientID() uint64
+	// Region returns a registered region of this client: ErrUnknownRegion
+	// for an id nobody registered, ErrRegionNotOwned for another client's.
+	Region(id uint64) (Region, error)
+	// Put writes data to [addr, addr+len(data)) in the region. It returns
+	// once the write is issued; data must stay unchanged until the batch
+	// completes (use Buffer for staging). A write that fails later fails
+	// the batch's requests with StatusTargetUnreachable.
+	Put(region, addr uint64, data []byte) error
+	// Sync runs the operations together (one round trip for all of them,
+	// so a batch never waits on one remote read after another) and returns
+	// when all are done. Each op reports its own Status; the error is for
+	// failures of the whole call.
+	Sync(ops []RemoteOp) error
+	// Buffer returns n bytes of worker memory that stay valid until the
+	// current batch completes: staging for coalesced writes.
+	Buffer(n int) []byte
+	// Place moves the rendezvous payload of req straight from the initiator
+	// into [addr, addr+req.Length) of the region (through target memory
+	// mapped into the worker when the transport allows, else a bounded
+	// bounce buffer). Asynchronous like Put.
+	Place(req *Request, region, addr uint64) error
+	// Fetch brings the rendezvous payload of req into worker memory valid
+	// until the batch completes. Payloads over the worker's limit fail with
+	// ErrRendezvousRefused.
+	Fetch(req *Request) ([]byte, error)
+	// Flush returns when every earlier Put and Place of this client is
+	// visible in target memory (remote completion).
+	Flush() error
+	// Fence calls every handler's Fence hook for this client (the flush
+	// operation uses it before Flush).
+	Fence() error
+}
+
+// BaseHandler gives a handler with no cached state empty Fence,
+// RegionRemoved and ClientRemoved methods.
+type BaseHandler struct{}
+
+func (BaseHandler) Fence(Target) error                 { return nil }
+func (BaseHandler) RegionRemoved(Target, uint64) error { return nil }
+func (BaseHandler) ClientRemoved(uint64)               {}
+
+// FetchAdd is a single remote fetch-and-add through t.Sync.
+func FetchAdd(t Target, region, addr, delta uint64) (uint64, error) {
+	ops := [1]RemoteOp{{Kind: RemoteFetchAdd, Region: region, Addr: addr, Operand: delta}}
+	if err := t.Sync(ops[:]); err != nil {
+		return 0, err
+	}
+	return ops[0].Result, ops[0].Status.Err()
+}
+
+// Get is a single remote read through t.Sync.
+func Get(t Target, region, addr uint64, buf []byte) error {
+	ops := [1]RemoteOp{{Kind: RemoteGet, Region: region, Addr: addr, Buf: buf}}
+	if err := t.Sync(ops[:]); err != nil {
+		return err
+	}
+	return ops[0].Status.Err()
+}

@@ -1,0 +1,1013 @@
+package rdmo_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/openrdmo/rdmo/rdmo"
+)
+
+var le = binary.LittleEndian
+
+// rawHeader builds a request header of n bytes with the given common
+// fields, bypassing the encoders so tests can produce malformed input.
+func rawHeader(n int, clientID uint64, op, flags uint32) []byte {
+	b := make([]byte, n)
+	if n >= rdmo.HeaderLen {
+		rdmo.Header{ClientID: clientID, Op: op, Flags: flags}.Put(b)
+	}
+	return b
+}
+
+// scatterPayload encodes iovs whose data is len bytes of a pattern that
+// differs per element, so misplaced slices are caught.
+func scatterPayload(t testing.TB, lens ...int) ([]byte, []rdmo.IOV, [][]byte) {
+	t.Helper()
+	var payload []byte
+	var iovs []rdmo.IOV
+	var datas [][]byte
+	for i, n := range lens {
+		data := bytes.Repeat([]byte{byte(0xA0 + i)}, n)
+		iov := rdmo.IOV{Addr: 0x7f0000001000 + uint64(i)*0x100, Rkey: 0xCAFE0000 + uint64(i), Len: uint16(n)}
+		var err error
+		payload, err = rdmo.AppendIOV(payload, iov, data)
+		if err != nil {
+			t.Fatalf("AppendIOV(%d): %v", i, err)
+		}
+		iovs = append(iovs, iov)
+		datas = append(datas, data)
+	}
+	return payload, iovs, datas
+}
+
+func wantStatus(t *testing.T, err error, want rdmo.Status) {
+	t.Helper()
+	if want == rdmo.StatusOK {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("got nil error, want %s", want.Name())
+	}
+	var we *rdmo.WireError
+	if !errors.As(err, &we) {
+		t.Fatalf("error %v (%T) is not a *WireError", err, err)
+	}
+	if we.Status != want {
+		t.Fatalf("got status %s (%v), want %s", we.Status.Name(), err, want.Name())
+	}
+	if !errors.Is(err, want.Err()) || !errors.Is(err, want) {
+		t.Fatalf("errors.Is(%v, %s) is false", err, want.Name())
+	}
+}
+
+func TestHeaderPutParseRoundTrip(t *testing.T) {
+	for _, h := range []rdmo.Header{
+		{},
+		{ClientID: 0x0102030405060708, Op: rdmo.OpAppend, Flags: rdmo.FlagFence},
+		{ClientID: math.MaxUint64, Op: math.MaxUint32, Flags: rdmo.FlagFence | rdmo.FlagAck},
+		{ClientID: 7, Op: rdmo.OpUserBase, Flags: rdmo.FlagAck},
+	} {
+		b := make([]byte, rdmo.HeaderLen)
+		h.Put(b)
+		if got := le.Uint64(b[rdmo.HeaderClientIDOffset:]); got != h.ClientID {
+			t.Errorf("client id bytes = %#x, want %#x", got, h.ClientID)
+		}
+		if got := le.Uint32(b[rdmo.HeaderOpOffset:]); got != h.Op {
+			t.Errorf("op bytes = %d, want %d", got, h.Op)
+		}
+		if got := le.Uint32(b[rdmo.HeaderFlagsOffset:]); got != h.Flags {
+			t.Errorf("flags bytes = %#x, want %#x", got, h.Flags)
+		}
+		// A user op's header may be exactly the common header.
+		if !rdmo.IsUserOp(h.Op) {
+			continue
+		}
+		got, err := rdmo.ParseHeader(b)
+		if err != nil || got != h {
+			t.Errorf("ParseHeader = %+v, %v; want %+v", got, err, h)
+		}
+	}
+}
+
+func TestHeaderPutPanicsOnShortBuffer(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Put into a 15-byte buffer did not panic")
+		}
+	}()
+	rdmo.Header{}.Put(make([]byte, rdmo.HeaderLen-1))
+}
+
+func TestHeaderFlagHelpers(t *testing.T) {
+	h := rdmo.Header{Flags: rdmo.FlagFence}
+	if !h.Fenced() || h.WantsAck() {
+		t.Errorf("FENCE only: Fenced=%v WantsAck=%v", h.Fenced(), h.WantsAck())
+	}
+	h.Flags = rdmo.FlagAck
+	if h.Fenced() || !h.WantsAck() {
+		t.Errorf("ACK only: Fenced=%v WantsAck=%v", h.Fenced(), h.WantsAck())
+	}
+}
+
+func TestRequestRoundTrip(t *testing.T) {
+	hdr := rdmo.Header{ClientID: 0x1122334455667788, Flags: rdmo.FlagFence | rdmo.FlagAck}
+	t.Run("flush", func(t *testing.T) {
+		b := rdmo.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF})
+		if len(b) != rdmo.FlushHeaderLen {
+			t.Fatalf("len = %d, want %d", len(b), rdmo.FlushHeaderLen)
+		}
+		r, err := rdmo.ParseRequest(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := hdr
+		want.Op = rdmo.OpFlush
+		if r.Header != want || r.Flush.FlushID != 0xBEEF || r.User != nil {
+			t.Fatalf("got %+v", r)
+		}
+		wantStatus(t, r.CheckPayload(nil), rdmo.StatusOK)
+	})
+	t.Run("append", func(t *testing.T) {
+		a := rdmo.AppendHeader{PtrAddr: 0x7fff00001000, PtrRkey: 0x55aa55aa55aa, DataRkey: math.MaxUint64}
+		b := rdmo.AppendAppendRequest(nil, hdr, a)
+		if len(b) != rdmo.AppendHeaderLen {
+			t.Fatalf("len = %d, want %d", len(b), rdmo.AppendHeaderLen)
+		}
+		r, err := rdmo.ParseRequest(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Header.Op != rdmo.OpAppend || r.Header.ClientID != hdr.ClientID || r.Append != a {
+			t.Fatalf("got %+v", r)
+		}
+		wantStatus(t, r.CheckPayload([]byte{0x33}), rdmo.StatusOK)
+	})
+	t.Run("scatter", func(t *testing.T) {
+		payload, _, _ := scatterPayload(t, 8, 8, 3)
+		b := rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 3})
+		if len(b) != rdmo.ScatterHeaderLen {
+			t.Fatalf("len = %d, want %d", len(b), rdmo.ScatterHeaderLen)
+		}
+		r, err := rdmo.ParseRequest(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Header.Op != rdmo.OpScatter || r.Scatter.Count != 3 {
+			t.Fatalf("got %+v", r)
+		}
+		wantStatus(t, r.CheckPayload(payload), rdmo.StatusOK)
+	})
+	t.Run("user", func(t *testing.T) {
+		for _, n := range []int{0, 1, 7, rdmo.MaxHeaderLen - rdmo.HeaderLen} {
+			sub := bytes.Repeat([]byte{0x5C}, n)
+			h := hdr
+			h.Op = rdmo.OpUserBase + 3
+			b, err := rdmo.AppendUserRequest(nil, h, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := rdmo.ParseRequest(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Header != h || !bytes.Equal(r.User, sub) || len(r.User) != n {
+				t.Fatalf("sub-header %d bytes: got %+v", n, r)
+			}
+			if n > 0 && &r.User[0] != &b[rdmo.SubHeaderOffset] {
+				t.Fatal("User does not alias the input")
+			}
+			if cap(r.User) != len(r.User) {
+				t.Fatal("User has spare capacity: appending to it could scribble on the caller's buffer")
+			}
+			wantStatus(t, r.CheckPayload([]byte("anything")), rdmo.StatusOK)
+		}
+	})
+}
+
+func TestEncodersForceTheirOp(t *testing.T) {
+	wrong := rdmo.Header{ClientID: 1, Op: rdmo.OpScatter}
+	for name, b := range map[string][]byte{
+		"flush":   rdmo.AppendFlushRequest(nil, rdmo.Header{Op: rdmo.OpAppend}, rdmo.FlushHeader{}),
+		"append":  rdmo.AppendAppendRequest(nil, wrong, rdmo.AppendHeader{}),
+		"scatter": rdmo.AppendScatterRequest(nil, rdmo.Header{Op: 99}, rdmo.ScatterHeader{}),
+	} {
+		r, err := rdmo.ParseRequest(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if rdmo.OpName(r.Header.Op) != name {
+			t.Errorf("%s encoder wrote op %s", name, rdmo.OpName(r.Header.Op))
+		}
+	}
+}
+
+func TestEncodersAppendToDst(t *testing.T) {
+	prefix := []byte("prefix")
+	h := rdmo.Header{ClientID: 9}
+	check := func(name string, got []byte, wantLen int) {
+		t.Helper()
+		if !bytes.HasPrefix(got, prefix) || len(got) != len(prefix)+wantLen {
+			t.Errorf("%s: got %d bytes %q..., want prefix kept and %d bytes added", name, len(got), got[:min(len(got), 6)], wantLen)
+		}
+	}
+	check("flush", rdmo.AppendFlushRequest(bytes.Clone(prefix), h, rdmo.FlushHeader{}), rdmo.FlushHeaderLen)
+	check("append", rdmo.AppendAppendRequest(bytes.Clone(prefix), h, rdmo.AppendHeader{}), rdmo.AppendHeaderLen)
+	check("scatter", rdmo.AppendScatterRequest(bytes.Clone(prefix), h, rdmo.ScatterHeader{}), rdmo.ScatterHeaderLen)
+	user, err := rdmo.AppendUserRequest(bytes.Clone(prefix), rdmo.Header{Op: rdmo.OpUserBase}, []byte{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("user", user, rdmo.HeaderLen+2)
+	iov, err := rdmo.AppendIOV(bytes.Clone(prefix), rdmo.IOV{Len: 2}, []byte{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("iov", iov, rdmo.IOVDescLen+2)
+	check("flush response", rdmo.AppendFlushResponse(bytes.Clone(prefix), rdmo.FlushResponse{}), rdmo.FlushResponseLen)
+	check("reference flush response", rdmo.AppendReferenceFlushResponse(bytes.Clone(prefix), 1), rdmo.ReferenceFlushResponseLen)
+	check("ack", rdmo.AppendAck(bytes.Clone(prefix), rdmo.AckResponse{}), rdmo.AckResponseLen)
+}
+
+func TestParseRequestErrors(t *testing.T) {
+	user := rdmo.OpUserBase
+	tests := []struct {
+		name string
+		hdr  []byte
+		want rdmo.Status
+	}{
+		{"nil", nil, rdmo.StatusShortHeader},
+		{"15 bytes", rawHeader(15, 0, rdmo.OpFlush, 0), rdmo.StatusShortHeader},
+		{"65 bytes user op", rawHeader(65, 0, user, 0), rdmo.StatusHeaderTooLong},
+		{"65 bytes flush: length before op", rawHeader(65, 0, rdmo.OpFlush, 0), rdmo.StatusHeaderTooLong},
+		{"op 3 batch reserved", rawHeader(24, 0, rdmo.OpBatch, 0), rdmo.StatusUnknownOp},
+		{"op 4 reserved", rawHeader(24, 0, 4, 0), rdmo.StatusUnknownOp},
+		{"op 15 reserved", rawHeader(24, 0, 15, 0), rdmo.StatusUnknownOp},
+		{"reserved op wins over bad flags", rawHeader(24, 0, 5, 1<<7), rdmo.StatusUnknownOp},
+		{"flag bit 2", rawHeader(24, 0, rdmo.OpFlush, 1<<2), rdmo.StatusUnknownFlags},
+		{"flag bit 31", rawHeader(40, 0, rdmo.OpAppend, rdmo.FlagFence|1<<31), rdmo.StatusUnknownFlags},
+		{"user op unknown flag", rawHeader(16, 0, user, 1<<3), rdmo.StatusUnknownFlags},
+		{"flush header only", rawHeader(16, 0, rdmo.OpFlush, 0), rdmo.StatusShortHeader},
+		{"flush 23", rawHeader(23, 0, rdmo.OpFlush, 0), rdmo.StatusShortHeader},
+		{"flush 25", rawHeader(25, 0, rdmo.OpFlush, 0), rdmo.StatusHeaderTooLong},
+		{"append 39", rawHeader(39, 0, rdmo.OpAppend, 0), rdmo.StatusShortHeader},
+		{"append 41", rawHeader(41, 0, rdmo.OpAppend, 0), rdmo.StatusHeaderTooLong},
+		{"append 64", rawHeader(64, 0, rdmo.OpAppend, 0), rdmo.StatusHeaderTooLong},
+		{"scatter 16", rawHeader(16, 0, rdmo.OpScatter, 0), rdmo.StatusShortHeader},
+		{"scatter 32", rawHeader(32, 0, rdmo.OpScatter, 0), rdmo.StatusHeaderTooLong},
+		{"ok flush fenced", rawHeader(24, 0, rdmo.OpFlush, rdmo.FlagFence), rdmo.StatusOK},
+		{"ok append both flags", rawHeader(40, 0, rdmo.OpAppend, rdmo.FlagFence|rdmo.FlagAck), rdmo.StatusOK},
+		{"ok user op 16 bytes", rawHeader(16, 0, user, 0), rdmo.StatusOK},
+		{"ok user op 64 bytes", rawHeader(64, 0, user, 0), rdmo.StatusOK},
+		{"ok max op id", rawHeader(20, 0, math.MaxUint32, 0), rdmo.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := rdmo.ParseRequest(tt.hdr)
+			wantStatus(t, err, tt.want)
+			if err != nil && !strings.HasPrefix(err.Error(), "rdmo: ") {
+				t.Errorf("error text %q lacks the package prefix", err)
+			}
+			// The common header comes back even on error, so the worker can
+			// report the op that failed.
+			if len(tt.hdr) >= rdmo.HeaderLen {
+				if got := r.Header.Op; got != le.Uint32(tt.hdr[rdmo.HeaderOpOffset:]) {
+					t.Errorf("Header.Op = %d after error, want it decoded", got)
+				}
+			}
+			_, herr := rdmo.ParseHeader(tt.hdr)
+			if tt.want == rdmo.StatusOK && herr != nil {
+				t.Errorf("ParseHeader: %v", herr)
+			}
+		})
+	}
+}
+
+func TestParseHeaderReturnsFieldsOnError(t *testing.T) {
+	h, err := rdmo.ParseHeader(rawHeader(16, 42, rdmo.OpBatch, 0))
+	wantStatus(t, err, rdmo.StatusUnknownOp)
+	if h.ClientID != 42 || h.Op != rdmo.OpBatch {
+		t.Fatalf("got %+v", h)
+	}
+	if !strings.Contains(err.Error(), "batch") {
+		t.Errorf("error %q does not say batch is reserved", err)
+	}
+}
+
+func TestCheckPayload(t *testing.T) {
+	good, _, _ := scatterPayload(t, 8, 0, 5)
+	tests := []struct {
+		name    string
+		op      uint32
+		count   uint64
+		payload []byte
+		want    rdmo.Status
+	}{
+		{"flush no payload", rdmo.OpFlush, 0, nil, rdmo.StatusOK},
+		{"flush one byte", rdmo.OpFlush, 0, []byte{0}, rdmo.StatusPayloadMismatch},
+		{"append empty", rdmo.OpAppend, 0, nil, rdmo.StatusEmptyAppend},
+		{"append empty non-nil", rdmo.OpAppend, 0, []byte{}, rdmo.StatusEmptyAppend},
+		{"append one byte", rdmo.OpAppend, 0, []byte{1}, rdmo.StatusOK},
+		{"scatter good", rdmo.OpScatter, 3, good, rdmo.StatusOK},
+		{"scatter count too high", rdmo.OpScatter, 4, good, rdmo.StatusPayloadMismatch},
+		{"scatter count too low", rdmo.OpScatter, 2, good, rdmo.StatusPayloadMismatch},
+		{"scatter empty", rdmo.OpScatter, 0, nil, rdmo.StatusOK},
+		{"user op", rdmo.OpUserBase, 0, []byte{1, 2, 3}, rdmo.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rdmo.RequestHeader{Header: rdmo.Header{Op: tt.op}, Scatter: rdmo.ScatterHeader{Count: tt.count}}
+			wantStatus(t, r.CheckPayload(tt.payload), tt.want)
+		})
+	}
+}
+
+func TestScatterIterRoundTrip(t *testing.T) {
+	// Lengths that leave later descriptors unaligned, plus the extremes.
+	lens := []int{8, 0, 1, 5, rdmo.MaxIOVLen, 3}
+	payload, iovs, datas := scatterPayload(t, lens...)
+	wantLen := 0
+	for _, n := range lens {
+		wantLen += rdmo.IOVDescLen + n
+	}
+	if len(payload) != wantLen {
+		t.Fatalf("payload is %d bytes, want %d", len(payload), wantLen)
+	}
+	it := rdmo.NewScatterIter(payload, uint64(len(lens)))
+	i := 0
+	for it.Next() {
+		if it.IOV() != iovs[i] {
+			t.Errorf("iov %d = %+v, want %+v", i, it.IOV(), iovs[i])
+		}
+		if !bytes.Equal(it.Data(), datas[i]) {
+			t.Errorf("iov %d data differs", i)
+		}
+		if cap(it.Data()) != len(it.Data()) {
+			t.Errorf("iov %d data has spare capacity over the next element", i)
+		}
+		i++
+	}
+	if err := it.Err(); err != nil || i != len(lens) {
+		t.Fatalf("walked %d of %d iovs, err %v", i, len(lens), err)
+	}
+	if it.Next() || it.Err() != nil {
+		t.Fatal("Next after the end must stay false without an error")
+	}
+
+	var seen int
+	err := rdmo.ForEachIOV(payload, uint64(len(lens)), func(iov rdmo.IOV, data []byte) error {
+		if iov != iovs[seen] || !bytes.Equal(data, datas[seen]) {
+			t.Errorf("ForEachIOV element %d differs", seen)
+		}
+		seen++
+		return nil
+	})
+	if err != nil || seen != len(lens) {
+		t.Fatalf("ForEachIOV saw %d, err %v", seen, err)
+	}
+}
+
+func TestScatterPaddingIsZeroAndIgnored(t *testing.T) {
+	payload, iovs, _ := scatterPayload(t, 4)
+	if !bytes.Equal(payload[rdmo.IOVLenOffset+2:rdmo.IOVDescLen], make([]byte, 6)) {
+		t.Fatalf("padding = %x, want zeros", payload[rdmo.IOVLenOffset+2:rdmo.IOVDescLen])
+	}
+	// C initiators may leave garbage in struct padding; decoders must not care.
+	for i := rdmo.IOVLenOffset + 2; i < rdmo.IOVDescLen; i++ {
+		payload[i] = 0xFF
+	}
+	it := rdmo.NewScatterIter(payload, 1)
+	if !it.Next() || it.IOV() != iovs[0] {
+		t.Fatalf("garbage padding changed decoding: %+v, %v", it.IOV(), it.Err())
+	}
+}
+
+func TestForEachIOVStopsOnCallbackError(t *testing.T) {
+	payload, _, _ := scatterPayload(t, 1, 1, 1)
+	stop := errors.New("stop")
+	calls := 0
+	err := rdmo.ForEachIOV(payload, 3, func(rdmo.IOV, []byte) error {
+		calls++
+		return stop
+	})
+	if err != stop || calls != 1 {
+		t.Fatalf("got %v after %d calls, want the callback's error after 1", err, calls)
+	}
+}
+
+func TestScatterIterErrors(t *testing.T) {
+	one, _, _ := scatterPayload(t, 30)     // 54 bytes
+	emptyIOV, _, _ := scatterPayload(t, 0) // 24 bytes
+	overflow := make([]byte, rdmo.IOVDescLen+10)
+	le.PutUint16(overflow[rdmo.IOVLenOffset:], 100)
+	maxLenShort := make([]byte, rdmo.IOVDescLen+rdmo.MaxIOVLen-1)
+	le.PutUint16(maxLenShort[rdmo.IOVLenOffset:], math.MaxUint16)
+
+	tests := []struct {
+		name    string
+		payload []byte
+		count   uint64
+		yields  int // elements produced before the error
+		want    rdmo.Status
+	}{
+		{"empty, count 0", nil, 0, 0, rdmo.StatusOK},
+		{"empty, count 1", nil, 1, 0, rdmo.StatusPayloadMismatch},
+		{"one byte, count 0: leftover", []byte{0}, 0, 0, rdmo.StatusPayloadMismatch},
+		{"count needs more descriptors than fit", emptyIOV, 2, 0, rdmo.StatusPayloadMismatch},
+		{"huge count refused before walking", append(bytes.Clone(emptyIOV), emptyIOV...), math.MaxUint64, 0, rdmo.StatusPayloadMismatch},
+		{"count 2^64/24+1 does not overflow the check", make([]byte, 48), math.MaxUint64/rdmo.IOVDescLen + 1, 0, rdmo.StatusPayloadMismatch},
+		{"payload ends after first", one, 2, 1, rdmo.StatusPayloadMismatch},
+		{"truncated second descriptor", append(bytes.Clone(one), make([]byte, 20)...), 2, 1, rdmo.StatusPayloadMismatch},
+		{"leftover after last", append(bytes.Clone(one), 1, 2, 3), 1, 1, rdmo.StatusPayloadMismatch},
+		{"leftover of a whole descriptor", append(bytes.Clone(one), emptyIOV...), 1, 1, rdmo.StatusPayloadMismatch},
+		{"len past the end", overflow, 1, 0, rdmo.StatusLengthOverflow},
+		{"len 65535 one byte short", maxLenShort, 1, 0, rdmo.StatusLengthOverflow},
+		{"second len past the end", append(bytes.Clone(one), overflow...), 2, 1, rdmo.StatusLengthOverflow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			it := rdmo.NewScatterIter(tt.payload, tt.count)
+			n := 0
+			for it.Next() {
+				n++
+			}
+			if n != tt.yields {
+				t.Errorf("yielded %d elements, want %d", n, tt.yields)
+			}
+			wantStatus(t, it.Err(), tt.want)
+			if it.Next() {
+				t.Error("Next returned true after stopping")
+			}
+			if (it.IOV() != rdmo.IOV{}) || it.Data() != nil {
+				t.Error("a stopped iterator still exposes an element")
+			}
+			wantStatus(t, rdmo.ForEachIOV(tt.payload, tt.count, func(rdmo.IOV, []byte) error { return nil }), tt.want)
+			r := rdmo.RequestHeader{Header: rdmo.Header{Op: rdmo.OpScatter}, Scatter: rdmo.ScatterHeader{Count: tt.count}}
+			wantStatus(t, r.CheckPayload(tt.payload), tt.want)
+		})
+	}
+}
+
+func TestAppendIOVErrors(t *testing.T) {
+	dst := []byte("keep")
+	got, err := rdmo.AppendIOV(dst, rdmo.IOV{Len: 0}, make([]byte, rdmo.MaxIOVLen+1))
+	wantStatus(t, err, rdmo.StatusLengthOverflow)
+	if string(got) != "keep" {
+		t.Errorf("dst changed on error: %q", got)
+	}
+	got, err = rdmo.AppendIOV(dst, rdmo.IOV{Len: 3}, []byte{1, 2})
+	wantStatus(t, err, rdmo.StatusPayloadMismatch)
+	if string(got) != "keep" {
+		t.Errorf("dst changed on error: %q", got)
+	}
+	if _, err := rdmo.AppendIOV(nil, rdmo.IOV{Len: math.MaxUint16}, make([]byte, rdmo.MaxIOVLen)); err != nil {
+		t.Errorf("a 65535-byte chunk must be accepted: %v", err)
+	}
+}
+
+func TestAppendUserRequestErrors(t *testing.T) {
+	_, err := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpAppend}, nil)
+	wantStatus(t, err, rdmo.StatusUnknownOp)
+	_, err = rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase - 1}, nil)
+	wantStatus(t, err, rdmo.StatusUnknownOp)
+	_, err = rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase}, make([]byte, rdmo.MaxHeaderLen-rdmo.HeaderLen+1))
+	wantStatus(t, err, rdmo.StatusHeaderTooLong)
+}
+
+func TestIOVEnd(t *testing.T) {
+	for _, tt := range []struct {
+		iov    rdmo.IOV
+		end    uint64
+		wantOK bool
+	}{
+		{rdmo.IOV{Addr: 0x1000, Len: 16}, 0x1010, true},
+		{rdmo.IOV{Addr: math.MaxUint64 - 15, Len: 15}, math.MaxUint64, true},
+		{rdmo.IOV{Addr: math.MaxUint64 - 15, Len: 16}, 0, false},
+		{rdmo.IOV{Addr: math.MaxUint64, Len: math.MaxUint16}, math.MaxUint16 - 1, false},
+	} {
+		end, ok := tt.iov.End()
+		if end != tt.end || ok != tt.wantOK {
+			t.Errorf("%+v.End() = %#x, %v; want %#x, %v", tt.iov, end, ok, tt.end, tt.wantOK)
+		}
+	}
+}
+
+func TestOpNames(t *testing.T) {
+	for op, want := range map[uint32]string{
+		rdmo.OpFlush: "flush", rdmo.OpAppend: "append", rdmo.OpScatter: "scatter",
+		rdmo.OpBatch: "batch", 4: "reserved(4)", 15: "reserved(15)", 16: "user(16)",
+		math.MaxUint32: "user(4294967295)",
+	} {
+		if got := rdmo.OpName(op); got != want {
+			t.Errorf("OpName(%d) = %q, want %q", op, got, want)
+		}
+	}
+	if rdmo.IsUserOp(15) || !rdmo.IsUserOp(16) {
+		t.Error("IsUserOp boundary is not 16")
+	}
+}
+
+func TestFlushResponseRoundTrip(t *testing.T) {
+	in := rdmo.FlushResponse{
+		FlushID: 0xBEEF, Failed: 3, FirstOp: rdmo.OpAppend,
+		FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 1 << 40,
+	}
+	b := rdmo.AppendFlushResponse(nil, in)
+	if len(b) != rdmo.FlushResponseLen {
+		t.Fatalf("len = %d", len(b))
+	}
+	got, err := rdmo.ParseFlushResponse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Extended = true
+	if got != in {
+		t.Fatalf("got %+v, want %+v", got, in)
+	}
+	// A reference initiator reads only the first 12 bytes; they must be the
+	// reference response.
+	if ref := rdmo.AppendReferenceFlushResponse(nil, 0xBEEF); !bytes.Equal(b[:12], ref) {
+		t.Fatalf("extended prefix %x != reference %x", b[:12], ref)
+	}
+	id, err := rdmo.ParseResponseID(b)
+	if err != nil || id != rdmo.RspFlush {
+		t.Fatalf("ParseResponseID = %d, %v", id, err)
+	}
+}
+
+func TestReferenceFlushResponseDecodes(t *testing.T) {
+	// The exact bytes a DOCA 3.0 worker sends for the demo's flush id.
+	ref := []byte{0, 0, 0, 0, 0xEF, 0xBE, 0, 0, 0, 0, 0, 0}
+	got, err := rdmo.ParseFlushResponse(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != (rdmo.FlushResponse{FlushID: 0xBEEF}) || got.Extended {
+		t.Fatalf("got %+v", got)
+	}
+	if got.Err() != nil {
+		t.Fatalf("a reference response reports no failures, got %v", got.Err())
+	}
+	if enc := rdmo.AppendReferenceFlushResponse(nil, 0xBEEF); !bytes.Equal(enc, ref) {
+		t.Fatalf("AppendReferenceFlushResponse = %x, want %x", enc, ref)
+	}
+}
+
+func TestFlushResponseErrors(t *testing.T) {
+	ext := rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1})
+	ack := rdmo.AppendAck(nil, rdmo.AckResponse{})
+	tests := []struct {
+		name string
+		b    []byte
+		want rdmo.Status
+	}{
+		{"empty", nil, rdmo.StatusShortHeader},
+		{"3 bytes", []byte{0, 0, 0}, rdmo.StatusShortHeader},
+		{"rsp_id only", []byte{0, 0, 0, 0}, rdmo.StatusShortHeader},
+		{"11 bytes", ext[:11], rdmo.StatusShortHeader},
+		{"13 bytes", ext[:13], rdmo.StatusShortHeader},
+		{"31 bytes", ext[:31], rdmo.StatusShortHeader},
+		{"an ack", ack, rdmo.StatusUnknownOp},
+		{"rsp_id 7", append([]byte{7, 0, 0, 0}, ext[4:]...), rdmo.StatusUnknownOp},
+		{"12 bytes", ext[:12], rdmo.StatusOK},
+		{"32 bytes", ext, rdmo.StatusOK},
+		{"40 bytes: trailing ignored", append(bytes.Clone(ext), 1, 2, 3, 4, 5, 6, 7, 8), rdmo.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := rdmo.ParseFlushResponse(tt.b)
+			wantStatus(t, err, tt.want)
+		})
+	}
+}
+
+func TestFlushResponseErr(t *testing.T) {
+	r := rdmo.FlushResponse{FlushID: 0xBEEF, Failed: 2, FirstOp: rdmo.OpScatter, FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 5}
+	err := r.Err()
+	wantStatus(t, err, rdmo.StatusOutOfBounds)
+	for _, part := range []string{"2 request(s)", "0xbeef", "scatter", "seq 5"} {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("error %q lacks %q", err, part)
+		}
+	}
+	r.FirstStatus = rdmo.StatusOK
+	wantStatus(t, r.Err(), rdmo.StatusInternal)
+	r.Failed = 0
+	wantStatus(t, r.Err(), rdmo.StatusOK)
+}
+
+func TestAckRoundTrip(t *testing.T) {
+	in := rdmo.AckResponse{Op: rdmo.OpUserBase + 1, Seq: math.MaxUint64, Status: rdmo.StatusHandlerFailed, Value: 0x0123456789ABCDEF}
+	b := rdmo.AppendAck(nil, in)
+	if len(b) != rdmo.AckResponseLen {
+		t.Fatalf("len = %d", len(b))
+	}
+	if le.Uint32(b[rdmo.AckReservedOffset:]) != 0 {
+		t.Fatal("reserved field not zero")
+	}
+	got, err := rdmo.ParseAck(b)
+	if err != nil || got != in {
+		t.Fatalf("got %+v, %v; want %+v", got, err, in)
+	}
+	id, err := rdmo.ParseResponseID(b)
+	if err != nil || id != rdmo.RspAck {
+		t.Fatalf("ParseResponseID = %d, %v", id, err)
+	}
+	// Reserved bytes and a longer header are for later extensions: ignored.
+	le.PutUint32(b[rdmo.AckReservedOffset:], 0xFFFFFFFF)
+	b = append(b, 9, 9, 9)
+	if got, err := rdmo.ParseAck(b); err != nil || got != in {
+		t.Fatalf("with reserved set and trailing bytes: %+v, %v", got, err)
+	}
+	wantStatus(t, in.Err(), rdmo.StatusHandlerFailed)
+	if !strings.Contains(in.Err().Error(), "user(17) seq 18446744073709551615") {
+		t.Errorf("ack error %q lacks op and seq", in.Err())
+	}
+	in.Status = rdmo.StatusOK
+	wantStatus(t, in.Err(), rdmo.StatusOK)
+}
+
+func TestAckErrors(t *testing.T) {
+	ack := rdmo.AppendAck(nil, rdmo.AckResponse{Op: 1})
+	for _, tt := range []struct {
+		name string
+		b    []byte
+		want rdmo.Status
+	}{
+		{"empty", nil, rdmo.StatusShortHeader},
+		{"31 bytes", ack[:31], rdmo.StatusShortHeader},
+		{"12 bytes", ack[:12], rdmo.StatusShortHeader},
+		{"a flush response", rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{}), rdmo.StatusUnknownOp},
+		{"rsp_id 2", append([]byte{2, 0, 0, 0}, ack[4:]...), rdmo.StatusUnknownOp},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := rdmo.ParseAck(tt.b)
+			wantStatus(t, err, tt.want)
+		})
+	}
+}
+
+func TestParseResponseIDErrors(t *testing.T) {
+	_, err := rdmo.ParseResponseID([]byte{1, 0, 0})
+	wantStatus(t, err, rdmo.StatusShortHeader)
+	id, err := rdmo.ParseResponseID([]byte{0xFF, 0xFF, 0xFF, 0xFF})
+	wantStatus(t, err, rdmo.StatusUnknownOp)
+	if id != math.MaxUint32 {
+		t.Errorf("id = %d, want it decoded even when unknown", id)
+	}
+}
+
+// TestHotPathDoesNotAllocate pins the zero-allocation promise outside of
+// benchmarks, which CI does not run.
+func TestHotPathDoesNotAllocate(t *testing.T) {
+	hdr := rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}
+	appendReq := rdmo.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})
+	scatterReq := rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 16})
+	userReq, _ := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase}, []byte{1, 2, 3})
+	lens := make([]int, 16)
+	for i := range lens {
+		lens[i] = 8
+	}
+	payload, _, _ := scatterPayload(t, lens...)
+	flushRsp := rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1})
+	ack := rdmo.AppendAck(nil, rdmo.AckResponse{})
+	buf := make([]byte, 0, 4096)
+	data := make([]byte, 8)
+	var sink uint64
+
+	cases := map[string]func(){
+		"ParseRequest append": func() {
+			r, err := rdmo.ParseRequest(appendReq)
+			if err != nil {
+				panic(err)
+			}
+			sink += r.Append.PtrAddr
+		},
+		"ParseRequest user": func() {
+			r, _ := rdmo.ParseRequest(userReq)
+			sink += uint64(len(r.User))
+		},
+		"ParseRequest+CheckPayload scatter": func() {
+			r, _ := rdmo.ParseRequest(scatterReq)
+			if err := r.CheckPayload(payload); err != nil {
+				panic(err)
+			}
+		},
+		"ScatterIter": func() {
+			it := rdmo.NewScatterIter(payload, 16)
+			for it.Next() {
+				sink += it.IOV().Addr
+			}
+		},
+		"ForEachIOV": func() {
+			_ = rdmo.ForEachIOV(payload, 16, func(iov rdmo.IOV, d []byte) error {
+				sink += iov.Addr + uint64(len(d))
+				return nil
+			})
+		},
+		"encoders": func() {
+			b := rdmo.AppendAppendRequest(buf[:0], hdr, rdmo.AppendHeader{})
+			b = rdmo.AppendFlushRequest(b, hdr, rdmo.FlushHeader{})
+			b = rdmo.AppendScatterRequest(b, hdr, rdmo.ScatterHeader{})
+			b, _ = rdmo.AppendIOV(b, rdmo.IOV{Len: 8}, data)
+			b, _ = rdmo.AppendUserRequest(b, rdmo.Header{Op: rdmo.OpUserBase}, data)
+			b = rdmo.AppendFlushResponse(b, rdmo.FlushResponse{})
+			b = rdmo.AppendAck(b, rdmo.AckResponse{})
+			sink += uint64(len(b))
+		},
+		"responses": func() {
+			f, _ := rdmo.ParseFlushResponse(flushRsp)
+			a, _ := rdmo.ParseAck(ack)
+			sink += f.FlushID + a.Seq
+		},
+		"Status.Err": func() {
+			if rdmo.StatusOutOfBounds.Err() == nil {
+				panic("nil")
+			}
+		},
+	}
+	for name, fn := range cases {
+		if n := testing.AllocsPerRun(100, fn); n != 0 {
+			t.Errorf("%s: %.1f allocs per run, want 0", name, n)
+		}
+	}
+	_ = sink
+}
+
+func BenchmarkParseRequest(b *testing.B) {
+	hdr := rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}
+	user, _ := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase}, make([]byte, 24))
+	for _, bc := range []struct {
+		name string
+		req  []byte
+	}{
+		{"flush", rdmo.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF})},
+		{"append", rdmo.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})},
+		{"scatter", rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 16})},
+		{"user", user},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var sink uint32
+			for b.Loop() {
+				r, err := rdmo.ParseRequest(bc.req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink += r.Header.Op
+			}
+			_ = sink
+		})
+	}
+}
+
+func BenchmarkScatterIter(b *testing.B) {
+	for _, shape := range []struct{ count, size int }{{16, 8}, {4, 4096}, {64, 64}} {
+		lens := make([]int, shape.count)
+		for i := range lens {
+			lens[i] = shape.size
+		}
+		payload, _, _ := scatterPayload(b, lens...)
+		b.Run(fmt.Sprintf("%dx%dB", shape.count, shape.size), func(b *testing.B) {
+			b.ReportAllocs()
+			var sink uint64
+			for b.Loop() {
+				it := rdmo.NewScatterIter(payload, uint64(shape.count))
+				for it.Next() {
+					sink += it.IOV().Addr + uint64(len(it.Data()))
+				}
+				if it.Err() != nil {
+					b.Fatal(it.Err())
+				}
+			}
+			_ = sink
+		})
+	}
+}
+
+func BenchmarkCheckPayloadScatter(b *testing.B) {
+	lens := make([]int, 16)
+	for i := range lens {
+		lens[i] = 8
+	}
+	payload, _, _ := scatterPayload(b, lens...)
+	r := rdmo.RequestHeader{Header: rdmo.Header{Op: rdmo.OpScatter}, Scatter: rdmo.ScatterHeader{Count: 16}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.CheckPayload(payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeAppendRequest(b *testing.B) {
+	buf := make([]byte, 0, rdmo.AppendHeaderLen)
+	h := rdmo.Header{ClientID: 1}
+	a := rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = rdmo.AppendAppendRequest(buf[:0], h, a)
+	}
+}
+
+func BenchmarkEncodeScatterPayload(b *testing.B) {
+	data := make([]byte, 8)
+	buf := make([]byte, 0, 16*(rdmo.IOVDescLen+8))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = buf[:0]
+		for i := range 16 {
+			buf, _ = rdmo.AppendIOV(buf, rdmo.IOV{Addr: uint64(i) * 8, Rkey: 1, Len: 8}, data)
+		}
+	}
+}
+
+func BenchmarkParseResponses(b *testing.B) {
+	flush := rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1})
+	ack := rdmo.AppendAck(nil, rdmo.AckResponse{Seq: 1})
+	b.ReportAllocs()
+	var sink uint64
+	for b.Loop() {
+		f, _ := rdmo.ParseFlushResponse(flush)
+		a, _ := rdmo.ParseAck(ack)
+		sink += f.FlushID + a.Seq
+	}
+	_ = sink
+}
+
+// checkDecodeError asserts the one error contract of every decoder: a
+// *WireError with a known, non-OK status.
+func checkDecodeError(t *testing.T, err error) {
+	t.Helper()
+	var we *rdmo.WireError
+	if !errors.As(err, &we) {
+		t.Fatalf("error %v (%T) is not a *WireError", err, err)
+	}
+	if we.Status == rdmo.StatusOK || !we.Status.Known() {
+		t.Fatalf("error %v carries status %d", err, we.Status)
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	hdr := rdmo.Header{ClientID: 3, Flags: rdmo.FlagFence}
+	scatter, _, _ := scatterPayload(f, 8, 0, 3)
+	user, _ := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase + 2, Flags: rdmo.FlagAck}, []byte("plugin"))
+	f.Add(rdmo.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF}), []byte(nil))
+	f.Add(rdmo.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 7, DataRkey: 7}), bytes.Repeat([]byte{0x33}, 8))
+	f.Add(rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 3}), scatter)
+	f.Add(rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: math.MaxUint64}), scatter)
+	f.Add(user, []byte{1, 2, 3})
+	f.Add(rawHeader(16, 0, rdmo.OpBatch, 0), []byte(nil))
+	f.Add(rawHeader(24, 0, rdmo.OpFlush, 1<<5), []byte{0})
+	f.Add(rawHeader(65, 0, rdmo.OpUserBase, 0), []byte(nil))
+	f.Add([]byte{1, 2, 3}, []byte(nil))
+
+	f.Fuzz(func(t *testing.T, b, payload []byte) {
+		r, err := rdmo.ParseRequest(b)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		// A valid header re-encodes to exactly the input bytes.
+		var enc []byte
+		switch r.Header.Op {
+		case rdmo.OpFlush:
+			enc = rdmo.AppendFlushRequest(nil, r.Header, r.Flush)
+		case rdmo.OpAppend:
+			enc = rdmo.AppendAppendRequest(nil, r.Header, r.Append)
+		case rdmo.OpScatter:
+			enc = rdmo.AppendScatterRequest(nil, r.Header, r.Scatter)
+		default:
+			if !rdmo.IsUserOp(r.Header.Op) {
+				t.Fatalf("accepted op %d", r.Header.Op)
+			}
+			if enc, err = rdmo.AppendUserRequest(nil, r.Header, r.User); err != nil {
+				t.Fatalf("re-encoding an accepted user request: %v", err)
+			}
+		}
+		if !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoded %x, input %x", enc, b)
+		}
+		if h, err := rdmo.ParseHeader(b); err != nil || h != r.Header {
+			t.Fatalf("ParseHeader disagrees with ParseRequest: %+v, %v", h, err)
+		}
+		if err := r.CheckPayload(payload); err != nil {
+			checkDecodeError(t, err)
+		}
+	})
+}
+
+func FuzzScatterIter(f *testing.F) {
+	good, _, _ := scatterPayload(f, 8, 0, 1, 5, 300)
+	f.Add(good, uint64(5))
+	f.Add(good, uint64(4))
+	f.Add(good, uint64(6))
+	f.Add(good[:len(good)-1], uint64(5))
+	f.Add(append(bytes.Clone(good), 0), uint64(5))
+	f.Add([]byte(nil), uint64(0))
+	f.Add([]byte(nil), uint64(math.MaxUint64))
+	f.Add(make([]byte, 48), uint64(2))
+
+	f.Fuzz(func(t *testing.T, payload []byte, count uint64) {
+		it := rdmo.NewScatterIter(payload, count)
+		var reenc []byte
+		var padding []int // offsets of padding bytes, which decoders ignore
+		var n uint64
+		for it.Next() {
+			iov, data := it.IOV(), it.Data()
+			if len(data) != int(iov.Len) {
+				t.Fatalf("iov %d: Len %d but %d data bytes", n, iov.Len, len(data))
+			}
+			for i := rdmo.IOVLenOffset + 2; i < rdmo.IOVDescLen; i++ {
+				padding = append(padding, len(reenc)+i)
+			}
+			var err error
+			if reenc, err = rdmo.AppendIOV(reenc, iov, data); err != nil {
+				t.Fatalf("re-encoding a decoded iov: %v", err)
+			}
+			n++
+		}
+		err := it.Err()
+		forEachErr := rdmo.ForEachIOV(payload, count, func(rdmo.IOV, []byte) error { return nil })
+		if (err == nil) != (forEachErr == nil) {
+			t.Fatalf("iterator error %v, ForEachIOV error %v", err, forEachErr)
+		}
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		if n != count {
+			t.Fatalf("clean end after %d of %d iovs", n, count)
+		}
+		// A clean walk consumed every byte: re-encoding reproduces the
+		// payload except for padding, which is written as zero.
+		masked := bytes.Clone(payload)
+		for _, off := range padding {
+			masked[off] = 0
+		}
+		if !bytes.Equal(reenc, masked) {
+			t.Fatalf("re-encoded payload differs:\n got %x\nwant %x", reenc, masked)
+		}
+	})
+}
+
+func FuzzParseFlushResponse(f *testing.F) {
+	f.Add(rdmo.AppendReferenceFlushResponse(nil, 0xBEEF))
+	f.Add(rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1, Failed: 2, FirstOp: 1, FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 9}))
+	f.Add(append(rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{}), 0xFF))
+	f.Add(rdmo.AppendAck(nil, rdmo.AckResponse{}))
+	f.Add([]byte{0, 0, 0, 0, 1})
+
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := rdmo.ParseFlushResponse(b)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		var enc []byte
+		if r.Extended {
+			enc = rdmo.AppendFlushResponse(nil, r)
+		} else {
+			if r.Failed != 0 || r.FirstOp != 0 || r.FirstStatus != 0 || r.FirstSeq != 0 {
+				t.Fatalf("reference response with extension fields: %+v", r)
+			}
+			enc = rdmo.AppendReferenceFlushResponse(nil, r.FlushID)
+		}
+		if !bytes.HasPrefix(b, enc) {
+			t.Fatalf("re-encoded %x is not a prefix of %x", enc, b)
+		}
+		if (r.Failed == 0) != (r.Err() == nil) {
+			t.Fatalf("Failed=%d but Err()=%v", r.Failed, r.Err())
+		}
+	})
+}
+
+func FuzzParseAck(f *testing.F) {
+	f.Add(rdmo.AppendAck(nil, rdmo.AckResponse{Op: 1, Seq: 2, Status: rdmo.StatusQueueOverflow, Value: 3}))
+	f.Add(append(rdmo.AppendAck(nil, rdmo.AckResponse{}), 1, 2, 3))
+	f.Add(rdmo.AppendReferenceFlushResponse(nil, 1))
+	f.Add([]byte{1, 0, 0, 0})
+
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := rdmo.ParseAck(b)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		want := bytes.Clone(b[:rdmo.AckResponseLen])
+		clear(want[rdmo.AckReservedOffset : rdmo.AckReservedOffset+4])
+		if enc := rdmo.AppendAck(nil, a); !bytes.Equal(enc, want) {
+			t.Fatalf("re-encoded %x, want %x", enc, want)
+		}
+		if (a.Status == rdmo.StatusOK) != (a.Err() == nil) {
+			t.Fatalf("Status=%d but Err()=%v", a.Status, a.Err())
+		}
+	})
+}

@@ -1,0 +1,487 @@
+package ucp_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/ucp"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+)
+
+// Tests between OS processes re-execute the test binary in a child role
+// chosen by UCP_TEST_ROLE. The child speaks a line protocol on stdin/stdout.
+
+func TestMain(m *testing.M) {
+	switch os.Getenv("UCP_TEST_ROLE") {
+	case "":
+		os.Exit(m.Run())
+	case "server":
+		os.Exit(childServer())
+	case "initiator":
+		os.Exit(childInitiator())
+	case "sink":
+		os.Exit(childSink())
+	default:
+		fmt.Fprintln(os.Stderr, "unknown UCP_TEST_ROLE")
+		os.Exit(2)
+	}
+}
+
+const regionSize = 1 << 20
+
+// childServer owns two regions (UCX-allocated and user memory mapped after
+// the fact), echoes AM id 1 back as AM id 2 on the reply endpoint, and
+// answers "dump <alloc|user> <off> <len>" and "quit" on stdin.
+func childServer() int {
+	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	alloc, err := ctx.Allocate(regionSize)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	user := make([]byte, regionSize)
+	mapped, err := ctx.Map(user)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	addr, _ := w.Address()
+	ka, _ := alloc.PackRkey()
+	ku, _ := mapped.PackRkey()
+	w.SetHandler(1, ucp.MessageHandlerFunc(func(w *ucp.Worker, msgs []ucp.Message) {
+		for i := range msgs {
+			m := &msgs[i]
+			hdr := append([]byte(nil), m.Header...)
+			reply := m.Reply
+			if m.Rendezvous {
+				buf := make([]byte, m.Length)
+				m.Receive(buf, ucp.CompleterFunc(func(c ucp.Completion) {
+					reply.SendAM(2, hdr, buf, 0, nil, 0)
+				}), 0)
+				continue
+			}
+			held := m.Keep()
+			reply.SendAM(2, hdr, held.Data, 0, ucp.CompleterFunc(func(ucp.Completion) { w.Release(held) }), 0)
+		}
+	}))
+	fmt.Printf("READY %x %x %d %x %d\n", addr, ka, alloc.Address(), ku, mapped.Address())
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok || line == "quit" {
+				w.Close()
+				alloc.Close()
+				mapped.Close()
+				ctx.Close()
+				return 0
+			}
+			var which string
+			var off, n int
+			fmt.Sscanf(line, "dump %s %d %d", &which, &off, &n)
+			src := alloc.Bytes()
+			if which == "user" {
+				src = user
+			}
+			fmt.Printf("DUMP %x\n", src[off:off+n])
+		default:
+			w.Progress()
+		}
+	}
+}
+
+// childInitiator connects to a server and, on its allocated region's first
+// word, runs UCP_TEST_N fetch-adds of 1 and UCP_TEST_N compare-swap
+// increments, then prints "DONE <retries>".
+func childInitiator() int {
+	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	addr, _ := hex.DecodeString(os.Getenv("UCP_TEST_ADDR"))
+	rk, _ := hex.DecodeString(os.Getenv("UCP_TEST_RKEY"))
+	base, _ := strconv.ParseUint(os.Getenv("UCP_TEST_BASE"), 10, 64)
+	n, _ := strconv.Atoi(os.Getenv("UCP_TEST_N"))
+	ep, err := w.Connect(addr, ucp.EndpointOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	rkey, err := ep.UnpackRkey(rk)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	for i := 0; i < n; i++ {
+		if _, err := ep.AtomicSync(ucp.AtomicFetchAdd, 1, 0, base, rkey, 0); err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+	}
+	retries := 0
+	for i := 0; i < n; i++ {
+		old, err := ep.AtomicSync(ucp.AtomicFetchAdd, 0, 0, base, rkey, 0)
+		for err == nil {
+			var got uint64
+			got, err = ep.AtomicSync(ucp.AtomicCompareSwap, old+1, old, base, rkey, 0)
+			if got == old {
+				break
+			}
+			old = got
+			retries++
+		}
+		if err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+	}
+	fmt.Println("DONE", retries)
+	ep.Close()
+	w.Close()
+	ctx.Close()
+	return 0
+}
+
+type child struct {
+	t     testing.TB
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Reader
+	lines chan string
+}
+
+func startChild(t testing.TB, role string, tr ucptest.Transport, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if cpu := os.Getenv("UCP_BENCH_CHILD_CPU"); cpu != "" {
+		// Benchmarks pin the peer to its own core, as the script pins
+		// ucx_perftest's two processes, so both are measured alike.
+		cmd = exec.Command("taskset", "-c", cpu, os.Args[0], "-test.run=^$")
+	}
+	cmd.Env = append(append(append(os.Environ(), "UCP_TEST_ROLE="+role), tr.Env()...), env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{t: t, cmd: cmd, in: in, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 4<<20), 4<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	return c
+}
+
+// line returns the next line the child printed with the given prefix.
+func (c *child) line(prefix string, timeout time.Duration) []string {
+	c.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				c.t.Fatalf("child exited before printing %s", prefix)
+			}
+			if strings.HasPrefix(l, "ERR") {
+				c.t.Fatalf("child: %s", l)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return strings.Fields(l)[1:]
+			}
+		case <-deadline:
+			c.t.Fatalf("timed out waiting for %s from child", prefix)
+		}
+	}
+}
+
+// lineWhile is line, progressing w while waiting.
+func (c *child) lineWhile(w *ucp.Worker, prefix string) []string {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				c.t.Fatalf("child exited before printing %s", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return strings.Fields(l)[1:]
+			}
+		default:
+			w.Progress()
+		}
+	}
+	c.t.Fatalf("timed out waiting for %s", prefix)
+	return nil
+}
+
+type serverInfo struct {
+	addr, rkeyAlloc, rkeyUser []byte
+	baseAlloc, baseUser       uint64
+}
+
+func startServer(t *testing.T, tr ucptest.Transport) (*child, serverInfo) {
+	c := startChild(t, "server", tr)
+	f := c.line("READY", 20*time.Second)
+	var si serverInfo
+	si.addr, _ = hex.DecodeString(f[0])
+	si.rkeyAlloc, _ = hex.DecodeString(f[1])
+	si.baseAlloc, _ = strconv.ParseUint(f[2], 10, 64)
+	si.rkeyUser, _ = hex.DecodeString(f[3])
+	si.baseUser, _ = strconv.ParseUint(f[4], 10, 64)
+	return c, si
+}
+
+func newLocalWorker(t *testing.T, tr ucptest.Transport) *ucp.Worker {
+	ctx := ucptest.NewContext(t, tr)
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func TestProcessAMWithReply(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		_, si := startServer(t, tr)
+		w := newLocalWorker(t, tr)
+		ep, err := w.Connect(si.addr, ucp.EndpointOptions{Name: "to-server"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]byte{}
+		w.SetHandler(2, ucp.MessageHandlerFunc(func(w *ucp.Worker, msgs []ucp.Message) {
+			for i := range msgs {
+				m := &msgs[i]
+				key := string(m.Header)
+				if !m.Rendezvous {
+					got[key] = append([]byte(nil), m.Data...)
+					continue
+				}
+				buf := make([]byte, m.Length)
+				m.Receive(buf, ucp.CompleterFunc(func(ucp.Completion) { got[key] = buf }), 0)
+			}
+		}))
+		sizes := []int{8, 64, 8 << 10, 1 << 20}
+		for i, n := range sizes {
+			flags := ucp.SendReply
+			if i == 3 {
+				flags |= ucp.SendRendezvous
+			} else if i < 2 {
+				flags |= ucp.SendEager
+			}
+			if err := ep.SendAM(1, []byte(strconv.Itoa(n)), pattern(n, byte(i)), flags, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.ProgressUntil(func() bool { return len(got) == len(sizes) }, 20*time.Second); err != nil {
+			t.Fatalf("%v (got %d of %d echoes)", err, len(got), len(sizes))
+		}
+		for i, n := range sizes {
+			if !bytes.Equal(got[strconv.Itoa(n)], pattern(n, byte(i))) {
+				t.Errorf("%d-byte echo corrupted", n)
+			}
+		}
+		if ep.Transports() == nil {
+			t.Errorf("endpoint reports no transports:\n%s", ep.Info())
+		}
+		t.Logf("%s endpoint lanes: %v", tr.Name, ep.Transports())
+		ep.Close()
+	})
+}
+
+func TestProcessPutGet(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		srv, si := startServer(t, tr)
+		w := newLocalWorker(t, tr)
+		ep, err := w.Connect(si.addr, ucp.EndpointOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		for _, region := range []struct {
+			name   string
+			packed []byte
+			base   uint64
+		}{{"alloc", si.rkeyAlloc, si.baseAlloc}, {"user", si.rkeyUser, si.baseUser}} {
+			rkey, err := ep.UnpackRkey(region.packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := pattern(100000, 9)
+			if err := ep.PutSync(data, region.base+4096, rkey, 0); err != nil {
+				t.Fatalf("%s put: %v", region.name, err)
+			}
+			if err := ep.FlushSync(0); err != nil {
+				t.Fatal(err)
+			}
+			back := make([]byte, len(data))
+			if err := ep.GetSync(back, region.base+4096, rkey, 0); err != nil {
+				t.Fatalf("%s get: %v", region.name, err)
+			}
+			if !bytes.Equal(back, data) {
+				t.Fatalf("%s: get returned other bytes than put", region.name)
+			}
+			fmt.Fprintf(srv.in, "dump %s 4096 %d\n", region.name, len(data))
+			dump, _ := hex.DecodeString(srv.lineWhile(w, "DUMP")[0])
+			if !bytes.Equal(dump, data) {
+				t.Fatalf("%s: target memory does not hold the put", region.name)
+			}
+		}
+	})
+}
+
+func TestProcessAtomicsFromTwoInitiators(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		srv, si := startServer(t, tr)
+		const n = 2000
+		env := []string{
+			"UCP_TEST_ADDR=" + hex.EncodeToString(si.addr),
+			"UCP_TEST_RKEY=" + hex.EncodeToString(si.rkeyAlloc),
+			"UCP_TEST_BASE=" + strconv.FormatUint(si.baseAlloc, 10),
+			"UCP_TEST_N=" + strconv.Itoa(n),
+		}
+		a := startChild(t, "initiator", tr, env...)
+		b := startChild(t, "initiator", tr, env...)
+		ra := a.line("DONE", 60*time.Second)
+		rb := b.line("DONE", 60*time.Second)
+		t.Logf("compare-swap retries under contention: %s + %s", ra[0], rb[0])
+		fmt.Fprintf(srv.in, "dump alloc 0 8\n")
+		dump, _ := hex.DecodeString(srv.line("DUMP", 10*time.Second)[0])
+		var v uint64
+		for i := 7; i >= 0; i-- {
+			v = v<<8 | uint64(dump[i])
+		}
+		if v != 4*n {
+			t.Fatalf("counter = %d, want %d (2 initiators x %d fetch-adds + %d CAS increments)", v, 4*n, n, n)
+		}
+	})
+}
+
+// A peer killed with SIGKILL while operations are outstanding: every
+// operation completes (with an error where it could not finish), nothing
+// hangs. Over TCP UCX detects the failure itself; shared memory in UCX 1.13
+// cannot, so there the layer above notices the dead process and closes the
+// endpoint with CloseForce, which is what this test does.
+func TestProcessPeerKilled(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		srv, si := startServer(t, tr)
+		w := newLocalWorker(t, tr)
+		var epErr error
+		ep, err := w.Connect(si.addr, ucp.EndpointOptions{Name: "victim", OnError: func(_ *ucp.Endpoint, err error) { epErr = err }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rkey, err := ep.UnpackRkey(si.rkeyAlloc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ep.PutSync([]byte("alive"), si.baseAlloc, rkey, 0); err != nil {
+			t.Fatal(err)
+		}
+		var d done
+		issued := 0
+		buf := make([]byte, 64<<10)
+		for i := 0; i < 32; i++ {
+			if err := ep.Get(buf, si.baseAlloc+uint64(i%8)*(64<<10), rkey, &d, uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+			issued++
+		}
+		w.Submit()
+		srv.cmd.Process.Signal(syscall.SIGKILL)
+		srv.cmd.Process.Wait()
+		// Keep issuing while the peer is dead.
+		for i := 0; i < 16; i++ {
+			if err := ep.SendAM(1, nil, make([]byte, 256<<10), ucp.SendRendezvous, &d, 100); err != nil {
+				break
+			}
+			issued++
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		killedAt := time.Now()
+		for d.n < issued && time.Now().Before(deadline) {
+			w.Progress()
+			if !ep.PeerFailureDetection() && time.Since(killedAt) > 200*time.Millisecond && ep.Err() == nil {
+				// The control layer's job when UCX cannot detect it.
+				ep.CloseForce()
+			}
+		}
+		if d.n != issued {
+			t.Fatalf("%d of %d operations completed after the peer died", d.n, issued)
+		}
+		if ep.PeerFailureDetection() {
+			if !errors.Is(epErr, ucp.ErrPeerFailed) {
+				t.Errorf("endpoint error callback: %v, want ErrPeerFailed", epErr)
+			}
+			if err := ep.Put([]byte{1}, si.baseAlloc, rkey, nil, 0); !errors.Is(err, ucp.ErrPeerFailed) {
+				t.Errorf("put after failure: %v, want ErrPeerFailed", err)
+			}
+			if len(d.errs) == 0 {
+				t.Errorf("no operation failed although the peer died with them outstanding")
+			}
+			ep.Close()
+		}
+		t.Logf("%s: %d ops, %d failed, detection=%v", tr.Name, issued, len(d.errs), ep.PeerFailureDetection())
+	})
+}
+
+func startChildB(b *testing.B, role string, tr ucptest.Transport, env ...string) *child {
+	return startChild(b, role, tr, env...)
+}
