@@ -4,7 +4,7 @@
 GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 2s
-APT_PKGS  := libucx-dev ucx-utils pkg-config
+APT_PKGS  := libucx-dev ucx-utils pkg-config iproute2
 export CGO_ENABLED := 1
 
 .PHONY: all deps build test vet fmt-check unit bench bench-ucx clean
@@ -41,15 +41,12 @@ vet: deps
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
-# bench runs the Go benchmarks and, in the same run, ucx_perftest's AM bandwidth
-# test on shared memory, so the Go numbers can be read as a ratio to UCX's own.
+# bench runs the Go benchmarks and, alternating with them in the same run,
+# ucx_perftest's AM bandwidth test on shared memory, so the Go numbers are
+# read as a ratio to UCX's own (see docs/BENCHMARKS.md).
 bench: deps
-	@echo "== ucx_perftest ucp_am_bw 64B (shared memory, same run)"
-	@./scripts/perftest-am.sh 64
-	@echo "== go test -bench ./ucp"
-	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp
-	@echo "== ucx_perftest ucp_am_bw 64B again (drift check)"
-	@./scripts/perftest-am.sh 64
+	ROUNDS=$(or $(ROUNDS),5) ./scripts/bench-ucp.sh
+	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp ./rdmo/...
 
 clean:
 	$(GO) clean -testcache
