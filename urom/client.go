@@ -1,0 +1,266 @@
+package urom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ClientOptions configure a host's connection to a service.
+type ClientOptions struct {
+	// Component and ComponentVersion are what the host speaks; the service
+	// refuses incompatible hosts with ErrVersion.
+	Component        string
+	ComponentVersion string
+	// CallTimeout bounds every request without a context deadline
+	// (default 30 s).
+	CallTimeout time.Duration
+	Logger      *zap.Logger
+}
+
+// Client is a host's session with a UROM service.
+type Client struct {
+	c    *conn
+	opts ClientOptions
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	pending map[uint64]chan *envelope
+	next    uint64
+	workers map[uint64]*Worker
+	err     error
+	done    chan struct{}
+}
+
+// Dial connects to the service at addr and checks versions.
+func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error) {
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Component == "" {
+		opts.Component = "rdmo"
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("urom: connect to service %s: %w", addr, err)
+	}
+	c := &Client{c: newConn(nc, 10*time.Second), opts: opts, log: opts.Logger,
+		pending: map[uint64]chan *envelope{}, workers: map[uint64]*Worker{}, done: make(chan struct{})}
+	go c.readLoop()
+	var reply HelloReply
+	if err := c.call(ctx, kindHello, Hello{Component: opts.Component, ComponentVersion: opts.ComponentVersion}, &reply); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.log.Debug("connected to UROM service", zap.String("addr", addr), zap.String("version", reply.ComponentVersion))
+	return c, nil
+}
+
+func (c *Client) readLoop() {
+	defer close(c.done)
+	for {
+		env, err := c.c.read(0)
+		if err != nil {
+			c.mu.Lock()
+			c.err = fmt.Errorf("urom: connection to service lost: %w", err)
+			pending := c.pending
+			c.pending = map[uint64]chan *envelope{}
+			workers := c.workers
+			c.mu.Unlock()
+			for _, ch := range pending {
+				ch <- nil
+			}
+			for _, w := range workers {
+				w.died("connection to the service lost")
+			}
+			return
+		}
+		if env.Kind == kindWorkerDied && env.Cookie == 0 {
+			var ev WorkerDied
+			decodeBody(env.Body, &ev)
+			c.mu.Lock()
+			w := c.workers[ev.Worker]
+			delete(c.workers, ev.Worker)
+			c.mu.Unlock()
+			if w != nil {
+				w.died(ev.Reason)
+			}
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[env.Cookie]
+		delete(c.pending, env.Cookie)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- env
+		}
+	}
+}
+
+// call sends a request and decodes its answer into resp.
+func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
+	body, err := encodeBody(req)
+	if err != nil {
+		return err
+	}
+	ch := make(chan *envelope, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.next++
+	cookie := c.next
+	c.pending[cookie] = ch
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.pending, cookie)
+		c.mu.Unlock()
+	}
+	if err := c.c.write(&envelope{Cookie: cookie, Kind: kind, Body: body}); err != nil {
+		forget()
+		return fmt.Errorf("urom: send %s: %w", kind, err)
+	}
+	timeout := c.opts.CallTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case env := <-ch:
+		if env == nil {
+			c.mu.Lock()
+			err := c.err
+			c.mu.Unlock()
+			return err
+		}
+		if err := errorFromEnvelope(env); err != nil {
+			return err
+		}
+		return decodeBody(env.Body, resp)
+	case <-t.C:
+		forget()
+		return errorf(codeTimeout, "%s: no answer from the service within %v", kind, timeout)
+	case <-ctx.Done():
+		forget()
+		return ctx.Err()
+	}
+}
+
+// Plugins lists the plugins the service offers.
+func (c *Client) Plugins(ctx context.Context) ([]PluginInfo, error) {
+	var out []PluginInfo
+	err := c.call(ctx, kindPlugins, nil, &out)
+	return out, err
+}
+
+// Workers lists the service's running workers.
+func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	var out []WorkerInfo
+	err := c.call(ctx, kindWorkers, nil, &out)
+	return out, err
+}
+
+// Spawn starts a worker process with the chosen plugins.
+func (c *Client) Spawn(ctx context.Context, opts SpawnOptions) (*Worker, error) {
+	var reply SpawnReply
+	if err := c.call(ctx, kindSpawn, opts, &reply); err != nil {
+		return nil, err
+	}
+	w := &Worker{ID: reply.Worker, PID: reply.PID, c: c, gone: make(chan struct{})}
+	c.mu.Lock()
+	c.workers[w.ID] = w
+	c.mu.Unlock()
+	return w, nil
+}
+
+// Close ends the session; the service stops this host's workers.
+func (c *Client) Close() error {
+	err := c.c.Close()
+	<-c.done
+	return err
+}
+
+// Worker is a worker process the host spawned.
+type Worker struct {
+	ID  uint64
+	PID int
+	c   *Client
+
+	once   sync.Once
+	gone   chan struct{}
+	reason string
+}
+
+func (w *Worker) died(reason string) {
+	w.once.Do(func() {
+		w.reason = reason
+		close(w.gone)
+	})
+}
+
+// Gone is closed when the worker exited (or the service connection was
+// lost); Reason then says why.
+func (w *Worker) Gone() <-chan struct{} { return w.gone }
+
+// Reason says why the worker is gone.
+func (w *Worker) Reason() string {
+	select {
+	case <-w.gone:
+		return w.reason
+	default:
+		return ""
+	}
+}
+
+// Call sends a command of the given kind to the worker and decodes its
+// answer into resp. A command to a dead worker fails with ErrWorkerDied.
+func (w *Worker) Call(ctx context.Context, kind string, req, resp any) error {
+	select {
+	case <-w.gone:
+		return errorf(codeWorkerDied, "worker %d is gone: %s", w.ID, w.reason)
+	default:
+	}
+	body, err := encodeBody(req)
+	if err != nil {
+		return err
+	}
+	var raw []byte
+	var out rawBody
+	if err := w.c.call(ctx, kindCommand, commandRequest{Worker: w.ID, Kind: kind, Body: body}, &out); err != nil {
+		return err
+	}
+	raw = out
+	return decodeBody(raw, resp)
+}
+
+// Stop stops the worker.
+func (w *Worker) Stop(ctx context.Context) error {
+	err := w.c.call(ctx, kindStop, StopRequest{Worker: w.ID}, nil)
+	if err != nil && !errors.Is(err, ErrUnknownWorker) {
+		return err
+	}
+	w.died("stopped")
+	return nil
+}
+
+// rawBody keeps a msgpack body undecoded.
+type rawBody []byte
+
+// UnmarshalMsgpack keeps the bytes.
+func (r *rawBody) UnmarshalMsgpack(b []byte) error {
+	*r = append((*r)[:0], b...)
+	return nil
+}

@@ -1,0 +1,175 @@
+package urom
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Message kinds between hosts and the service.
+const (
+	kindHello      = "hello"
+	kindPlugins    = "plugins"
+	kindSpawn      = "spawn"
+	kindStop       = "stop"
+	kindWorkers    = "workers"
+	kindCommand    = "cmd"
+	kindWorkerDied = "worker-died" // event, cookie 0
+	kindReady      = "ready"       // worker process -> service, at start
+)
+
+// Hello opens a host's session: the host names the RDMO component version it
+// speaks; a service without a compatible one refuses the session.
+type Hello struct {
+	Component        string `msgpack:"component"`
+	ComponentVersion string `msgpack:"version"`
+}
+
+// HelloReply is the service's answer to Hello.
+type HelloReply struct {
+	Service          string `msgpack:"service"`
+	ComponentVersion string `msgpack:"version"`
+}
+
+// PluginInfo describes a plugin the service offers.
+type PluginInfo struct {
+	ID      int      `msgpack:"id"`
+	Name    string   `msgpack:"name"`
+	Version string   `msgpack:"version"`
+	Ops     []uint32 `msgpack:"ops"`
+	Builtin bool     `msgpack:"builtin"`
+	Path    string   `msgpack:"path,omitempty"` // plugin binary, empty for built-ins
+}
+
+// SpawnOptions choose what a new worker runs.
+type SpawnOptions struct {
+	// Plugins names the plugins to load (by name); empty loads every
+	// built-in.
+	Plugins []string `msgpack:"plugins"`
+	// Env is added to the worker's environment (e.g. UCX_TLS=...).
+	Env []string `msgpack:"env"`
+	// CPUs restricts the worker to a CPU list (taskset syntax, "0-1,3").
+	CPUs string `msgpack:"cpus"`
+	// Config is handed to the worker (e.g. "append-strategy": "shared").
+	Config map[string]string `msgpack:"config"`
+}
+
+// WorkerSpec is what a worker process is started with.
+type WorkerSpec struct {
+	ID      uint64            `msgpack:"id"`
+	Plugins []PluginInfo      `msgpack:"plugins"`
+	Config  map[string]string `msgpack:"config"`
+}
+
+// SpawnReply names the new worker.
+type SpawnReply struct {
+	Worker uint64 `msgpack:"worker"`
+	PID    int    `msgpack:"pid"`
+}
+
+// StopRequest stops a worker.
+type StopRequest struct {
+	Worker uint64 `msgpack:"worker"`
+}
+
+// WorkerInfo describes a running worker.
+type WorkerInfo struct {
+	ID      uint64   `msgpack:"id"`
+	PID     int      `msgpack:"pid"`
+	Plugins []string `msgpack:"plugins"`
+}
+
+// commandRequest carries one worker command through the service.
+type commandRequest struct {
+	Worker uint64             `msgpack:"worker"`
+	Kind   string             `msgpack:"kind"`
+	Body   msgpack.RawMessage `msgpack:"body"`
+}
+
+// WorkerDied tells a host that one of its workers exited.
+type WorkerDied struct {
+	Worker uint64 `msgpack:"worker"`
+	Reason string `msgpack:"reason"`
+}
+
+// Error classes carried in envelopes; they survive the wire and come back as
+// *Error values that match the sentinels below with errors.Is.
+const (
+	codeVersion       = "version"
+	codeLimit         = "limit"
+	codeUnknownWorker = "unknown-worker"
+	codeWorkerDied    = "worker-died"
+	codeBadRequest    = "bad-request"
+	codeTimeout       = "timeout"
+	codeNotFound      = "not-found"
+	codeCommand       = "command"
+	codeInternal      = "internal"
+)
+
+// Error is an error the service or a worker answered with.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return "urom: " + e.Message }
+
+// Is matches the sentinel of the same class.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Code == e.Code
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrVersion       = &Error{Code: codeVersion}       // no compatible component version
+	ErrLimit         = &Error{Code: codeLimit}         // too many workers
+	ErrUnknownWorker = &Error{Code: codeUnknownWorker} // no such worker (of this host)
+	ErrWorkerDied    = &Error{Code: codeWorkerDied}    // the worker process exited
+	ErrBadRequest    = &Error{Code: codeBadRequest}    // malformed request
+	ErrTimeout       = &Error{Code: codeTimeout}       // no answer before the deadline
+	ErrNotFound      = &Error{Code: codeNotFound}      // unknown plugin
+	ErrCommand       = &Error{Code: codeCommand}       // the worker refused the command
+	ErrInternal      = &Error{Code: codeInternal}
+)
+
+func errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func errorFromEnvelope(env *envelope) error {
+	if env.Status == "" {
+		return nil
+	}
+	return &Error{Code: env.Code, Message: env.Status}
+}
+
+func setError(env *envelope, err error) {
+	var ue *Error
+	if errors.As(err, &ue) {
+		env.Code, env.Status = ue.Code, ue.Message
+		return
+	}
+	env.Code, env.Status = codeInternal, err.Error()
+}
+
+// compatible reports whether a host asking for version want can use a
+// component of version have: same major version, have at least want.
+func compatible(want, have string) bool {
+	wm, wn, ok1 := majorMinor(want)
+	hm, hn, ok2 := majorMinor(have)
+	return ok1 && ok2 && wm == hm && hn >= wn
+}
+
+func majorMinor(v string) (int, int, bool) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return major, minor, err1 == nil && err2 == nil
+}

@@ -1,0 +1,654 @@
+package urom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Listen is the TCP address hosts connect to ("127.0.0.1:0": any port).
+	Listen string
+	// PluginPath lists directories searched for plugin binaries named
+	// rdmo-plugin-*.
+	PluginPath []string
+	// Builtins are the plugins linked into the worker binary.
+	Builtins []PluginInfo
+	// Probe reads a plugin binary's name, version and ops. Without it,
+	// binaries on PluginPath are ignored.
+	Probe func(ctx context.Context, path string) (PluginInfo, error)
+	// MaxWorkers caps the worker processes (default 16).
+	MaxWorkers int
+	// WorkerCommand is the argv that starts a worker process; the service
+	// passes the control socket as file descriptor 3 (ControlFD).
+	WorkerCommand []string
+	// WorkerEnv is added to every worker's environment.
+	WorkerEnv []string
+	// Component and ComponentVersion name the RDMO component workers run;
+	// hosts asking for an incompatible version are refused.
+	Component        string
+	ComponentVersion string
+	// CallTimeout bounds every command to a worker (default 30 s).
+	CallTimeout time.Duration
+	Logger      *zap.Logger
+}
+
+// Service is the UROM service daemon.
+type Service struct {
+	cfg     Config
+	log     *zap.Logger
+	plugins []PluginInfo
+
+	mu       sync.Mutex
+	ln       net.Listener
+	workers  map[uint64]*workerProc
+	sessions map[*session]struct{}
+	nextID   uint64
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// NewService discovers plugins and prepares the service; Serve runs it.
+func NewService(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 16
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if len(cfg.WorkerCommand) == 0 {
+		return nil, errors.New("urom: no worker command configured")
+	}
+	if cfg.Component == "" {
+		cfg.Component = "rdmo"
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, workers: map[uint64]*workerProc{}, sessions: map[*session]struct{}{}}
+	s.plugins = s.discover(ctx)
+	return s, nil
+}
+
+// discover lists built-ins, then plugin binaries on the search path, and
+// numbers them.
+func (s *Service) discover(ctx context.Context) []PluginInfo {
+	var out []PluginInfo
+	for _, b := range s.cfg.Builtins {
+		b.Builtin = true
+		b.Path = ""
+		out = append(out, b)
+	}
+	for _, dir := range s.cfg.PluginPath {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			s.log.Warn("plugin directory unreadable", zap.String("dir", dir), zap.Error(err))
+			continue
+		}
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), "rdmo-plugin-") || e.IsDir() {
+				continue
+			}
+			path := filepath.Join(dir, e.Name())
+			if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
+				continue
+			}
+			if s.cfg.Probe == nil {
+				s.log.Warn("plugin binary found but this service cannot probe plugins", zap.String("path", path))
+				continue
+			}
+			info, err := s.cfg.Probe(ctx, path)
+			if err != nil {
+				s.log.Warn("plugin refused", zap.String("path", path), zap.Error(err))
+				continue
+			}
+			info.Builtin, info.Path = false, path
+			out = append(out, info)
+		}
+	}
+	for i := range out {
+		out[i].ID = i + 1
+	}
+	return out
+}
+
+// Plugins lists what the service offers.
+func (s *Service) Plugins() []PluginInfo { return append([]PluginInfo(nil), s.plugins...) }
+
+// Listen binds the service's address and returns it.
+func (s *Service) Listen() (string, error) {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return "", fmt.Errorf("urom: listen: %w", err)
+	}
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	return ln.Addr().String(), nil
+}
+
+// Serve accepts hosts until ctx ends, then stops every worker.
+func (s *Service) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln == nil {
+		if _, err := s.Listen(); err != nil {
+			return err
+		}
+		ln = s.ln
+	}
+	s.log.Info("UROM service listening", zap.String("addr", ln.Addr().String()), zap.Int("plugins", len(s.plugins)), zap.Int("max_workers", s.cfg.MaxWorkers))
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		sess := &session{s: s, c: newConn(nc, 10*time.Second), workers: map[uint64]*workerProc{}}
+		s.mu.Lock()
+		s.sessions[sess] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			sess.run(ctx)
+		}()
+	}
+}
+
+// Close stops every worker and waits for sessions to end.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	var workers []*workerProc
+	for _, w := range s.workers {
+		workers = append(workers, w)
+	}
+	for sess := range s.sessions {
+		sess.c.Close()
+	}
+	s.mu.Unlock()
+	for _, w := range workers {
+		w.stop(5 * time.Second)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// Workers lists running workers.
+func (s *Service) Workers() []WorkerInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []WorkerInfo
+	for _, w := range s.workers {
+		out = append(out, w.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// resolve maps plugin names to plugins. "name" prefers the built-in,
+// "builtin:name" and "plugin:name" force one kind.
+func (s *Service) resolve(names []string) ([]PluginInfo, error) {
+	if len(names) == 0 {
+		var out []PluginInfo
+		for _, p := range s.plugins {
+			if p.Builtin {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	}
+	var out []PluginInfo
+	for _, n := range names {
+		kind, name, forced := strings.Cut(n, ":")
+		if !forced {
+			name, kind = n, ""
+		}
+		var pick *PluginInfo
+		for i := range s.plugins {
+			p := &s.plugins[i]
+			if p.Name != name || (kind == "builtin" && !p.Builtin) || (kind == "plugin" && p.Builtin) {
+				continue
+			}
+			if pick == nil || (kind == "" && p.Builtin) {
+				pick = p
+			}
+		}
+		if pick == nil {
+			return nil, errorf(codeNotFound, "no plugin %q (have: %s)", n, s.pluginNames())
+		}
+		out = append(out, *pick)
+	}
+	return out, nil
+}
+
+func (s *Service) pluginNames() string {
+	var names []string
+	for _, p := range s.plugins {
+		kind := "builtin"
+		if !p.Builtin {
+			kind = "plugin"
+		}
+		names = append(names, kind+":"+p.Name+"@"+p.Version)
+	}
+	return strings.Join(names, ", ")
+}
+
+// session is one host connection.
+type session struct {
+	s       *Service
+	c       *conn
+	mu      sync.Mutex
+	workers map[uint64]*workerProc
+}
+
+func (ss *session) run(ctx context.Context) {
+	s := ss.s
+	defer func() {
+		ss.c.Close()
+		ss.mu.Lock()
+		var ws []*workerProc
+		for _, w := range ss.workers {
+			ws = append(ws, w)
+		}
+		ss.mu.Unlock()
+		for _, w := range ws {
+			w.stop(5 * time.Second)
+		}
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+	}()
+	env, err := ss.c.read(10 * time.Second)
+	if err != nil {
+		s.log.Warn("host did not say hello", zap.Error(err))
+		return
+	}
+	reply := &envelope{Cookie: env.Cookie, Kind: kindHello}
+	var hello Hello
+	if env.Kind != kindHello {
+		setError(reply, errorf(codeBadRequest, "first message must be hello, got %q", env.Kind))
+		ss.c.write(reply)
+		return
+	}
+	if err := decodeBody(env.Body, &hello); err != nil {
+		setError(reply, errorf(codeBadRequest, "malformed hello: %v", err))
+		ss.c.write(reply)
+		return
+	}
+	if hello.Component != s.cfg.Component || !compatible(hello.ComponentVersion, s.cfg.ComponentVersion) {
+		setError(reply, errorf(codeVersion, "host wants %s %s; this service has %s %s", hello.Component, hello.ComponentVersion, s.cfg.Component, s.cfg.ComponentVersion))
+		ss.c.write(reply)
+		s.log.Warn("host refused: incompatible version", zap.String("wants", hello.ComponentVersion), zap.String("have", s.cfg.ComponentVersion))
+		return
+	}
+	reply.Body, _ = encodeBody(HelloReply{Service: "rdmo-urom", ComponentVersion: s.cfg.ComponentVersion})
+	if ss.c.write(reply) != nil {
+		return
+	}
+	for {
+		env, err := ss.c.read(0)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Info("host connection ended", zap.Error(err))
+			}
+			return
+		}
+		go ss.handle(ctx, env)
+	}
+}
+
+func (ss *session) handle(ctx context.Context, env *envelope) {
+	s := ss.s
+	reply := &envelope{Cookie: env.Cookie, Kind: env.Kind}
+	var resp any
+	var err error
+	switch env.Kind {
+	case kindPlugins:
+		resp = s.Plugins()
+	case kindWorkers:
+		resp = s.Workers()
+	case kindSpawn:
+		var opts SpawnOptions
+		if err = decodeBody(env.Body, &opts); err != nil {
+			err = errorf(codeBadRequest, "malformed spawn: %v", err)
+			break
+		}
+		var w *workerProc
+		if w, err = s.spawn(ctx, ss, opts); err == nil {
+			resp = SpawnReply{Worker: w.id, PID: w.pid}
+		}
+	case kindStop:
+		var req StopRequest
+		if err = decodeBody(env.Body, &req); err != nil {
+			err = errorf(codeBadRequest, "malformed stop: %v", err)
+			break
+		}
+		w := ss.worker(req.Worker)
+		if w == nil {
+			err = errorf(codeUnknownWorker, "no worker %d of this host", req.Worker)
+			break
+		}
+		w.stop(5 * time.Second)
+	case kindCommand:
+		var req commandRequest
+		if err = decodeBody(env.Body, &req); err != nil {
+			err = errorf(codeBadRequest, "malformed command: %v", err)
+			break
+		}
+		w := ss.worker(req.Worker)
+		if w == nil {
+			err = errorf(codeUnknownWorker, "no worker %d of this host", req.Worker)
+			break
+		}
+		var body []byte
+		body, err = w.call(ctx, env.Body, s.cfg.CallTimeout)
+		reply.Body = body
+	default:
+		err = errorf(codeBadRequest, "unknown request %q", env.Kind)
+	}
+	if err != nil {
+		setError(reply, err)
+	} else if resp != nil {
+		if reply.Body, err = encodeBody(resp); err != nil {
+			setError(reply, err)
+		}
+	}
+	if err := ss.c.write(reply); err != nil {
+		s.log.Info("answering host", zap.Error(err))
+	}
+}
+
+func (ss *session) worker(id uint64) *workerProc {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.workers[id]
+}
+
+// spawn starts a worker process for the session.
+func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) (*workerProc, error) {
+	plugins, err := s.resolve(opts.Plugins)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errorf(codeInternal, "service is shutting down")
+	}
+	if len(s.workers) >= s.cfg.MaxWorkers {
+		s.mu.Unlock()
+		return nil, errorf(codeLimit, "worker limit reached (%d)", s.cfg.MaxWorkers)
+	}
+	s.nextID++
+	w := &workerProc{id: s.nextID, s: s, owner: owner, pending: map[uint64]chan *envelope{}, done: make(chan struct{})}
+	s.workers[w.id] = w
+	s.mu.Unlock()
+	for _, p := range plugins {
+		w.plugins = append(w.plugins, p.Name)
+	}
+	spec := WorkerSpec{ID: w.id, Plugins: plugins, Config: opts.Config}
+	if err := w.start(ctx, spec, opts); err != nil {
+		s.mu.Lock()
+		delete(s.workers, w.id)
+		s.mu.Unlock()
+		return nil, err
+	}
+	owner.mu.Lock()
+	owner.workers[w.id] = w
+	owner.mu.Unlock()
+	s.log.Info("worker started", zap.Uint64("worker", w.id), zap.Int("pid", w.pid), zap.Strings("plugins", w.plugins))
+	return w, nil
+}
+
+// workerProc is the service's side of a worker process.
+type workerProc struct {
+	id      uint64
+	s       *Service
+	owner   *session
+	plugins []string
+	cmd     *exec.Cmd
+	pid     int
+	ctl     *conn
+
+	mu      sync.Mutex
+	pending map[uint64]chan *envelope
+	next    uint64
+	done    chan struct{}
+	reason  string
+	stopped bool
+}
+
+func (w *workerProc) info() WorkerInfo {
+	return WorkerInfo{ID: w.id, PID: w.pid, Plugins: w.plugins}
+}
+
+func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptions) error {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("urom: control socket: %w", err)
+	}
+	parent := os.NewFile(uintptr(fds[0]), "urom-control")
+	child := os.NewFile(uintptr(fds[1]), "urom-control-worker")
+	argv := append([]string(nil), w.s.cfg.WorkerCommand...)
+	if opts.CPUs != "" {
+		argv = append([]string{"taskset", "-c", opts.CPUs}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.ExtraFiles = []*os.File{child}
+	cmd.Env = append(append(append(os.Environ(), w.s.cfg.WorkerEnv...), opts.Env...), fmt.Sprintf("RDMO_UROM_WORKER=%d", w.id))
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	// The worker gets its own process group (so stopping it also stops its
+	// plugin processes) and dies with the thread that started it: that
+	// thread is locked to the goroutine below, which lives exactly as long
+	// as the worker.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(w.done)
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		w.exited(err)
+	}()
+	err = <-started
+	child.Close()
+	if err != nil {
+		parent.Close()
+		return fmt.Errorf("urom: start worker: %w", err)
+	}
+	w.cmd, w.pid = cmd, cmd.Process.Pid
+	nc, err := net.FileConn(parent)
+	parent.Close()
+	if err != nil {
+		w.kill()
+		return fmt.Errorf("urom: control socket: %w", err)
+	}
+	w.ctl = newConn(nc, 10*time.Second)
+	body, _ := encodeBody(spec)
+	if err := w.ctl.write(&envelope{Kind: kindSpec, Body: body}); err != nil {
+		w.kill()
+		return fmt.Errorf("urom: worker spec: %w", err)
+	}
+	env, err := w.ctl.read(30 * time.Second)
+	if err != nil {
+		w.kill()
+		<-w.done
+		return errorf(codeWorkerDied, "worker %d did not start: %v (%s)", w.id, err, w.reason)
+	}
+	if err := errorFromEnvelope(env); err != nil {
+		w.kill()
+		return fmt.Errorf("urom: worker %d refused its spec: %w", w.id, err)
+	}
+	go w.readLoop()
+	return nil
+}
+
+func (w *workerProc) readLoop() {
+	for {
+		env, err := w.ctl.read(0)
+		if err != nil {
+			// The control socket closing means the worker is going:
+			// make sure it is, so its exit is reported.
+			w.kill()
+			return
+		}
+		w.mu.Lock()
+		ch := w.pending[env.Cookie]
+		delete(w.pending, env.Cookie)
+		w.mu.Unlock()
+		if ch != nil {
+			ch <- env
+		}
+	}
+}
+
+// call forwards a command and waits for the answer.
+func (w *workerProc) call(ctx context.Context, body []byte, timeout time.Duration) ([]byte, error) {
+	ch := make(chan *envelope, 1)
+	w.mu.Lock()
+	if w.reason != "" {
+		reason := w.reason
+		w.mu.Unlock()
+		return nil, errorf(codeWorkerDied, "worker %d died: %s", w.id, reason)
+	}
+	w.next++
+	cookie := w.next
+	w.pending[cookie] = ch
+	w.mu.Unlock()
+	if err := w.ctl.write(&envelope{Cookie: cookie, Kind: kindCommand, Body: body}); err != nil {
+		w.forget(cookie)
+		return nil, errorf(codeWorkerDied, "worker %d unreachable: %v", w.id, err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case env := <-ch:
+		if env == nil {
+			return nil, errorf(codeWorkerDied, "worker %d died: %s", w.id, w.deathReason())
+		}
+		return env.Body, errorFromEnvelope(env)
+	case <-t.C:
+		w.forget(cookie)
+		return nil, errorf(codeTimeout, "worker %d did not answer within %v", w.id, timeout)
+	case <-ctx.Done():
+		w.forget(cookie)
+		return nil, ctx.Err()
+	}
+}
+
+func (w *workerProc) forget(cookie uint64) {
+	w.mu.Lock()
+	delete(w.pending, cookie)
+	w.mu.Unlock()
+}
+
+func (w *workerProc) deathReason() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reason
+}
+
+// exited runs when the worker process is gone: fail its pending commands,
+// tell its host, forget it.
+func (w *workerProc) exited(err error) {
+	reason := "exited"
+	if err != nil {
+		reason = err.Error()
+	}
+	w.mu.Lock()
+	if w.stopped {
+		reason = "stopped"
+	}
+	w.reason = reason
+	pending := w.pending
+	w.pending = map[uint64]chan *envelope{}
+	w.mu.Unlock()
+	for _, ch := range pending {
+		ch <- nil
+	}
+	if w.ctl != nil {
+		w.ctl.Close()
+	}
+	s := w.s
+	s.mu.Lock()
+	delete(s.workers, w.id)
+	s.mu.Unlock()
+	if w.owner != nil {
+		w.owner.mu.Lock()
+		delete(w.owner.workers, w.id)
+		w.owner.mu.Unlock()
+		body, _ := encodeBody(WorkerDied{Worker: w.id, Reason: reason})
+		w.owner.c.write(&envelope{Kind: kindWorkerDied, Body: body})
+	}
+	if reason == "stopped" {
+		s.log.Info("worker stopped", zap.Uint64("worker", w.id))
+	} else {
+		s.log.Warn("worker died", zap.Uint64("worker", w.id), zap.Int("pid", w.pid), zap.String("reason", reason))
+	}
+	close(w.done)
+}
+
+// kill ends the worker's process group at once.
+func (w *workerProc) kill() {
+	if w.cmd != nil && w.cmd.Process != nil {
+		syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+		w.cmd.Process.Kill()
+	}
+}
+
+// stop asks the worker to exit by closing its control socket, and kills
+// its process group if it has not exited within grace.
+func (w *workerProc) stop(grace time.Duration) {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	if w.ctl != nil {
+		w.ctl.Close()
+	}
+	select {
+	case <-w.done:
+	case <-time.After(grace):
+		w.kill()
+		<-w.done
+	}
+	// Plugin processes of the worker share its process group.
+	if w.cmd != nil && w.cmd.Process != nil {
+		syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
