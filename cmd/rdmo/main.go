@@ -1,0 +1,341 @@
+// Command rdmo runs Remote Direct Memory Operations over UCX.
+//
+// The root command is compatible with NVIDIA DOCA 3.0's doca_urom_rdmo: the
+// same flags (-h, -v, -l, --sdk-log-level, -j, -d, -s, -m), the same numeric
+// log levels and the same JSON params files, comments and trailing commas
+// included. rdmo adds its own flags and the subcommands dpu (the UROM
+// service daemon), plugins and bench.
+//
+// The behaviour of each mode is plugged in through the hooks of package
+// internal/cli (cli.RunServer, cli.RunClient, ...); see wire.go.
+//
+// Exit status: 0 success (and -h, -v), 1 the command failed, 2 usage error
+// (flags, params file, values), 3 the mode is not built into this binary,
+// 128+n stopped by signal n.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the rdmo command line args and returns the exit status. It
+// writes help and version output to stdout and errors to stderr, one line
+// each: "rdmo: error: ...".
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, caught, stop := withSignals(ctx)
+	defer stop()
+
+	a := newApp(stdout, stderr)
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return cli.ExitOK
+	}
+	if sig := caught(); sig != nil && errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "%s: stopped by signal (%v)\n", cli.ProgramName, sig)
+		if s, ok := sig.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+		return cli.ExitFailure
+	}
+	fmt.Fprintf(stderr, "%s: error: %s\n", cli.ProgramName, oneLine(err.Error()))
+	return cli.ExitCode(err)
+}
+
+// withSignals returns a context cancelled by the first SIGINT or SIGTERM,
+// a function reporting that signal (nil if none), and a stop function. After
+// the first signal the default handling is restored, so a second Ctrl-C
+// ends a process that does not stop on its own.
+func withSignals(parent context.Context) (context.Context, func() os.Signal, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	var (
+		mu    sync.Mutex
+		first os.Signal
+		done  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case s := <-ch:
+			mu.Lock()
+			first = s
+			mu.Unlock()
+			signal.Stop(ch)
+			cancel()
+		case <-done:
+		}
+	}()
+	caught := func() os.Signal {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			signal.Stop(ch)
+			close(done)
+			wg.Wait()
+			cancel()
+		})
+	}
+	return ctx, caught, stop
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// app holds the configuration the flags are bound to.
+type app struct {
+	stdout, stderr io.Writer
+
+	showVersion bool
+	log         cli.LogConfig
+	cfg         cli.Config // root command: server and client modes
+	bench       cli.Config
+	dpu         cli.DPUConfig
+	plugins     cli.PluginsConfig
+}
+
+func newApp(stdout, stderr io.Writer) *app {
+	return &app{
+		stdout:  stdout,
+		stderr:  stderr,
+		log:     cli.DefaultLogConfig(),
+		cfg:     cli.DefaultConfig(),
+		bench:   cli.DefaultConfig(),
+		dpu:     cli.DefaultDPUConfig(),
+		plugins: cli.DefaultPluginsConfig(),
+	}
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   cli.ProgramName,
+		Short: "Remote Direct Memory Operations over UCX (doca_urom_rdmo compatible)",
+		Long: "Runs one side of the RDMO demo: -m server (the target, which owns the memory and\n" +
+			"starts an RDMO worker on the UROM service) or -m client (the initiator, which sends\n" +
+			"append, scatter and flush requests to that worker).",
+		Args:              rootArgs,
+		RunE:              a.runRoot,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	pf := root.PersistentFlags()
+	pf.BoolP("help", "h", false, "Print a help synopsis")
+	cli.Annotate(pf, "help", cli.GroupDOCAFlags, "")
+	pf.BoolVarP(&a.showVersion, "version", "v", false, "Print program version information")
+	cli.Annotate(pf, "version", cli.GroupDOCAFlags, "")
+	a.log.RegisterFlags(pf)
+	a.cfg.RegisterFlags(root.Flags())
+
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.FlagError(err) })
+	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) { fmt.Fprint(cmd.OutOrStdout(), helpText(cmd)) })
+	root.SetUsageFunc(func(cmd *cobra.Command) error { _, err := fmt.Fprint(cmd.OutOrStderr(), helpText(cmd)); return err })
+	root.SetHelpCommand(&cobra.Command{
+		Use:    "help [command]",
+		Short:  "Print the help of a command",
+		Hidden: true,
+		Args:   cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return cli.Usagef("no help for %q; commands: %s", strings.Join(args, " "), strings.Join(commandNames, ", "))
+			}
+			_, err = fmt.Fprint(c.OutOrStdout(), helpText(target))
+			return err
+		},
+	})
+
+	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.benchCommand())
+	return root
+}
+
+func (a *app) dpuCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dpu",
+		Short: "Run the UROM service daemon (the DPU side) that spawns RDMO workers",
+		Long: "Runs the UROM service: it finds plugins on the plugin path, accepts hosts on\n" +
+			"--listen, and spawns worker processes running the plugins they ask for.\n" +
+			"It stops on SIGINT or SIGTERM.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.showVersion {
+				return a.printVersion()
+			}
+			if err := cli.LoadParams(cmd.Flags(), "config"); err != nil {
+				return err
+			}
+			cfg := a.dpu
+			cfg.Log = a.log
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if cli.RunDPU == nil {
+				return cli.NotBuilt("dpu")
+			}
+			log, err := cli.SetupLogging(cfg.Log, a.stderr)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			cfg.Logger = log
+			return cli.RunDPU(cmd.Context(), cfg)
+		},
+	}
+	a.dpu.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
+func (a *app) pluginsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plugins",
+		Short: "List the plugins a UROM service offers",
+		Long:  "Lists the plugins (name, id, version) the UROM service at --urom offers,\nor those of the service embedded in this binary when --urom is empty.",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.showVersion {
+				return a.printVersion()
+			}
+			cfg := a.plugins
+			cfg.Log = a.log
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if cli.RunPlugins == nil {
+				return cli.NotBuilt("plugins")
+			}
+			log, err := cli.SetupLogging(cfg.Log, a.stderr)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			cfg.Logger = log
+			return cli.RunPlugins(cmd.Context(), cfg)
+		},
+	}
+	a.plugins.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the RDMO benchmark workload",
+		Long: "Runs --ops RDMO operations and reports their rate and latency. Without -m both\n" +
+			"sides run in this process; with -m server or -m client this process runs one side.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.showVersion {
+				return a.printVersion()
+			}
+			if err := cli.LoadParams(cmd.Flags(), "json"); err != nil {
+				return err
+			}
+			cfg := a.bench
+			cfg.Log = a.log
+			if err := cfg.Validate(false); err != nil {
+				return err
+			}
+			return a.start(cmd.Context(), "bench", cli.RunBench, cfg)
+		},
+	}
+	a.bench.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
+func (a *app) runRoot(cmd *cobra.Command, _ []string) error {
+	if a.showVersion {
+		return a.printVersion()
+	}
+	if err := cli.LoadParams(cmd.Flags(), "json"); err != nil {
+		return err
+	}
+	cfg := a.cfg
+	cfg.Log = a.log
+	if err := cfg.Validate(true); err != nil {
+		return err
+	}
+	hook := cli.RunServer
+	if cfg.Mode == cli.ModeClient {
+		hook = cli.RunClient
+	}
+	return a.start(cmd.Context(), string(cfg.Mode), hook, cfg)
+}
+
+// start runs a Run hook with a logger, or reports that it is not built.
+func (a *app) start(ctx context.Context, name string, hook func(context.Context, cli.Config) error, cfg cli.Config) error {
+	if hook == nil {
+		return cli.NotBuilt(name)
+	}
+	log, err := cli.SetupLogging(cfg.Log, a.stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	cfg.Logger = log
+	return hook(ctx, cfg)
+}
+
+func (a *app) printVersion() error {
+	_, err := fmt.Fprint(a.stdout, cli.VersionInfo().String())
+	return err
+}
+
+var commandNames = []string{"dpu", "plugins", "bench"}
+
+func rootArgs(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q; commands: %s (the modes are flags: -m server, -m client)", args[0], strings.Join(commandNames, ", "))
+	if s := closest(args[0], commandNames); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return cli.Usagef("%s", msg)
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return cli.Usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// closest returns the candidate sharing the longest prefix with s, if any
+// share at least two characters.
+func closest(s string, candidates []string) string {
+	best, bestN := "", 1
+	for _, c := range candidates {
+		n := 0
+		for n < len(s) && n < len(c) && s[n] == c[n] {
+			n++
+		}
+		if n > bestN {
+			best, bestN = c, n
+		}
+	}
+	return best
+}

@@ -1,0 +1,95 @@
+package dpu
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/rdmo"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultMaxInFlightPerRQ    = 1024
+	DefaultMaxClients          = 64
+	DefaultMaxRQsPerClient     = 64
+	DefaultMaxRegionsPerClient = 1024
+	DefaultMaxRendezvousFetch  = 1 << 20
+	DefaultMaxBatch            = 64
+	DefaultDrainTimeout        = 5 * time.Second
+	DefaultIdleWait            = time.Millisecond
+)
+
+// Config configures a Worker. Zero values pick the defaults above; negative
+// limits are an error.
+type Config struct {
+	// Handlers serve the operations; each op id may be claimed by one
+	// handler only. Without a handler for FLUSH (op 0) the worker uses a
+	// built-in one (Fence then Flush), so a FLUSH is always answered.
+	Handlers []rdmo.Handler
+
+	// MaxInFlightPerRQ bounds the requests of one request queue that were
+	// accepted and have not completed; more fail with TooManyInFlight.
+	MaxInFlightPerRQ int
+	// MaxClients bounds the clients (CLIENT_INIT) alive at once.
+	MaxClients int
+	// MaxRQsPerClient bounds a client's request queues (RQ_CREATE).
+	MaxRQsPerClient int
+	// MaxRegionsPerClient bounds a client's registered regions (MR_REG).
+	MaxRegionsPerClient int
+	// MaxRendezvousFetch is the largest rendezvous payload the worker
+	// brings into its own memory (Target.Fetch, and the bounce buffer of
+	// Target.Place when target memory is not mapped into the worker).
+	MaxRendezvousFetch int
+	// MaxBatch bounds the requests handed to one HandleBatch call.
+	MaxBatch int
+
+	// DrainTimeout bounds how long RQ_DESTROY (and client removal) waits
+	// for in-flight requests before closing the endpoint anyway.
+	DrainTimeout time.Duration
+	// IdleWait is how long the worker goroutine sleeps in the kernel when
+	// it has nothing to do (an arrival or a Wake ends the sleep early).
+	IdleWait time.Duration
+
+	// Logger receives the worker's log; nil means zap.NewNop().
+	Logger *zap.Logger
+	// UCXConfig overrides UCX configuration entries for the worker's
+	// context, named without the UCX_ prefix, e.g. {"TLS": "shm,self"}.
+	UCXConfig map[string]string
+}
+
+func (c *Config) setDefaults() error {
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MaxInFlightPerRQ", &c.MaxInFlightPerRQ, DefaultMaxInFlightPerRQ},
+		{"MaxClients", &c.MaxClients, DefaultMaxClients},
+		{"MaxRQsPerClient", &c.MaxRQsPerClient, DefaultMaxRQsPerClient},
+		{"MaxRegionsPerClient", &c.MaxRegionsPerClient, DefaultMaxRegionsPerClient},
+		{"MaxRendezvousFetch", &c.MaxRendezvousFetch, DefaultMaxRendezvousFetch},
+		{"MaxBatch", &c.MaxBatch, DefaultMaxBatch},
+	} {
+		switch {
+		case *f.v < 0:
+			return fmt.Errorf("dpu: Config.%s is negative (%d)", f.name, *f.v)
+		case *f.v == 0:
+			*f.v = f.def
+		}
+	}
+	if c.DrainTimeout < 0 || c.IdleWait < 0 {
+		return fmt.Errorf("dpu: negative Config.DrainTimeout or Config.IdleWait")
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.IdleWait == 0 {
+		c.IdleWait = DefaultIdleWait
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package dpu
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// client is one target process. The loop owns most fields; the executor
+// goroutine owns the ones marked so; hostFailed and regions are shared.
+type client struct {
+	id uint64
+	w  *Worker
+
+	// Shared.
+	hostFailed atomic.Bool                       // the host-access endpoint failed or the client is gone
+	regions    atomic.Pointer[map[uint64]*region] // copy-on-write, written by the loop
+
+	// Loop-owned.
+	hostEP   *ucp.Endpoint
+	nregions int
+	rqs      []*rq
+	rr       int
+	queued   int // batches handed to the executor, HandleBatch not returned
+	dirty    bool
+	stopping bool // no more batches: the executor was told to stop
+	exited   bool
+	waiters  []*command // RemoveClient calls waiting for the removal
+	batches  []*batch   // recycled batches (per client: Buffer memory never crosses clients)
+	// Rendezvous placements in flight, so that a flush is issued only
+	// after the placements before it finished (their data is written by
+	// the receive itself, or by a Put after it, not covered by an
+	// endpoint flush issued earlier).
+	placeNext uint64
+	placeQ    []placeEntry
+	parked    []parkedFlush
+	readback  [8]byte // destination of the flush's visibility read
+
+	// Executor queue: the loop appends, the executor takes.
+	exMu   sync.Mutex
+	exQ    []execItem
+	exSig  chan struct{}
+	syncCh chan struct{} // the loop signals the end of a Sync-style wait
+
+	// Executor-owned.
+	tgt      target
+	sync     opGroup // the group the executor waits for (loop touches it between submit and signal)
+	cmdOps   []targetOp
+	cmdBufs  bufArena
+	dirtyUCX bool    // writes went through UCX since the last flush
+	unfenced bool    // UCX writes not yet ordered before later reads
+	lastPut  *region // where the last UCX write went (visibility read target)
+}
+
+type placeEntry struct {
+	ticket uint64
+	done   bool
+}
+
+type parkedFlush struct {
+	op     int32
+	ticket uint64
+}
+
+func newClient(w *Worker, id uint64) *client {
+	c := &client{id: id, w: w, exSig: make(chan struct{}, 1), syncCh: make(chan struct{}, 1)}
+	empty := map[uint64]*region{}
+	c.regions.Store(&empty)
+	c.sync = opGroup{kind: groupSync, c: c}
+	c.tgt = target{c: c, w: w}
+	return c
+}
+
+type execKind uint8
+
+const (
+	execBatch execKind = iota + 1
+	execDereg
+	execStop
+)
+
+type execItem struct {
+	kind     execKind
+	b        *batch
+	reg      *region
+	cmd      *command
+	graceful bool
+}
+
+func (c *client) pushExec(it execItem) {
+	c.exMu.Lock()
+	c.exQ = append(c.exQ, it)
+	c.exMu.Unlock()
+	select {
+	case c.exSig <- struct{}{}:
+	default:
+	}
+}
+
+// batch is a run of requests of one queue for one handler, from dispatch
+// to completion. Batches are recycled per client.
+type batch struct {
+	g       opGroup
+	c       *client
+	rq      *rq
+	h       *handlerEntry
+	ents    []*pending
+	reqs    []rdmo.Request
+	results []rdmo.Result
+	ops     []targetOp // executor: ops not yet handed to the loop
+	bufs    bufArena   // Target.Buffer memory, valid until completion
+}
+
+func (b *batch) add(p *pending) {
+	b.ents = append(b.ents, p)
+	b.reqs = append(b.reqs, rdmo.Request{
+		Seq: p.seq, Op: p.op, Flags: p.flags,
+		Header:  p.hdr[:p.hdrLen:p.hdrLen],
+		Payload: p.payload, Length: p.length, Rendezvous: p.rndv,
+	})
+	b.results = append(b.results, rdmo.Result{})
+}
+
+func (c *client) getBatch() *batch {
+	var b *batch
+	if n := len(c.batches); n > 0 {
+		b = c.batches[n-1]
+		c.batches = c.batches[:n-1]
+	} else {
+		b = &batch{c: c}
+	}
+	b.g = opGroup{kind: groupBatch, b: b}
+	return b
+}
+
+func (c *client) putBatch(b *batch) {
+	clear(b.ents)
+	clear(b.reqs)
+	clear(b.results)
+	clear(b.ops)
+	b.ents, b.reqs, b.results, b.ops = b.ents[:0], b.reqs[:0], b.results[:0], b.ops[:0]
+	b.rq, b.h = nil, nil
+	b.bufs.reset()
+	if len(c.batches) < 16 {
+		c.batches = append(c.batches, b)
+	}
+}
+
+// run is the client's executor goroutine.
+func (c *client) run() {
+	var items []execItem
+	for {
+		c.exMu.Lock()
+		for len(c.exQ) == 0 {
+			c.exMu.Unlock()
+			<-c.exSig
+			c.exMu.Lock()
+		}
+		items, c.exQ = c.exQ, items[:0]
+		c.exMu.Unlock()
+		for i := range items {
+			it := items[i]
+			items[i] = execItem{}
+			switch it.kind {
+			case execBatch:
+				c.runBatch(it.b)
+			case execDereg:
+				c.runDereg(it.reg, it.cmd)
+			case execStop:
+				c.runStop(it.graceful)
+				c.w.push(inboxItem{kind: itemExited, c: c})
+				return
+			}
+		}
+	}
+}
+
+func (c *client) runBatch(b *batch) {
+	t := &c.tgt
+	t.bind(b, &b.g, &b.ops, &b.bufs)
+	c.callHandler(b)
+	t.unbind()
+	c.w.push(inboxItem{kind: itemBatchDone, c: c, b: b, ops: b.ops})
+}
+
+func (c *client) callHandler(b *batch) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.w.stats.panics.Add(1)
+			detail := fmt.Sprintf("handler %q panicked: %v", b.h.info.Name, r)
+			c.w.log.Error("rdmo handler panicked", zap.Uint64("client", c.id), zap.String("handler", b.h.info.Name),
+				zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			for i := range b.results {
+				b.results[i] = rdmo.Result{Status: rdmo.StatusHandlerFailed, Detail: detail}
+			}
+		}
+	}()
+	b.h.h.HandleBatch(&c.tgt, b.reqs, b.results)
+}
+
+// protect runs a handler hook, turning a panic into an error.
+func (c *client) protect(name, hook string, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.w.stats.panics.Add(1)
+			c.w.log.Error("rdmo handler panicked", zap.Uint64("client", c.id), zap.String("handler", name),
+				zap.String("hook", hook), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+			err = &rdmo.WireError{Status: rdmo.StatusHandlerFailed, Detail: fmt.Sprintf("%s.%s panicked: %v", name, hook, r)}
+		}
+	}()
+	return fn()
+}
+
+// runDereg is MR_DEREG's executor part: every handler writes back what it
+// caches for the region, the writes are made visible, then the region is
+// gone for this client's handlers.
+func (c *client) runDereg(r *region, cmd *command) {
+	t := &c.tgt
+	t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
+	var errs []error
+	for _, e := range c.w.handlers {
+		if err := c.protect(e.info.Name, "RegionRemoved", func() error { return e.h.RegionRemoved(t, r.id) }); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.info.Name, err))
+		}
+	}
+	if err := t.Flush(); err != nil {
+		errs = append(errs, err)
+	}
+	t.unbind()
+	clear(c.cmdOps)
+	c.cmdOps = c.cmdOps[:0]
+	c.cmdBufs.reset()
+	r.gone.Store(true)
+	c.w.push(inboxItem{kind: itemDeregDone, c: c, reg: r, cmd: cmd, err: errors.Join(errs...)})
+}
+
+// runStop ends the executor: on a graceful stop (Close) the handlers write
+// back their cached state first; then every handler forgets the client.
+func (c *client) runStop(graceful bool) {
+	if graceful && !c.hostFailed.Load() {
+		t := &c.tgt
+		t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
+		err := t.Fence()
+		if ferr := t.Flush(); err == nil {
+			err = ferr
+		}
+		t.unbind()
+		if err != nil {
+			c.w.log.Warn("write-back at close failed", zap.Uint64("client", c.id), zap.Error(err))
+		}
+		clear(c.cmdOps)
+		c.cmdOps = c.cmdOps[:0]
+		c.cmdBufs.reset()
+	}
+	for _, e := range c.w.handlers {
+		c.protect(e.info.Name, "ClientRemoved", func() error { e.h.ClientRemoved(c.id); return nil })
+	}
+}

@@ -1,0 +1,552 @@
+package dpu
+
+import (
+	"encoding/binary"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// smallPayload is the largest eager payload copied into the queue's own
+// memory (ucp hands payloads up to 1 KiB in an arena valid only until the
+// message handler returns); larger ones are kept zero-copy (Message.Keep).
+const smallPayload = 1024
+
+// rq is a request queue: the connection from one initiator, bound to one
+// client. Loop-owned, except inflight (read by Stats).
+type rq struct {
+	id      uint64
+	c       *client
+	ep      *ucp.Endpoint
+	addrKey string
+
+	nextSeq  uint64
+	queue    []*pending // accepted, not yet dispatched; queue[head:]
+	head     int
+	started  int          // requests dispatched and not completed
+	inflight atomic.Int64 // accepted and not completed
+	arena    payloadArena // copies of small payloads
+	free     []*pending
+
+	// Failures since the last flush response.
+	failed      uint32
+	firstOp     uint32
+	firstStatus rdmo.Status
+	firstSeq    uint64
+
+	// Teardown.
+	closing   bool
+	epFailed  bool
+	closed    bool
+	flushing  bool
+	flushDone bool
+	deadline  time.Time
+	failWith  rdmo.Status // requests not started fail with it (0: let them run)
+	noFlush   bool        // close without flushing the answers out first
+	waiters   []*command
+}
+
+// pending is one accepted request until it completes.
+type pending struct {
+	seq     uint64
+	op      uint32
+	flags   uint32
+	flushID uint64
+	h       *handlerEntry
+	hdr     [rdmo.MaxHeaderLen]byte
+	hdrLen  uint8
+	payload []byte
+	length  uint64
+	rndv    bool
+	chunk   *chunk
+	held    ucp.Held
+	hasHeld bool
+	// consumed: loop-owned, a Receive took the rendezvous payload.
+	consumed bool
+	// moved: executor-owned, Place or Fetch already used the payload.
+	moved bool
+}
+
+func (p *pending) fenced() bool {
+	return p.flags&rdmo.FlagFence != 0 || p.op == rdmo.OpFlush
+}
+
+func (q *rq) getPending() *pending {
+	if n := len(q.free); n > 0 {
+		p := q.free[n-1]
+		q.free = q.free[:n-1]
+		return p
+	}
+	return new(pending)
+}
+
+func (q *rq) putPending(p *pending) {
+	*p = pending{}
+	if len(q.free) < 256 {
+		q.free = append(q.free, p)
+	}
+}
+
+func (q *rq) queued() int { return len(q.queue) - q.head }
+
+func (q *rq) popFront() *pending {
+	p := q.queue[q.head]
+	q.queue[q.head] = nil
+	q.head++
+	if q.head == len(q.queue) {
+		q.queue, q.head = q.queue[:0], 0
+	} else if q.head > 1024 && q.head > len(q.queue)/2 {
+		n := copy(q.queue, q.queue[q.head:])
+		for i := n; i < len(q.queue); i++ {
+			q.queue[i] = nil
+		}
+		q.queue, q.head = q.queue[:n], 0
+	}
+	return p
+}
+
+// handleMessages is the AM handler for AM id 0, on the loop.
+func (w *Worker) handleMessages(_ *ucp.Worker, msgs []ucp.Message) {
+	for i := range msgs {
+		w.handleMessage(&msgs[i])
+	}
+}
+
+func (w *Worker) handleMessage(m *ucp.Message) {
+	if m.Reply == nil {
+		w.drop(m, "no reply endpoint")
+		return
+	}
+	q, ok := m.Reply.Value.(*rq)
+	if !ok || q == nil {
+		w.drop(m, "not a request queue's endpoint")
+		return
+	}
+	seq := q.nextSeq
+	q.nextSeq++
+	if q.closing || w.shutdown {
+		w.drop(m, "request queue is closing")
+		return
+	}
+	rh, err := rdmo.ParseRequest(m.Header)
+	op := rh.Header.Op
+	if len(m.Header) >= rdmo.HeaderLen {
+		w.stats.request(op, m.Length)
+	} else {
+		w.stats.bytes.Add(uint64(m.Length))
+	}
+	flushID := uint64(0)
+	if op == rdmo.OpFlush && len(m.Header) >= rdmo.FlushHeaderLen {
+		flushID = binary.LittleEndian.Uint64(m.Header[rdmo.FlushIDOffset:])
+	}
+	if err != nil {
+		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusOf(err), err.Error())
+		return
+	}
+	if rh.Header.ClientID != q.c.id {
+		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusClientMismatch,
+			"header names client "+utoa(rh.Header.ClientID)+", the queue is client "+utoa(q.c.id))
+		return
+	}
+	h := w.lookup(op)
+	if h == nil {
+		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusUnknownOp, "no handler serves the op")
+		return
+	}
+	if m.Rendezvous {
+		if op == rdmo.OpFlush {
+			w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
+			return
+		}
+	} else if err := rh.CheckPayload(m.Data); err != nil {
+		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusOf(err), err.Error())
+		return
+	}
+	if q.inflight.Load() >= int64(w.cfg.MaxInFlightPerRQ) {
+		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusTooManyInFlight,
+			"limit of "+utoa(uint64(w.cfg.MaxInFlightPerRQ))+" requests in flight reached")
+		return
+	}
+	p := q.getPending()
+	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
+	p.hdrLen = uint8(copy(p.hdr[:], m.Header))
+	p.length = uint64(m.Length)
+	switch {
+	case m.Rendezvous:
+		p.rndv = true
+		p.held, p.hasHeld = m.Keep(), true
+	case len(m.Data) == 0:
+	case len(m.Data) <= smallPayload:
+		p.payload, p.chunk = q.arena.alloc(len(m.Data))
+		copy(p.payload, m.Data)
+	default:
+		p.held, p.hasHeld = m.Keep(), true
+		p.payload = p.held.Data
+	}
+	q.inflight.Add(1)
+	q.queue = append(q.queue, p)
+	w.markDirty(q.c)
+}
+
+func (w *Worker) drop(m *ucp.Message, why string) {
+	w.stats.dropped.Add(1)
+	if ce := w.log.Check(zap.WarnLevel, "rdmo message dropped"); ce != nil {
+		ce.Write(zap.String("reason", why), zap.Int("header_len", len(m.Header)), zap.Int("length", m.Length))
+	}
+}
+
+// reject completes a request that failed before it could run.
+func (w *Worker) reject(q *rq, seq uint64, hdr []byte, op, flags uint32, flushID uint64, st rdmo.Status, detail string) {
+	if len(hdr) < rdmo.HeaderLen {
+		// Too short to know the op or the flags: a failure to count, no
+		// answer (it may not be a FLUSH, nor ask for an ack).
+		op, flags = 0, 0
+		w.recordFailure(q, seq, op, st, detail, true)
+		return
+	}
+	w.complete(q, seq, op, flags, flushID, st, 0, detail)
+}
+
+func (w *Worker) markDirty(c *client) {
+	if !c.dirty {
+		c.dirty = true
+		w.dirty = append(w.dirty, c)
+	}
+}
+
+func (w *Worker) pumpDirty() {
+	for len(w.dirty) > 0 {
+		d := w.dirty
+		w.dirty = nil
+		for i, c := range d {
+			c.dirty = false
+			w.pump(c)
+			d[i] = nil
+		}
+		if w.dirty == nil {
+			w.dirty = d[:0]
+		}
+	}
+}
+
+// execQueueDepth bounds the batches handed to an executor that it has not
+// finished running: requests arriving meanwhile wait in their queue and
+// join a later, larger batch.
+const execQueueDepth = 2
+
+// pump hands dispatchable requests of the client's queues to its executor.
+func (w *Worker) pump(c *client) {
+	if c.exited || c.stopping {
+		return
+	}
+	for c.queued < execQueueDepth {
+		q := w.nextReady(c)
+		if q == nil {
+			return
+		}
+		w.dispatch(c, q)
+	}
+}
+
+// nextReady picks the next queue (round robin) whose head may start: a
+// fenced head only once everything before it has completed.
+func (w *Worker) nextReady(c *client) *rq {
+	n := len(c.rqs)
+	for i := 0; i < n; i++ {
+		q := c.rqs[(c.rr+i)%n]
+		if q.queued() == 0 || q.failWith != 0 {
+			continue
+		}
+		if q.queue[q.head].fenced() && q.started > 0 {
+			continue
+		}
+		c.rr = (c.rr + i + 1) % n
+		return q
+	}
+	return nil
+}
+
+// dispatch makes a batch of the contiguous requests at q's head that share
+// a handler (a fenced request only ever leads a batch).
+func (w *Worker) dispatch(c *client, q *rq) {
+	b := c.getBatch()
+	b.rq = q
+	first := q.popFront()
+	b.h = first.h
+	b.add(first)
+	for q.queued() > 0 && len(b.ents) < w.cfg.MaxBatch {
+		p := q.queue[q.head]
+		if p.h != b.h || p.fenced() {
+			break
+		}
+		b.add(q.popFront())
+	}
+	for i := range b.ents {
+		b.reqs[i].Client = c.id
+	}
+	q.started += len(b.ents)
+	c.queued++
+	w.stats.batch(len(b.ents))
+	c.pushExec(execItem{kind: execBatch, b: b})
+}
+
+// completeBatch completes a batch's requests once HandleBatch returned and
+// every operation it issued finished.
+func (w *Worker) completeBatch(b *batch) {
+	q := b.rq
+	for i, p := range b.ents {
+		res := b.results[i]
+		st, detail := res.Status, res.Detail
+		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
+			st, detail = b.g.status, b.g.detail
+		}
+		value := res.Value
+		if st != rdmo.StatusOK {
+			value = 0
+		}
+		w.releasePayload(q, p)
+		w.complete(q, p.seq, p.op, p.flags, p.flushID, st, value, detail)
+		q.putPending(p)
+	}
+	q.started -= len(b.ents)
+	b.c.putBatch(b)
+	w.markDirty(q.c)
+	if q.closing {
+		w.advanceRQ(q)
+	}
+}
+
+func (w *Worker) releasePayload(q *rq, p *pending) {
+	if p.chunk != nil {
+		q.arena.release(p.chunk)
+	}
+	if p.hasHeld && !p.consumed {
+		w.uw.Release(p.held)
+	}
+	q.inflight.Add(-1)
+}
+
+// complete accounts a finished request and sends its answers: the flush
+// response for a FLUSH, an ack when FlagAck asked for one.
+func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, st rdmo.Status, value uint64, detail string) {
+	if st != rdmo.StatusOK {
+		w.recordFailure(q, seq, op, st, detail, false)
+	}
+	switch {
+	case op == rdmo.OpFlush:
+		r := rdmo.FlushResponse{FlushID: flushID, Failed: q.failed}
+		if q.failed > 0 {
+			r.FirstOp, r.FirstStatus, r.FirstSeq = q.firstOp, q.firstStatus, q.firstSeq
+		}
+		q.failed, q.firstOp, q.firstStatus, q.firstSeq = 0, 0, 0, 0
+		var msg [rdmo.FlushResponseLen]byte
+		rdmo.AppendFlushResponse(msg[:0], r)
+		w.stats.flushRsp.Add(1)
+		w.reply(q, msg[:])
+	case flags&rdmo.FlagAck != 0:
+		var msg [rdmo.AckResponseLen]byte
+		rdmo.AppendAck(msg[:0], rdmo.AckResponse{Op: op, Seq: seq, Status: st, Value: value})
+		w.stats.acks.Add(1)
+		w.reply(q, msg[:])
+	}
+}
+
+func (w *Worker) recordFailure(q *rq, seq uint64, op uint32, st rdmo.Status, detail string, short bool) {
+	w.stats.failure(st)
+	if q.failed < ^uint32(0) {
+		q.failed++
+	}
+	if q.failed == 1 || seq < q.firstSeq {
+		q.firstOp, q.firstStatus, q.firstSeq = op, st, seq
+	}
+	if ce := w.log.Check(zap.WarnLevel, "rdmo request failed"); ce != nil {
+		opName := rdmo.OpName(op)
+		if short {
+			opName = "unknown"
+		}
+		ce.Write(zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id), zap.Uint64("seq", seq),
+			zap.String("op", opName), zap.String("status", st.Name()), zap.String("detail", detail))
+	}
+}
+
+// reply sends a response on the queue's endpoint (AM id 0).
+func (w *Worker) reply(q *rq, msg []byte) {
+	if q.closed || q.epFailed {
+		return
+	}
+	i := w.ops.alloc()
+	op := &w.ops.ops[i]
+	op.kind = opReply
+	op.rq = q
+	op.n = uint8(copy(op.msg[:], msg))
+	w.issue(i)
+}
+
+// startRQTeardown stops accepting requests on q and closes it once its
+// in-flight requests completed (or DrainTimeout passed). With flush, the
+// endpoint is flushed first so the answers already sent leave (over TCP
+// that needs the initiator's progress, so removals of dead clients skip it).
+func (w *Worker) startRQTeardown(q *rq, waiter *command, failWith rdmo.Status, flush bool) {
+	if !flush {
+		q.noFlush = true
+	}
+	if waiter != nil {
+		q.waiters = append(q.waiters, waiter)
+	}
+	if failWith != 0 && q.failWith == 0 {
+		q.failWith = failWith
+		for q.queued() > 0 {
+			p := q.popFront()
+			w.releasePayload(q, p)
+			w.complete(q, p.seq, p.op, p.flags, p.flushID, failWith, 0, "request queue closed before the request started")
+			q.putPending(p)
+		}
+	}
+	if q.closing {
+		return
+	}
+	q.closing = true
+	q.deadline = time.Now().Add(w.cfg.DrainTimeout)
+	w.closingRQs = append(w.closingRQs, q)
+	w.log.Debug("request queue closing", zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id),
+		zap.Int64("in_flight", q.inflight.Load()))
+}
+
+// advanceRQ starts the final flush of a draining queue's endpoint, so the
+// answers already sent leave before it is closed.
+func (w *Worker) advanceRQ(q *rq) {
+	if q.inflight.Load() > 0 || q.flushing || q.closed || q.epFailed || q.noFlush {
+		return
+	}
+	q.flushing = true
+	i := w.ops.alloc()
+	op := &w.ops.ops[i]
+	op.kind = opRQFlush
+	op.rq = q
+	w.issue(i)
+}
+
+func (w *Worker) rqReadyToClose(q *rq, now time.Time) bool {
+	if now.After(q.deadline) {
+		if q.inflight.Load() > 0 || !q.flushDone {
+			w.log.Warn("request queue closed before draining", zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id),
+				zap.Int64("in_flight", q.inflight.Load()))
+		}
+		return true
+	}
+	if q.inflight.Load() > 0 {
+		return false
+	}
+	if q.epFailed || q.noFlush {
+		return true
+	}
+	w.advanceRQ(q)
+	return q.flushDone
+}
+
+// closeRQ closes the queue's endpoint and forgets it.
+func (w *Worker) closeRQ(q *rq) {
+	q.closed = true
+	if q.ep != nil {
+		q.ep.Value = nil
+		if err := q.ep.CloseForce(); err != nil {
+			w.log.Warn("closing request queue endpoint", zap.Uint64("rq", q.id), zap.Error(err))
+		}
+	}
+	if w.rqAddr[q.addrKey] == q {
+		delete(w.rqAddr, q.addrKey)
+	}
+	c := q.c
+	for i, x := range c.rqs {
+		if x == q {
+			n := copy(c.rqs[i:], c.rqs[i+1:])
+			c.rqs[i+n] = nil
+			c.rqs = c.rqs[:i+n]
+			break
+		}
+	}
+	w.regMu.Lock()
+	delete(w.rqByID, q.id)
+	w.regMu.Unlock()
+	if q.inflight.Load() == 0 {
+		q.arena.reset()
+		q.free = nil
+	}
+	w.log.Debug("request queue closed", zap.Uint64("client", c.id), zap.Uint64("rq", q.id))
+	for _, cmd := range q.waiters {
+		cmd.answer(Notification{Type: CmdRQDestroy, Client: c.id, RQ: q.id}, nil)
+	}
+	q.waiters = nil
+}
+
+// onRQError is the OnError of a queue's endpoint: the initiator is gone.
+func (w *Worker) onRQError(q *rq, err error) {
+	q.epFailed = true
+	w.log.Info("initiator endpoint failed; freeing its request queue", zap.Uint64("client", q.c.id),
+		zap.Uint64("rq", q.id), zap.Error(err))
+	w.startRQTeardown(q, nil, 0, false)
+}
+
+// payloadArena holds copies of small payloads in 64 KiB chunks that are
+// recycled once every payload in them completed: no allocation per
+// message at steady state, bounded by the in-flight limit.
+type payloadArena struct {
+	cur  *chunk
+	free []*chunk
+}
+
+const chunkSize = 64 << 10
+
+type chunk struct {
+	buf  []byte
+	used int
+	refs int
+}
+
+func (a *payloadArena) alloc(n int) ([]byte, *chunk) {
+	c := a.cur
+	if c == nil || len(c.buf)-c.used < n {
+		if c != nil && c.refs == 0 {
+			c.used = 0
+			a.free = append(a.free, c)
+		}
+		if k := len(a.free); k > 0 {
+			c = a.free[k-1]
+			a.free = a.free[:k-1]
+		} else {
+			c = &chunk{buf: make([]byte, chunkSize)}
+		}
+		a.cur = c
+	}
+	b := c.buf[c.used : c.used+n : c.used+n]
+	c.used += (n + 7) &^ 7
+	if c.used > len(c.buf) {
+		c.used = len(c.buf)
+	}
+	c.refs++
+	return b, c
+}
+
+func (a *payloadArena) release(c *chunk) {
+	c.refs--
+	if c.refs > 0 {
+		return
+	}
+	if c == a.cur {
+		c.used = 0
+		return
+	}
+	c.used = 0
+	if len(a.free) < 4 {
+		a.free = append(a.free, c)
+	}
+}
+
+func (a *payloadArena) reset() { a.cur, a.free = nil, nil }
+
+func utoa(n uint64) string { return strconv.FormatUint(n, 10) }

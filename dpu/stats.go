@@ -1,0 +1,177 @@
+package dpu
+
+import (
+	"sync/atomic"
+
+	"github.com/openrdmo/rdmo/rdmo"
+)
+
+// BatchSizeBuckets is the number of buckets of Stats.BatchSizes: bucket i
+// counts batches of 2^i .. 2^(i+1)-1 requests; the last bucket also counts
+// everything larger.
+const BatchSizeBuckets = 12
+
+// Stats is a snapshot of the worker's counters. Every counter only grows,
+// except the gauges (InFlight, Clients, RQs, Regions).
+type Stats struct {
+	// Requests counts the AMs that arrived on request queues, by op id
+	// (failed ones included; a header too short to name an op counts
+	// under op 0 only in Failures). Bytes is their payload bytes.
+	Requests map[uint32]uint64
+	Bytes    uint64
+	// Dropped counts AMs that could not be answered: no reply endpoint,
+	// not a request queue's endpoint, or a queue that is being destroyed.
+	Dropped uint64
+
+	// Batches is the number of HandleBatch calls for requests, and
+	// BatchedRequests the requests they carried.
+	Batches         uint64
+	BatchedRequests uint64
+	BatchSizes      [BatchSizeBuckets]uint64
+
+	// Target operations issued by handlers.
+	TargetPuts  uint64 // Puts through UCX
+	MemcpyPuts  uint64 // Puts copied through a mapping of target memory
+	PutBytes    uint64
+	Places      uint64 // rendezvous payloads moved into target memory
+	Fetches     uint64 // rendezvous payloads brought into worker memory
+	Syncs       uint64 // Sync calls
+	SyncOps     uint64 // their operations
+	Fences      uint64 // Target.Fence calls
+	Flushes     uint64 // Target.Flush calls
+	Readbacks   uint64 // visibility reads after a flush
+	HandlerPanics uint64
+
+	// Answers sent.
+	FlushResponses uint64
+	Acks           uint64
+
+	// Failures counts failed requests by status.
+	Failures map[rdmo.Status]uint64
+
+	// Gauges.
+	InFlight map[uint64]int64 // accepted, not completed, by request queue
+	Clients  int
+	RQs      int
+	Regions  int
+}
+
+type counters struct {
+	reqOps    [rdmo.OpUserBase]atomic.Uint64
+	reqUser   map[uint32]*atomic.Uint64 // registered user ops; fixed after New
+	reqOther  atomic.Uint64             // unregistered user ops
+	bytes     atomic.Uint64
+	dropped   atomic.Uint64
+	batches   atomic.Uint64
+	batched   atomic.Uint64
+	sizes     [BatchSizeBuckets]atomic.Uint64
+	ucxPuts   atomic.Uint64
+	cpyPuts   atomic.Uint64
+	putBytes  atomic.Uint64
+	places    atomic.Uint64
+	fetches   atomic.Uint64
+	syncs     atomic.Uint64
+	syncOps   atomic.Uint64
+	fences    atomic.Uint64
+	flushes   atomic.Uint64
+	readbacks atomic.Uint64
+	panics    atomic.Uint64
+	flushRsp  atomic.Uint64
+	acks      atomic.Uint64
+	failures  [32]atomic.Uint64 // by status; the last counts codes >= 31
+}
+
+func (c *counters) request(op uint32, n int) {
+	switch {
+	case op < rdmo.OpUserBase:
+		c.reqOps[op].Add(1)
+	default:
+		if p := c.reqUser[op]; p != nil {
+			p.Add(1)
+		} else {
+			c.reqOther.Add(1)
+		}
+	}
+	c.bytes.Add(uint64(n))
+}
+
+func (c *counters) failure(s rdmo.Status) {
+	i := int(s)
+	if s >= rdmo.Status(len(c.failures)-1) {
+		i = len(c.failures) - 1
+	}
+	c.failures[i].Add(1)
+}
+
+func (c *counters) batch(n int) {
+	c.batches.Add(1)
+	c.batched.Add(uint64(n))
+	b := 0
+	for n > 1 && b < BatchSizeBuckets-1 {
+		n >>= 1
+		b++
+	}
+	c.sizes[b].Add(1)
+}
+
+// OtherOp is the key of Stats.Requests under which requests for user op
+// ids no handler serves are counted.
+const OtherOp = ^uint32(0)
+
+// Stats returns a snapshot of the counters. It is safe to call from any
+// goroutine and does not wait for the worker goroutine.
+func (w *Worker) Stats() Stats {
+	c := &w.stats
+	s := Stats{
+		Requests:        map[uint32]uint64{},
+		Bytes:           c.bytes.Load(),
+		Dropped:         c.dropped.Load(),
+		Batches:         c.batches.Load(),
+		BatchedRequests: c.batched.Load(),
+		TargetPuts:      c.ucxPuts.Load(),
+		MemcpyPuts:      c.cpyPuts.Load(),
+		PutBytes:        c.putBytes.Load(),
+		Places:          c.places.Load(),
+		Fetches:         c.fetches.Load(),
+		Syncs:           c.syncs.Load(),
+		SyncOps:         c.syncOps.Load(),
+		Fences:          c.fences.Load(),
+		Flushes:         c.flushes.Load(),
+		Readbacks:       c.readbacks.Load(),
+		HandlerPanics:   c.panics.Load(),
+		FlushResponses:  c.flushRsp.Load(),
+		Acks:            c.acks.Load(),
+		Failures:        map[rdmo.Status]uint64{},
+		InFlight:        map[uint64]int64{},
+	}
+	for op := range c.reqOps {
+		if n := c.reqOps[op].Load(); n != 0 {
+			s.Requests[uint32(op)] = n
+		}
+	}
+	for op, p := range c.reqUser {
+		if n := p.Load(); n != 0 {
+			s.Requests[op] = n
+		}
+	}
+	if n := c.reqOther.Load(); n != 0 {
+		s.Requests[OtherOp] = n
+	}
+	for i := range c.sizes {
+		s.BatchSizes[i] = c.sizes[i].Load()
+	}
+	for i := range c.failures {
+		if n := c.failures[i].Load(); n != 0 {
+			s.Failures[rdmo.Status(i)] = n
+		}
+	}
+	w.regMu.Lock()
+	for id, q := range w.rqByID {
+		s.InFlight[id] = q.inflight.Load()
+	}
+	s.RQs = len(w.rqByID)
+	s.Clients = w.nclients
+	s.Regions = len(w.allRegions)
+	w.regMu.Unlock()
+	return s
+}

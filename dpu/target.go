@@ -1,0 +1,410 @@
+package dpu
+
+import (
+	"errors"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// region is a registered region of a client's memory.
+type region struct {
+	id, base, length uint64
+	c                *client
+	// mapping is the region mapped into this process (ucp rkey_ptr, shared
+	// memory), or nil; Put and Get through it are memcpy. Read by the
+	// executor, set once at MR_REG.
+	mapping []byte
+	memh    []byte
+	gone    atomic.Bool // set by the executor when MR_DEREG's write-back is done
+
+	// Loop-owned.
+	rkey            *ucp.RemoteKey
+	dying           bool // MR_DEREG in progress
+	inflight        int  // UCX operations using rkey
+	destroyWhenIdle bool
+}
+
+func (r *region) view() rdmo.Region { return rdmo.Region{ID: r.id, Base: r.base, Len: r.length} }
+
+// target implements rdmo.Target for one client on its executor goroutine.
+// It is bound to the batch (or command) being run, which owns the Puts and
+// Places issued and the Buffer memory.
+type target struct {
+	c    *client
+	w    *Worker
+	b    *batch      // the batch running; nil in a command
+	g    *opGroup    // group owning Puts and Places
+	ops  *[]targetOp // ops not yet handed to the loop
+	bufs *bufArena
+	sync []targetOp // scratch for Sync/Flush/Fetch ops
+}
+
+var _ rdmo.Target = (*target)(nil)
+
+func (t *target) bind(b *batch, g *opGroup, ops *[]targetOp, bufs *bufArena) {
+	t.b, t.g, t.ops, t.bufs = b, g, ops, bufs
+}
+
+func (t *target) unbind() { t.b, t.g, t.ops, t.bufs = nil, nil, nil, nil }
+
+var (
+	errUnbound     = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "Target used outside a handler call"}
+	errUnreachable = &rdmo.WireError{Status: rdmo.StatusTargetUnreachable, Detail: "the endpoint to the target failed or the client was removed"}
+)
+
+func wireErr(s rdmo.Status, detail string) error { return &rdmo.WireError{Status: s, Detail: detail} }
+
+func (t *target) ClientID() uint64 { return t.c.id }
+
+func (t *target) region(id uint64) (*region, error) {
+	if r := (*t.c.regions.Load())[id]; r != nil {
+		if r.gone.Load() {
+			return nil, wireErr(rdmo.StatusRegionGone, "region "+utoa(id)+" was deregistered")
+		}
+		return r, nil
+	}
+	t.w.regMu.Lock()
+	r := t.w.allRegions[id]
+	t.w.regMu.Unlock()
+	switch {
+	case r == nil:
+		return nil, wireErr(rdmo.StatusUnknownRegion, "region "+utoa(id)+" is not registered")
+	case r.c == t.c:
+		return nil, wireErr(rdmo.StatusRegionGone, "region "+utoa(id)+" was deregistered")
+	}
+	return nil, wireErr(rdmo.StatusRegionNotOwned, "region "+utoa(id)+" belongs to another client")
+}
+
+func (t *target) Region(id uint64) (rdmo.Region, error) {
+	r, err := t.region(id)
+	if err != nil {
+		return rdmo.Region{}, err
+	}
+	return r.view(), nil
+}
+
+// usable is the check every operation starts with.
+func (t *target) usable() error {
+	if t.g == nil {
+		return errUnbound
+	}
+	if t.c.hostFailed.Load() {
+		return errUnreachable
+	}
+	return nil
+}
+
+func (t *target) Put(id, addr uint64, data []byte) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	r, err := t.region(id)
+	if err != nil {
+		return err
+	}
+	if err := r.view().CheckRange(addr, uint64(len(data))); err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	st := &t.w.stats
+	st.putBytes.Add(uint64(len(data)))
+	if r.mapping != nil {
+		copy(r.mapping[addr-r.base:], data)
+		st.cpyPuts.Add(1)
+		return nil
+	}
+	*t.ops = append(*t.ops, targetOp{kind: opPut, g: t.g, c: t.c, r: r, raddr: addr, buf: data})
+	t.c.dirtyUCX, t.c.unfenced, t.c.lastPut = true, true, r
+	st.ucxPuts.Add(1)
+	return nil
+}
+
+func (t *target) Buffer(n int) []byte {
+	if t.bufs == nil || n <= 0 {
+		return nil
+	}
+	return t.bufs.alloc(n)
+}
+
+func (t *target) Sync(ops []rdmo.RemoteOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := t.usable(); err != nil {
+		for i := range ops {
+			ops[i].Status, ops[i].Result = rdmo.StatusOf(err), 0
+		}
+		return err
+	}
+	st := &t.w.stats
+	st.syncs.Add(1)
+	st.syncOps.Add(uint64(len(ops)))
+	t.sync = t.sync[:0]
+	for i := range ops {
+		o := &ops[i]
+		o.Status, o.Result = rdmo.StatusOK, 0
+		r, err := t.region(o.Region)
+		if err != nil {
+			o.Status = rdmo.StatusOf(err)
+			continue
+		}
+		switch o.Kind {
+		case rdmo.RemoteGet:
+			if err := r.view().CheckRange(o.Addr, uint64(len(o.Buf))); err != nil {
+				o.Status = rdmo.StatusOutOfBounds
+				continue
+			}
+			if len(o.Buf) == 0 {
+				continue
+			}
+			if r.mapping != nil {
+				copy(o.Buf, r.mapping[o.Addr-r.base:])
+				continue
+			}
+			t.sync = append(t.sync, targetOp{kind: opGet, g: &t.c.sync, c: t.c, r: r, raddr: o.Addr, buf: o.Buf, res: o})
+		case rdmo.RemoteFetchAdd, rdmo.RemoteCompareSwap, rdmo.RemoteSwap:
+			if err := r.view().CheckRange(o.Addr, 8); err != nil || o.Addr%8 != 0 {
+				o.Status = rdmo.StatusOutOfBounds
+				continue
+			}
+			op := targetOp{kind: opAtomic, g: &t.c.sync, c: t.c, r: r, raddr: o.Addr, value: o.Operand, res: o}
+			switch o.Kind {
+			case rdmo.RemoteFetchAdd:
+				op.amo = ucp.AtomicFetchAdd
+			case rdmo.RemoteCompareSwap:
+				op.amo, op.compare = ucp.AtomicCompareSwap, o.Compare
+			default:
+				op.amo = ucp.AtomicSwap
+			}
+			t.sync = append(t.sync, op)
+		default:
+			o.Status = rdmo.StatusInternal
+		}
+	}
+	if len(t.sync) == 0 {
+		return nil
+	}
+	if t.c.unfenced {
+		// Reads and atomics must see the UCX writes issued before them.
+		t.sync = append(t.sync, targetOp{})
+		copy(t.sync[1:], t.sync)
+		t.sync[0] = targetOp{kind: opFence, g: &t.c.sync, c: t.c}
+		t.c.unfenced = false
+	}
+	t.submitWait()
+	return nil
+}
+
+// submitWait hands the pending ops and t.sync to the loop and waits until
+// the sync group (t.sync, and in a command every op) has completed.
+func (t *target) submitWait() {
+	g := &t.c.sync
+	g.status, g.detail = rdmo.StatusOK, ""
+	ops := *t.ops
+	t.w.push(inboxItem{kind: itemSubmit, c: t.c, ops: ops, sync: t.sync, g: g})
+	<-t.c.syncCh
+	clear(ops)
+	*t.ops = ops[:0]
+	clear(t.sync)
+	t.sync = t.sync[:0]
+}
+
+// pendingOf finds the worker's record of a request of the running batch.
+func (t *target) pendingOf(req *rdmo.Request) (*pending, error) {
+	if t.b != nil {
+		for i := range t.b.reqs {
+			if &t.b.reqs[i] == req {
+				p := t.b.ents[i]
+				if p.moved {
+					return nil, wireErr(rdmo.StatusInternal, "the rendezvous payload of seq "+utoa(req.Seq)+" was already moved")
+				}
+				return p, nil
+			}
+		}
+	}
+	return nil, wireErr(rdmo.StatusInternal, "request is not part of the running batch")
+}
+
+func (t *target) Place(req *rdmo.Request, id, addr uint64) error {
+	if req == nil {
+		return wireErr(rdmo.StatusInternal, "Place of a nil request")
+	}
+	if !req.Rendezvous {
+		return t.Put(id, addr, req.Payload)
+	}
+	if err := t.usable(); err != nil {
+		return err
+	}
+	p, err := t.pendingOf(req)
+	if err != nil {
+		return err
+	}
+	r, err := t.region(id)
+	if err != nil {
+		return err
+	}
+	if err := r.view().CheckRange(addr, req.Length); err != nil {
+		return err
+	}
+	if req.Length == 0 {
+		return nil
+	}
+	op := targetOp{g: t.g, c: t.c, r: r, raddr: addr, pend: p}
+	if r.mapping != nil {
+		op.kind = opRecv
+		op.place = true
+		op.buf = r.mapping[addr-r.base : addr-r.base+req.Length]
+	} else {
+		if req.Length > uint64(t.w.cfg.MaxRendezvousFetch) {
+			return wireErr(rdmo.StatusRendezvousRefused, "rendezvous payload of "+utoa(req.Length)+
+				" bytes exceeds the bounce limit of "+strconv.Itoa(t.w.cfg.MaxRendezvousFetch))
+		}
+		op.kind = opRecvBounce
+		t.c.dirtyUCX, t.c.unfenced, t.c.lastPut = true, true, r
+	}
+	p.moved = true
+	*t.ops = append(*t.ops, op)
+	t.w.stats.places.Add(1)
+	t.w.stats.putBytes.Add(req.Length)
+	return nil
+}
+
+func (t *target) Fetch(req *rdmo.Request) ([]byte, error) {
+	if req == nil {
+		return nil, wireErr(rdmo.StatusInternal, "Fetch of a nil request")
+	}
+	if !req.Rendezvous {
+		return req.Payload, nil
+	}
+	if t.g == nil {
+		return nil, errUnbound
+	}
+	if req.Length > uint64(t.w.cfg.MaxRendezvousFetch) {
+		return nil, wireErr(rdmo.StatusRendezvousRefused, "rendezvous payload of "+utoa(req.Length)+
+			" bytes exceeds the fetch limit of "+strconv.Itoa(t.w.cfg.MaxRendezvousFetch))
+	}
+	p, err := t.pendingOf(req)
+	if err != nil {
+		return nil, err
+	}
+	buf := t.Buffer(int(req.Length))
+	p.moved = true
+	t.w.stats.fetches.Add(1)
+	t.sync = append(t.sync[:0], targetOp{kind: opRecv, g: &t.c.sync, c: t.c, pend: p, buf: buf})
+	t.submitWait()
+	if g := &t.c.sync; g.status != rdmo.StatusOK {
+		return nil, wireErr(g.status, "fetching the rendezvous payload: "+g.detail)
+	}
+	return buf, nil
+}
+
+func (t *target) Flush() error {
+	if t.g == nil {
+		return errUnbound
+	}
+	t.w.stats.flushes.Add(1)
+	if t.c.hostFailed.Load() {
+		return errUnreachable
+	}
+	op := targetOp{kind: opFlush, g: &t.c.sync, c: t.c}
+	if t.c.dirtyUCX {
+		op.readback = t.readbackRegion()
+	}
+	t.sync = append(t.sync[:0], op)
+	t.submitWait()
+	if g := &t.c.sync; g.status != rdmo.StatusOK {
+		return wireErr(g.status, "flush: "+g.detail)
+	}
+	t.c.dirtyUCX, t.c.unfenced = false, false
+	return nil
+}
+
+// readbackRegion picks the region the visibility read goes to: where the
+// last UCX write went, else any live region of the client.
+func (t *target) readbackRegion() *region {
+	if r := t.c.lastPut; r != nil && !r.gone.Load() && (*t.c.regions.Load())[r.id] == r {
+		return r
+	}
+	for _, r := range *t.c.regions.Load() {
+		if !r.gone.Load() {
+			return r
+		}
+	}
+	return nil
+}
+
+func (t *target) Fence() error {
+	if t.g == nil {
+		return errUnbound
+	}
+	t.w.stats.fences.Add(1)
+	var errs []error
+	for _, e := range t.w.handlers {
+		if err := t.c.protect(e.info.Name, "Fence", func() error { return e.h.Fence(t) }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// bufArena is Target.Buffer memory: 64 KiB chunks handed out in order and
+// reused once the batch completed, plus a few reused large buffers.
+type bufArena struct {
+	chunks  [][]byte
+	cur     int
+	off     int
+	big     [][]byte
+	bigUsed int
+}
+
+const (
+	bufChunk = 64 << 10
+	maxBig   = 4
+)
+
+func (a *bufArena) alloc(n int) []byte {
+	if n > bufChunk {
+		for i := a.bigUsed; i < len(a.big); i++ {
+			if cap(a.big[i]) >= n {
+				a.big[i], a.big[a.bigUsed] = a.big[a.bigUsed], a.big[i]
+				a.bigUsed++
+				return a.big[a.bigUsed-1][:n:n]
+			}
+		}
+		b := make([]byte, n)
+		a.big = append(a.big, b)
+		a.big[len(a.big)-1], a.big[a.bigUsed] = a.big[a.bigUsed], a.big[len(a.big)-1]
+		a.bigUsed++
+		return b
+	}
+	for {
+		if a.cur == len(a.chunks) {
+			a.chunks = append(a.chunks, make([]byte, bufChunk))
+		}
+		c := a.chunks[a.cur]
+		if len(c)-a.off >= n {
+			b := c[a.off : a.off+n : a.off+n]
+			a.off = min(a.off+(n+7)&^7, len(c))
+			return b
+		}
+		a.cur++
+		a.off = 0
+	}
+}
+
+func (a *bufArena) reset() {
+	a.cur, a.off, a.bigUsed = 0, 0, 0
+	if len(a.chunks) > 16 {
+		clear(a.chunks[16:])
+		a.chunks = a.chunks[:16]
+	}
+	if len(a.big) > maxBig {
+		clear(a.big[maxBig:])
+		a.big = a.big[:maxBig]
+	}
+}

@@ -1,0 +1,512 @@
+package dpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// Worker is the RDMO worker component: it owns one UCP context and worker,
+// driven by one goroutine (the loop), and one executor goroutine per
+// client that runs the operation handlers. See ARCHITECTURE-dpu.md.
+type Worker struct {
+	cfg  Config
+	log  *zap.Logger
+	uctx *ucp.Context
+	uw   *ucp.Worker
+	addr []byte
+
+	handlers []*handlerEntry
+	byOp     [rdmo.OpUserBase]*handlerEntry
+	userOps  map[uint32]*handlerEntry // fixed after New
+
+	stats counters
+
+	// Inbox: any goroutine hands work to the loop here, then wakes it.
+	mu       sync.Mutex
+	cmds     []*command
+	items    []inboxItem
+	closeReq bool
+	pending  atomic.Int64 // items + commands queued, for the sleep check
+	sleeping atomic.Bool
+	done     chan struct{} // closed when the loop has torn everything down
+	closeErr error
+
+	// Registry: written by the loop only, under regMu; read by executors
+	// (region owner checks) and Stats.
+	regMu      sync.Mutex
+	allRegions map[uint64]*region
+	rqByID     map[uint64]*rq
+	nclients   int
+
+	// Loop-owned state.
+	clients    map[uint64]*client
+	rqAddr     map[string]*rq
+	nextRQ     uint64
+	nextRegion uint64
+	ops        opTable
+	backlog    []int32 // ops UCX had no room for, in order
+	comp       *completer
+	closingRQs []*rq
+	removals   []*client
+	shutdown   bool
+	bounce     bouncePool
+	cmdBuf     []*command
+	itemBuf    []inboxItem
+	dirty      []*client // clients whose request queues may dispatch
+}
+
+type handlerEntry struct {
+	h    rdmo.Handler
+	info rdmo.HandlerInfo
+}
+
+// command is a Do call in flight.
+type command struct {
+	cmd   Command
+	reply chan cmdResult
+}
+
+type cmdResult struct {
+	n   Notification
+	err error
+}
+
+func (c *command) answer(n Notification, err error) {
+	c.reply <- cmdResult{n, err} // buffered, answered once
+}
+
+// removeClient is the internal command behind RemoveClient.
+type removeClient struct{ ID uint64 }
+
+func (removeClient) CommandType() CommandType { return CommandType(255) }
+
+type itemKind uint8
+
+const (
+	itemSubmit    itemKind = iota + 1 // ops from an executor (Sync, Flush, Fetch)
+	itemBatchDone                     // HandleBatch returned: its last ops
+	itemDeregDone                     // MR_DEREG's executor part finished
+	itemExited                        // an executor goroutine ended
+)
+
+// inboxItem is one message from an executor to the loop.
+type inboxItem struct {
+	kind itemKind
+	c    *client
+	b    *batch
+	ops  []targetOp // the owner's ops (Puts, Places), in issue order
+	sync []targetOp // ops of the sync group g, after ops
+	g    *opGroup   // sealed once ops and sync are queued
+	reg  *region
+	cmd  *command
+	err  error
+}
+
+// New creates the worker's UCP context and worker and starts the goroutine
+// that owns them.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		userOps:    map[uint32]*handlerEntry{},
+		done:       make(chan struct{}),
+		allRegions: map[uint64]*region{},
+		rqByID:     map[uint64]*rq{},
+		clients:    map[uint64]*client{},
+		rqAddr:     map[string]*rq{},
+	}
+	w.stats.reqUser = map[uint32]*atomic.Uint64{}
+	w.comp = &completer{w}
+	if err := w.register(cfg.Handlers); err != nil {
+		return nil, err
+	}
+	started := make(chan error, 1)
+	go w.run(started)
+	if err := <-started; err != nil {
+		<-w.done
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Worker) register(hs []rdmo.Handler) error {
+	for _, h := range hs {
+		if h == nil {
+			return fmt.Errorf("dpu: nil handler")
+		}
+		e := &handlerEntry{h: h, info: h.Info()}
+		if len(e.info.Ops) == 0 {
+			return fmt.Errorf("dpu: handler %q serves no op", e.info.Name)
+		}
+		for _, op := range e.info.Ops {
+			if op > rdmo.OpScatter && !rdmo.IsUserOp(op) {
+				return fmt.Errorf("dpu: handler %q claims reserved op %d", e.info.Name, op)
+			}
+			if prev := w.lookup(op); prev != nil {
+				return fmt.Errorf("dpu: op %s claimed by handlers %q and %q", rdmo.OpName(op), prev.info.Name, e.info.Name)
+			}
+			if op < rdmo.OpUserBase {
+				w.byOp[op] = e
+			} else {
+				w.userOps[op] = e
+				w.stats.reqUser[op] = new(atomic.Uint64)
+			}
+		}
+		w.handlers = append(w.handlers, e)
+	}
+	if w.byOp[rdmo.OpFlush] == nil {
+		e := &handlerEntry{h: builtinFlush{}, info: builtinFlush{}.Info()}
+		w.byOp[rdmo.OpFlush] = e
+		w.handlers = append(w.handlers, e)
+	}
+	return nil
+}
+
+func (w *Worker) lookup(op uint32) *handlerEntry {
+	if op < rdmo.OpUserBase {
+		return w.byOp[op]
+	}
+	return w.userOps[op]
+}
+
+// builtinFlush serves FLUSH when no configured handler does: write back
+// every handler's cached state, then make all writes visible.
+type builtinFlush struct{ rdmo.BaseHandler }
+
+func (builtinFlush) Info() rdmo.HandlerInfo {
+	return rdmo.HandlerInfo{Name: "flush (built-in)", Version: "1.0.0", Ops: []uint32{rdmo.OpFlush}}
+}
+
+func (builtinFlush) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	for i := range reqs {
+		err := t.Fence()
+		if err == nil {
+			err = t.Flush()
+		}
+		results[i] = rdmo.ResultOf(err)
+		if err != nil && results[i].Status == rdmo.StatusHandlerFailed {
+			results[i].Status = rdmo.StatusOf(err)
+		}
+	}
+}
+
+// Address is the worker's UCP address (what CLIENT_INIT answers with).
+func (w *Worker) Address() []byte { return append([]byte(nil), w.addr...) }
+
+// Do executes a command on the worker goroutine and returns its answer.
+// It is safe for concurrent use. A failed command returns its notification
+// (with a non-OK Status) and a *CommandError. When ctx ends first, Do
+// returns ctx.Err(); the command still runs to completion.
+func (w *Worker) Do(ctx context.Context, cmd Command) (Notification, error) {
+	if cmd == nil {
+		return Notification{Status: rdmo.StatusInternal, Detail: "nil command"}, cmdErr(0, ErrInvalidCommand, "nil command")
+	}
+	c := &command{cmd: cmd, reply: make(chan cmdResult, 1)}
+	w.mu.Lock()
+	if w.closeReq {
+		w.mu.Unlock()
+		e := cmdErr(cmd.CommandType(), ErrClosed, "")
+		return e.notification(commandClient(cmd)), e
+	}
+	w.cmds = append(w.cmds, c)
+	w.mu.Unlock()
+	w.pending.Add(1)
+	w.wake()
+	select {
+	case r := <-c.reply:
+		return r.n, r.err
+	case <-ctx.Done():
+		return Notification{Type: cmd.CommandType(), Status: rdmo.StatusInternal, Detail: ctx.Err().Error(),
+			Client: commandClient(cmd)}, ctx.Err()
+	}
+}
+
+// RemoveClient drops a client whose target is gone: its request queues are
+// closed (requests not yet started fail with TargetUnreachable), every
+// handler's ClientRemoved is called on its executor, and its regions and
+// endpoint are released. Nothing is written back.
+func (w *Worker) RemoveClient(id uint64) error {
+	_, err := w.Do(context.Background(), removeClient{ID: id})
+	return err
+}
+
+// Close tears the worker down: every client is removed after its handlers
+// wrote back their cached state (Fence, Flush) where the target is still
+// reachable; then the UCP worker and context are closed and the goroutines
+// end. Close waits for handlers that are running to return.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	first := !w.closeReq
+	w.closeReq = true
+	w.mu.Unlock()
+	if first {
+		w.pending.Add(1)
+		w.wake()
+	}
+	<-w.done
+	return w.closeErr
+}
+
+// push hands an executor's message to the loop.
+func (w *Worker) push(it inboxItem) {
+	w.mu.Lock()
+	w.items = append(w.items, it)
+	w.mu.Unlock()
+	w.pending.Add(1)
+	w.wake()
+}
+
+// wake interrupts the loop's sleep; it costs a system call only when the
+// loop is (about to be) asleep.
+func (w *Worker) wake() {
+	if w.sleeping.Load() {
+		w.uw.Wake()
+	}
+}
+
+func commandClient(cmd Command) uint64 {
+	switch c := cmd.(type) {
+	case ClientInit:
+		return c.ID
+	case *ClientInit:
+		return c.ID
+	case RQCreate:
+		return c.Client
+	case *RQCreate:
+		return c.Client
+	case RQDestroy:
+		return c.Client
+	case *RQDestroy:
+		return c.Client
+	case MRReg:
+		return c.Client
+	case *MRReg:
+		return c.Client
+	case MRDereg:
+		return c.Client
+	case *MRDereg:
+		return c.Client
+	case removeClient:
+		return c.ID
+	}
+	return 0
+}
+
+// run is the loop goroutine: it owns the UCP worker.
+func (w *Worker) run(started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(w.done)
+	var err error
+	w.uctx, err = ucp.NewContext(ucp.ContextOptions{Config: w.cfg.UCXConfig, Name: "rdmo-dpu"})
+	if err != nil {
+		started <- fmt.Errorf("dpu: %w", err)
+		return
+	}
+	w.uw, err = w.uctx.NewWorker(ucp.WorkerOptions{MaxOutstanding: 16384})
+	if err == nil {
+		w.addr, err = w.uw.Address()
+	}
+	if err == nil {
+		err = w.uw.SetHandler(0, ucp.MessageHandlerFunc(w.handleMessages))
+	}
+	if err != nil {
+		if w.uw != nil {
+			w.uw.Close()
+		}
+		w.uctx.Close()
+		started <- fmt.Errorf("dpu: %w", err)
+		return
+	}
+	started <- nil
+	w.log.Debug("dpu worker started", zap.Int("handlers", len(w.handlers)))
+
+	idle := 0
+	for {
+		n, err := w.uw.Progress()
+		if err != nil {
+			w.log.Error("progress failed", zap.Error(err))
+		}
+		did := w.drainInbox()
+		did += w.issueBacklog()
+		w.pumpDirty()
+		if len(w.closingRQs) > 0 || len(w.removals) > 0 || w.shutdown {
+			w.maintain()
+			if w.shutdown && len(w.clients) == 0 && len(w.removals) == 0 && len(w.closingRQs) == 0 {
+				break
+			}
+		}
+		if n > 0 || did > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle < spinBeforeWait {
+			continue
+		}
+		w.sleeping.Store(true)
+		if w.pending.Load() == 0 {
+			if _, err := w.uw.Wait(w.cfg.IdleWait); err != nil {
+				w.log.Error("wait failed", zap.Error(err))
+			}
+		}
+		w.sleeping.Store(false)
+		idle = 0
+	}
+	w.closeErr = w.teardown()
+}
+
+// drainInbox runs the queued commands and executor messages.
+func (w *Worker) drainInbox() int {
+	if w.pending.Load() == 0 {
+		return 0
+	}
+	w.mu.Lock()
+	cmds, items := w.cmds, w.items
+	w.cmds, w.items = w.cmdBuf[:0], w.itemBuf[:0]
+	closeReq := w.closeReq
+	w.mu.Unlock()
+	w.pending.Add(-int64(len(cmds) + len(items)))
+	for i := range items {
+		w.handleItem(&items[i])
+		items[i] = inboxItem{}
+	}
+	for i, c := range cmds {
+		if w.shutdown {
+			e := cmdErr(c.cmd.CommandType(), ErrClosed, "")
+			c.answer(e.notification(commandClient(c.cmd)), e)
+		} else {
+			w.execute(c)
+		}
+		cmds[i] = nil
+	}
+	w.cmdBuf, w.itemBuf = cmds[:0], items[:0]
+	if closeReq && !w.shutdown {
+		w.pending.Add(-1)
+		w.startShutdown()
+	}
+	return len(cmds) + len(items)
+}
+
+func (w *Worker) handleItem(it *inboxItem) {
+	switch it.kind {
+	case itemSubmit:
+		w.submit(it.ops, it.sync, it.g)
+	case itemBatchDone:
+		b := it.b
+		w.submit(it.ops, nil, nil)
+		b.g.sealed = true
+		b.c.queued--
+		w.markDirty(b.c)
+		w.groupCheck(&b.g)
+	case itemDeregDone:
+		w.deregDone(it.c, it.reg, it.cmd, it.err)
+	case itemExited:
+		it.c.exited = true
+	}
+}
+
+// submit queues an executor's ops: each counts in its group until it
+// completes; the sync group, if any, is sealed afterwards.
+func (w *Worker) submit(ops, sync []targetOp, g *opGroup) {
+	for i := range ops {
+		w.enqueue(&ops[i])
+	}
+	for i := range sync {
+		w.enqueue(&sync[i])
+	}
+	if g != nil {
+		g.sealed = true
+		w.groupCheck(g)
+	}
+}
+
+// startShutdown begins Close: new requests are dropped, every client is
+// removed (with write-back), and the loop ends when all are gone.
+func (w *Worker) startShutdown() {
+	w.shutdown = true
+	w.log.Debug("dpu worker closing", zap.Int("clients", len(w.clients)))
+	for _, c := range w.clients {
+		w.startRemoval(c, nil, true)
+	}
+}
+
+// teardown closes what is left after every client is gone.
+func (w *Worker) teardown() error {
+	var errs []error
+	// Answer commands that raced with Close.
+	w.mu.Lock()
+	cmds := w.cmds
+	w.cmds = nil
+	w.mu.Unlock()
+	for _, c := range cmds {
+		e := cmdErr(c.cmd.CommandType(), ErrClosed, "")
+		c.answer(e.notification(commandClient(c.cmd)), e)
+	}
+	w.uw.SetHandler(0, nil)
+	if err := w.uw.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := w.uctx.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	w.log.Debug("dpu worker closed")
+	return errors.Join(errs...)
+}
+
+// maintain advances request queue teardowns and client removals; it runs
+// at the top of the loop (outside Progress), where endpoints may be closed.
+func (w *Worker) maintain() {
+	now := time.Now()
+	if len(w.closingRQs) > 0 {
+		var ready []*rq
+		keep := w.closingRQs[:0]
+		for _, q := range w.closingRQs {
+			if w.rqReadyToClose(q, now) {
+				ready = append(ready, q)
+			} else {
+				keep = append(keep, q)
+			}
+		}
+		for i := len(keep); i < len(w.closingRQs); i++ {
+			w.closingRQs[i] = nil
+		}
+		w.closingRQs = keep
+		for _, q := range ready {
+			w.closeRQ(q)
+		}
+	}
+	if len(w.removals) > 0 {
+		var ready []*client
+		keep := w.removals[:0]
+		for _, c := range w.removals {
+			if c.exited && len(c.rqs) == 0 {
+				ready = append(ready, c)
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		for i := len(keep); i < len(w.removals); i++ {
+			w.removals[i] = nil
+		}
+		w.removals = keep
+		for _, c := range ready {
+			w.finishRemoval(c)
+		}
+	}
+}
+
+// spinBeforeWait is how many idle loop rounds pass before the loop sleeps.
+var spinBeforeWait = 64

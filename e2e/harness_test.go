@@ -1,0 +1,238 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/dpu"
+	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/plugins/flush"
+	"github.com/openrdmo/rdmo/plugins/scatter"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+)
+
+// target plays the target process: it owns a UCX worker (progressed on its
+// own goroutine, as TCP RMA needs the target side to progress) and regions
+// of memory that the RDMO worker writes into.
+type target struct {
+	t      testing.TB
+	ctx    *ucp.Context
+	w      *ucp.Worker
+	addr   []byte
+	mems   []*ucp.Memory
+	stop   chan struct{}
+	done   chan struct{}
+	worker rdmoWorker
+	client uint64
+	wAddr  []byte // the RDMO worker's address, from CLIENT_INIT
+}
+
+type region struct {
+	id  uint64
+	mem *ucp.Memory
+}
+
+func (r region) base() uint64  { return r.mem.Address() }
+func (r region) bytes() []byte { return r.mem.Bytes() }
+
+func handlers(strategy appendop.Strategy) []rdmo.Handler {
+	return []rdmo.Handler{
+		appendop.New(appendop.Options{Strategy: strategy}),
+		flush.New(),
+		scatter.New(scatter.Options{}),
+	}
+}
+
+// rdmoWorker is the RDMO worker under test: in this process, or a worker
+// process behind a UROM service.
+type rdmoWorker interface {
+	Do(ctx context.Context, cmd dpu.Command) (dpu.Notification, error)
+	Stats() dpu.Stats
+}
+
+// newTarget starts an RDMO worker with the three handlers (the way the
+// test's mode says) and a target registered with it as client id 1.
+func newTarget(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy) *target {
+	return newTargetMode(t, tr, strategy, modeInProcess)
+}
+
+func newTargetMode(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy, mode workerMode) *target {
+	t.Helper()
+	ctx := ucptest.NewContext(t, tr)
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := w.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := &target{t: t, ctx: ctx, w: w, addr: addr, stop: make(chan struct{}), done: make(chan struct{}), client: 1}
+	go tg.progress()
+	t.Cleanup(tg.close)
+	tg.worker = startWorker(t, tr, strategy, mode)
+	n := tg.do(dpu.ClientInit{ID: tg.client, Addr: addr})
+	tg.wAddr = n.Addr
+	return tg
+}
+
+func (tg *target) progress() {
+	defer close(tg.done)
+	for {
+		select {
+		case <-tg.stop:
+			return
+		default:
+		}
+		if n, _ := tg.w.Progress(); n == 0 {
+			tg.w.Wait(time.Millisecond)
+		}
+	}
+}
+
+func (tg *target) close() {
+	close(tg.stop)
+	<-tg.done
+	for _, m := range tg.mems {
+		m.Close()
+	}
+	tg.w.Close()
+}
+
+func (tg *target) do(cmd dpu.Command) dpu.Notification {
+	tg.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := tg.worker.Do(ctx, cmd)
+	if err != nil {
+		tg.t.Fatalf("%T: %v", cmd, err)
+	}
+	return n
+}
+
+// register allocates size bytes of target memory and registers them.
+func (tg *target) register(size int) region {
+	tg.t.Helper()
+	mem, err := tg.ctx.Allocate(size)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	tg.mems = append(tg.mems, mem)
+	packed, err := mem.PackRkey()
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	n := tg.do(dpu.MRReg{Client: tg.client, VA: mem.Address(), Len: uint64(size), PackedRkey: packed})
+	return region{id: n.Region, mem: mem}
+}
+
+// queue registers a queue region whose first word is its tail, initialised
+// to the address just after it (as the reference demo does).
+func (tg *target) queue(size int) region {
+	r := tg.register(size)
+	binary.LittleEndian.PutUint64(r.bytes(), r.base()+8)
+	return r
+}
+
+func tail(r region) uint64 { return binary.LittleEndian.Uint64(r.bytes()) }
+
+// The test binary doubles as the initiator process (E2E_ROLE=initiator).
+func TestMain(m *testing.M) {
+	switch os.Getenv("E2E_ROLE") {
+	case "initiator":
+		os.Exit(initiatorMain())
+	case "worker":
+		os.Exit(workerProcessMain())
+	}
+	code := m.Run()
+	if pluginPath != "" {
+		os.RemoveAll(pluginPath)
+	}
+	os.Exit(code)
+}
+
+// initiatorProc is an initiator child process.
+type initiatorProc struct {
+	t     testing.TB
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+	addr  []byte
+	rq    uint64
+}
+
+// startInitiator starts an initiator process running the named workload
+// against the target's worker and creates its RQ.
+func (tg *target) startInitiator(tr ucptest.Transport, env ...string) *initiatorProc {
+	t := tg.t
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(append(os.Environ(), "E2E_ROLE=initiator",
+		"E2E_WORKER="+hex.EncodeToString(tg.wAddr),
+		fmt.Sprintf("E2E_CLIENT=%d", tg.client)), tr.Env()...), env...)
+	cmd.Stderr = os.Stderr
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &initiatorProc{t: t, cmd: cmd, in: in, lines: make(chan string, 64)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	f := p.expect("ADDR", 30*time.Second)
+	p.addr, _ = hex.DecodeString(f[0])
+	p.rq = tg.do(dpu.RQCreate{Client: tg.client, Addr: p.addr}).RQ
+	return p
+}
+
+func (p *initiatorProc) send(line string) { fmt.Fprintln(p.in, line) }
+
+// expect returns the fields of the next line starting with prefix.
+func (p *initiatorProc) expect(prefix string, timeout time.Duration) []string {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("initiator exited before %s", prefix)
+			}
+			if strings.HasPrefix(l, "ERR") {
+				p.t.Fatalf("initiator: %s", l)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return strings.Fields(l)[1:]
+			}
+		case <-deadline:
+			p.t.Fatalf("timed out waiting for %s from the initiator", prefix)
+		}
+	}
+}

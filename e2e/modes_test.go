@@ -1,0 +1,137 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/dpu"
+	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/rdmoworker"
+)
+
+// workerMode says where the RDMO worker runs and how its handlers are
+// loaded.
+type workerMode int
+
+const (
+	modeInProcess  workerMode = iota // dpu.Worker in the test process
+	modeUROM                         // a worker process of a UROM service, handlers built in
+	modeUROMPlugin                   // the same, every handler a plugin process
+)
+
+func (m workerMode) String() string {
+	return [...]string{"inproc", "urom", "plugins"}[m]
+}
+
+type inProcess struct{ *dpu.Worker }
+
+func startWorker(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy, mode workerMode) rdmoWorker {
+	if mode == modeInProcess {
+		w, err := dpu.New(dpu.Config{Handlers: handlers(strategy), UCXConfig: tr.Config()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := w.Close(); err != nil {
+				t.Errorf("worker close: %v", err)
+			}
+		})
+		return inProcess{w}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := urom.Config{
+		Listen:           "127.0.0.1:0",
+		Builtins:         rdmoworker.Builtins(),
+		MaxWorkers:       4,
+		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
+		WorkerEnv:        append([]string{"E2E_ROLE=worker"}, tr.Env()...),
+		ComponentVersion: rdmoworker.ComponentVersion,
+	}
+	names := []string{"append", "flush", "scatter"}
+	if mode == modeUROMPlugin {
+		cfg.PluginPath = []string{pluginDir(t)}
+		cfg.Probe = rdmoworker.Probe
+		names = []string{"plugin:append", "plugin:flush", "plugin:scatter"}
+	}
+	svc, err := urom.NewService(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := svc.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { svc.Serve(ctx); close(served) }()
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Spawn(ctx, urom.SpawnOptions{Plugins: names, Config: map[string]string{rdmoworker.ConfigAppendStrategy: strategy.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.Stop(context.Background())
+		c.Close()
+		cancel()
+		<-served
+	})
+	return remote{rdmoworker.Remote{W: w}}
+}
+
+type remote struct{ rdmoworker.Remote }
+
+func (r remote) Stats() dpu.Stats {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, _ := r.Remote.Stats(ctx)
+	return st
+}
+
+var (
+	pluginOnce sync.Once
+	pluginPath string
+	pluginErr  error
+)
+
+// pluginDir builds the three plugin binaries once per test run.
+func pluginDir(t testing.TB) string {
+	pluginOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "rdmo-plugins-")
+		if err != nil {
+			pluginErr = err
+			return
+		}
+		pluginPath = dir
+		for _, name := range []string{"append", "flush", "scatter"} {
+			out := filepath.Join(dir, "rdmo-plugin-"+name)
+			cmd := exec.Command("go", "build", "-o", out, "github.com/openrdmo/rdmo/plugins/"+name+"/cmd/rdmo-plugin-"+name)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				pluginErr = fmt.Errorf("build plugin %s: %v\n%s", name, err, b)
+				return
+			}
+		}
+	})
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	return pluginPath
+}
+
+func workerProcessMain() int {
+	err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}

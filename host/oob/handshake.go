@@ -1,0 +1,225 @@
+package oob
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// side is which end of the TCP connection a Conn is. It is fixed by who
+// dialed, so unlike Role it cannot be misconfigured; the proofs are bound
+// to it so that neither side's proof can be reflected back as the other's.
+type side byte
+
+const (
+	sideDialer   side = 'D'
+	sideListener side = 'L'
+)
+
+// NonceLen is the size of each side's authentication nonce.
+const NonceLen = 32
+
+// proofLabel separates these MACs from any other use of the secret.
+const proofLabel = "rdmo-oob v1 auth proof"
+
+// handshake runs the version hello and, when a secret is configured, the
+// mutual authentication. It sends nothing but handshake frames, and
+// nothing after a failure except an Error rejecting a wrong proof. On
+// failure the connection is closed.
+func (c *Conn) handshake(ctx context.Context, s side) (err error) {
+	start := time.Now()
+	c.hsDeadline = start.Add(c.opts.Timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(c.hsDeadline) {
+		c.hsDeadline = dl
+	}
+	defer func() {
+		c.hsDeadline = time.Time{}
+		if err != nil {
+			c.fail(err)
+			lvl := zap.WarnLevel
+			if errors.Is(err, context.Canceled) {
+				lvl = zap.DebugLevel
+			}
+			c.log.Check(lvl, "oob: handshake failed").Write(zap.Error(err))
+			return
+		}
+		c.log.Debug("oob: handshake complete",
+			zap.Stringer("peer_role", c.peerRole),
+			zap.Bool("authenticated", c.authenticated),
+			zap.Duration("took", time.Since(start)))
+	}()
+
+	local := Hello{Role: c.opts.Role, Version: c.opts.version, Auth: len(c.opts.Secret) > 0}
+	myHello, err := encodeFrame(c.opts.version, local, handshakeMaxBody)
+	if err != nil {
+		return err
+	}
+	if err := c.write(ctx, "handshake: send hello", myHello); err != nil {
+		return err
+	}
+	hf, err := c.read(ctx, "handshake: receive hello", handshakeMaxBody)
+	if err != nil {
+		var ve *VersionError
+		if errors.As(err, &ve) && hf != nil && hf.length <= handshakeMaxBody {
+			// Consume the peer's hello so that closing sends FIN, not
+			// RST: the peer then surely reads our hello and reports
+			// the mismatch too.
+			io.CopyN(io.Discard, c.nc, int64(hf.length))
+		}
+		return err
+	}
+	if hf.typ != TypeHello {
+		return &UnexpectedTypeError{Got: hf.typ, Want: TypeHello}
+	}
+	m, err := decodeBody(hf.typ, hf.body)
+	if err != nil {
+		return err
+	}
+	peer := m.(Hello)
+	switch {
+	case peer.Version != hf.version:
+		return &MalformedError{Type: TypeHello, Reason: fmt.Sprintf("hello says version %d in a version %d frame", peer.Version, hf.version)}
+	case peer.Role != RoleTarget && peer.Role != RoleInitiator:
+		return &MalformedError{Type: TypeHello, Reason: fmt.Sprintf("unknown role %d", uint8(peer.Role))}
+	case peer.Role == local.Role:
+		return &RoleError{Local: local.Role, Peer: peer.Role}
+	}
+	c.peerRole = peer.Role
+	switch {
+	case local.Auth && !peer.Auth:
+		return &AuthError{Reason: "this side requires a shared secret (Options.Secret) but the peer has none configured"}
+	case !local.Auth && peer.Auth:
+		return &AuthError{Reason: "the peer requires a shared secret but none is configured on this side (Options.Secret)"}
+	case !local.Auth:
+		return nil
+	}
+	if err := c.authenticate(ctx, s, myHello, hf.raw); err != nil {
+		return err
+	}
+	c.authenticated = true
+	return nil
+}
+
+// authenticate runs the challenge–response. Both sides send a fresh nonce;
+// the dialer proves first; the listener checks that proof before it sends
+// its own (so a stranger connecting to a target learns no MAC it could
+// attack offline) and rejects a wrong one with an Error frame; the dialer
+// then checks the listener's proof.
+func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []byte) error {
+	nonce := make([]byte, NonceLen)
+	if _, err := rand.Read(nonce); err != nil {
+		return fmt.Errorf("oob: handshake: random nonce: %w", err)
+	}
+	b, err := encodeFrame(c.opts.version, authChallenge{Nonce: nonce}, handshakeMaxBody)
+	if err != nil {
+		return err
+	}
+	if err := c.write(ctx, "handshake: send challenge", b); err != nil {
+		return err
+	}
+	f, err := c.read(ctx, "handshake: receive challenge", handshakeMaxBody)
+	if err != nil {
+		return err
+	}
+	if f.typ != TypeAuthChallenge {
+		return &UnexpectedTypeError{Got: f.typ, Want: TypeAuthChallenge}
+	}
+	m, err := decodeBody(f.typ, f.body)
+	if err != nil {
+		return err
+	}
+	peerNonce := m.(authChallenge).Nonce
+	if len(peerNonce) != NonceLen {
+		return &AuthError{Reason: fmt.Sprintf("the peer's nonce is %d bytes, want %d", len(peerNonce), NonceLen)}
+	}
+	if hmac.Equal(peerNonce, nonce) {
+		return &AuthError{Reason: "the peer echoed this side's nonce"}
+	}
+
+	t := transcript{nonceD: nonce, nonceL: peerNonce, helloD: myHello, helloL: peerHello}
+	peerSide, peerRole := sideListener, c.peerRole
+	if s == sideListener {
+		t = transcript{nonceD: peerNonce, nonceL: nonce, helloD: peerHello, helloL: myHello}
+		peerSide = sideDialer
+	}
+	mine := t.proof(c.opts.Secret, s, c.opts.Role)
+	want := t.proof(c.opts.Secret, peerSide, peerRole)
+
+	sendProof := func() error {
+		b, err := encodeFrame(c.opts.version, authProof{MAC: mine}, handshakeMaxBody)
+		if err != nil {
+			return err
+		}
+		return c.write(ctx, "handshake: send proof", b)
+	}
+	if s == sideDialer {
+		if err := sendProof(); err != nil {
+			return err
+		}
+	}
+	f, err = c.read(ctx, "handshake: receive proof", handshakeMaxBody)
+	if err != nil {
+		return err
+	}
+	m, err = decodeBody(f.typ, f.body)
+	if err != nil {
+		return err
+	}
+	switch m := m.(type) {
+	case authProof:
+		if !hmac.Equal(m.MAC, want) {
+			if s == sideListener {
+				// Best effort: tell the dialer why, then close.
+				if b, err := encodeFrame(c.opts.version, Error{Code: CodeAuth, Message: "authentication failed"}, handshakeMaxBody); err == nil {
+					c.write(ctx, "handshake: send rejection", b)
+				}
+			}
+			return &AuthError{Reason: "the peer's proof does not match: the shared secrets differ (or the handshake was tampered with)"}
+		}
+	case Error:
+		if m.Code == CodeAuth && s == sideDialer {
+			return &AuthError{Reason: "the peer rejected this side's proof: the shared secrets differ (or the handshake was tampered with)"}
+		}
+		return m
+	default:
+		return &UnexpectedTypeError{Got: f.typ, Want: TypeAuthProof}
+	}
+	if s == sideListener {
+		return sendProof()
+	}
+	return nil
+}
+
+// transcript is what the proofs cover: both hellos (raw frames, so any
+// tampering with version, role or the auth flag is detected) and both
+// nonces, ordered dialer first.
+type transcript struct {
+	helloD, helloL []byte
+	nonceD, nonceL []byte
+}
+
+// proof = HMAC-SHA256(secret, label || side || role || len(helloD) ||
+// helloD || len(helloL) || helloL || nonceD || nonceL), lengths u32 BE.
+func (t *transcript) proof(secret []byte, s side, r Role) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(proofLabel))
+	m.Write([]byte{byte(s), byte(r)})
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(t.helloD)))
+	m.Write(n[:])
+	m.Write(t.helloD)
+	binary.BigEndian.PutUint32(n[:], uint32(len(t.helloL)))
+	m.Write(n[:])
+	m.Write(t.helloL)
+	m.Write(t.nonceD)
+	m.Write(t.nonceL)
+	return m.Sum(nil)
+}

@@ -1,0 +1,145 @@
+package oob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Listener accepts out-of-band connections. A background goroutine accepts
+// TCP connections and hands each to one Accept call, which runs the
+// handshake; it ends when the Listener is closed.
+type Listener struct {
+	ln    net.Listener
+	opts  Options
+	conns chan accepted
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+type accepted struct {
+	nc  net.Conn
+	err error
+}
+
+// Listen listens on the TCP address addr ("host:port"; port 0 picks one,
+// see Addr). The reference uses port 18515.
+func Listen(addr string, opts Options) (*Listener, error) {
+	o, err := opts.normalize(RoleTarget)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("oob: listen: %w", err)
+	}
+	l := &Listener{ln: ln, opts: o, conns: make(chan accepted), done: make(chan struct{})}
+	l.wg.Add(1)
+	go l.loop()
+	o.Logger.Debug("oob: listening", zap.Stringer("addr", ln.Addr()),
+		zap.Bool("secret", len(o.Secret) > 0))
+	return l, nil
+}
+
+func (l *Listener) loop() {
+	defer l.wg.Done()
+	backoff := time.Duration(0)
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// E.g. out of file descriptors: report it, back off.
+			select {
+			case l.conns <- accepted{err: err}:
+			case <-l.done:
+				return
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return
+			}
+			continue
+		}
+		backoff = 0
+		select {
+		case l.conns <- accepted{nc: nc}:
+		case <-l.done:
+			nc.Close()
+			return
+		}
+	}
+}
+
+// Accept waits for a peer and runs the handshake with it (bounded by
+// Options.Timeout and ctx). Errors concerning one peer are a
+// *HandshakeError (the listener is still good: call Accept again); a closed
+// listener gives an error matching ErrClosed. Accept is safe for concurrent
+// use, so several handshakes can run at once.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("oob: accept: %w", err)
+	}
+	select {
+	case a := <-l.conns:
+		if a.err != nil {
+			return nil, fmt.Errorf("oob: accept: %w", a.err)
+		}
+		remote := a.nc.RemoteAddr().String()
+		c := newConn(a.nc, l.opts)
+		if err := c.handshake(ctx, sideListener); err != nil {
+			return nil, &HandshakeError{Remote: remote, Err: err}
+		}
+		return c, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("oob: accept: %w", ctx.Err())
+	case <-l.done:
+		return nil, fmt.Errorf("oob: accept: %w", ErrClosed)
+	}
+}
+
+// Addr is the address listened on.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops listening and waits for the background goroutine to end.
+// Connections already accepted are not affected.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.done)
+		err = l.ln.Close()
+		l.wg.Wait()
+	})
+	return err
+}
+
+// Dial connects to a listener at addr and runs the handshake, all within
+// ctx and Options.Timeout. A failure after the TCP connection was made is a
+// *HandshakeError.
+func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	o, err := opts.normalize(RoleInitiator)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: o.Timeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("oob: dial %s: %w", addr, err)
+	}
+	c := newConn(nc, o)
+	if err := c.handshake(ctx, sideDialer); err != nil {
+		return nil, &HandshakeError{Remote: addr, Err: err}
+	}
+	return c, nil
+}

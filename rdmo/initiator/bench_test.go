@@ -1,0 +1,133 @@
+package initiator_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+)
+
+// benchTransport is the transport in UCX_TLS (make bench sets shm,self),
+// or shared memory.
+func benchTransport() ucptest.Transport {
+	tls := os.Getenv("UCX_TLS")
+	if tls == "" {
+		return ucptest.Transports[0]
+	}
+	if strings.HasPrefix(tls, "tcp") {
+		return ucptest.Transport{Name: "tcp", TLS: tls}
+	}
+	return ucptest.Transport{Name: "shm", TLS: tls}
+}
+
+// BenchmarkAppend64 is the pipelined rate of 64-byte appends from one
+// goroutine against the in-process stand-in worker (which decodes and
+// validates every request), ending with a flush so every append has
+// arrived and completed. allocs/op counts the whole process: the caller,
+// the initiator's worker goroutine and the stand-in.
+func BenchmarkAppend64(b *testing.B) {
+	ucptest.CheckLeaks(b)
+	s, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	payload := make([]byte, 64)
+	// Warm up: grow the queue's buffers and the stand-in's tables.
+	for i := 0; i < 20000; i++ {
+		if err := in.Append(8, 1, 1, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := in.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	before := in.Stats()
+	arrived := s.arrived.Load()
+	b.ReportAllocs()
+	b.SetBytes(64)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := in.Append(8, 1, 1, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := in.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	if got := s.arrived.Load() - arrived; got != uint64(b.N)+1 {
+		b.Fatalf("stand-in got %d requests, sent %d", got, b.N+1)
+	}
+	st := in.Stats()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "appends/s")
+	b.ReportMetric(float64(b.N)/float64(max(1, st.Batches-before.Batches)), "appends/batch")
+	b.ReportMetric(float64(st.Wakes-before.Wakes)/float64(b.N), "wakes/op")
+	b.ReportMetric(float64(st.Sleeps-before.Sleeps)/float64(b.N), "sleeps/op")
+	b.ReportMetric(float64(st.WindowWaits-before.WindowWaits)/float64(b.N), "windowwaits/op")
+}
+
+// BenchmarkAppend64Parallel is BenchmarkAppend64 with GOMAXPROCS
+// producers on one Initiator.
+func BenchmarkAppend64Parallel(b *testing.B) {
+	ucptest.CheckLeaks(b)
+	s, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	payload := make([]byte, 64)
+	for i := 0; i < 20000; i++ {
+		if err := in.Append(8, 1, 1, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := in.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	arrived := s.arrived.Load()
+	b.ReportAllocs()
+	b.SetBytes(64)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 64)
+		for pb.Next() {
+			if err := in.Append(8, 1, 1, buf); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	if _, err := in.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	if got := s.arrived.Load() - arrived; got != uint64(b.N)+1 {
+		b.Fatalf("stand-in got %d requests, sent %d", got, b.N+1)
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "appends/s")
+}
+
+// BenchmarkAppendFlush64 is the latency of one 64-byte append and a flush
+// that waits for it: a full round trip through both worker goroutines.
+func BenchmarkAppendFlush64(b *testing.B) {
+	ucptest.CheckLeaks(b)
+	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	payload := make([]byte, 64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := in.Append(8, 1, 1, payload); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := in.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+// Package initiator sends RDMO requests to one RDMO worker for one client.
+//
+// An Initiator owns a UCP worker, one endpoint to the RDMO worker's address
+// and one goroutine (locked to its OS thread) that is the only one to touch
+// them, as package ucp requires. Every public method may be called from any
+// goroutine.
+//
+// # Data path
+//
+// A call (Append, Scatter, User, FlushAsync) encodes the request header with
+// the rdmo codec and copies the caller's payload into a coalescing queue, so
+// the caller may reuse its buffers as soon as the call returns. Producers
+// append under one mutex; the worker goroutine takes the whole batch at once
+// and turns it into ucp SendAM calls (AM id 0, ucp.SendReply), which ucp
+// issues in one cgo crossing at the next Progress. The worker goroutine polls
+// for a short while when it runs out of work and then sleeps in
+// ucp.Worker.Wait; a producer calls ucp.Worker.Wake only when it puts the
+// first request into an empty queue while the worker goroutine sleeps, so a
+// busy stream of requests costs no system calls.
+//
+// # Send window
+//
+// Memory is bounded: at most Options.Window requests may be queued, in
+// flight (not yet locally complete) or awaiting an answer (a flush response,
+// or the ack of a request sent with rdmo.FlagAck), and at most
+// Options.WindowBytes bytes of headers and payloads may be queued or in
+// flight. A call that finds the window full blocks until it has room, its
+// context ends, the Initiator is closed or the peer fails.
+//
+// # Flushes and failures
+//
+// Flush sends FLUSH with rdmo.FlagFence and a fresh flush id and waits for
+// the response carrying that id; any other message is not a flush
+// completion (the reference initiator's defect 5). When the worker reports
+// failed requests in the response, Flush returns an error that matches the
+// first failure's status (errors.Is(err, rdmo.ErrOutOfBounds)).
+//
+// Requests sent with rdmo.FlagAck (Options.Ack, or Sender from With) are
+// answered one by one; the answer is matched by the request's arrival
+// sequence number, which the Initiator predicts by counting what it sends on
+// its one endpoint. Failed acks are delivered on Errors and counted in Stats.
+//
+// When the endpoint fails (UCX reports the peer gone, or the layer above
+// calls PeerFailed because the transport cannot detect it), every pending
+// and later call returns an error matching ucp.ErrPeerFailed.
+package initiator

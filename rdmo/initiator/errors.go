@@ -1,0 +1,65 @@
+package initiator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// ErrClosed is returned by every call made after Close, and by a flush or a
+// window wait that Close interrupted.
+var ErrClosed = errors.New("initiator: closed")
+
+// PeerFailedError reports that the endpoint to the RDMO worker failed. It
+// matches ucp.ErrPeerFailed with errors.Is, and also its cause.
+type PeerFailedError struct {
+	Cause error // what UCX reported, or what was given to PeerFailed
+}
+
+func (e *PeerFailedError) Error() string {
+	if e.Cause == nil {
+		return "initiator: peer failed"
+	}
+	return "initiator: peer failed: " + e.Cause.Error()
+}
+
+// Unwrap makes errors.Is match ucp.ErrPeerFailed and the cause.
+func (e *PeerFailedError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{ucp.ErrPeerFailed}
+	}
+	return []error{ucp.ErrPeerFailed, e.Cause}
+}
+
+// RequestError is a failure the worker reported in the ack of one request
+// (a request sent with rdmo.FlagAck). It matches the status's sentinel
+// (errors.Is(err, rdmo.ErrUnknownRegion)).
+type RequestError struct {
+	Op     uint32      // op id of the failed request
+	Seq    uint64      // its arrival sequence number on the connection
+	Status rdmo.Status // why it failed
+}
+
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("initiator: %s seq %d failed: %v", rdmo.OpName(e.Op), e.Seq, e.Status)
+}
+
+// Unwrap returns the status as a *rdmo.WireError.
+func (e *RequestError) Unwrap() error { return e.Status.Err() }
+
+// FlushError is returned by a flush whose response reports failed requests.
+// It matches the first failure's status (errors.Is(err, rdmo.ErrOutOfBounds))
+// and carries the whole response.
+type FlushError struct {
+	Response rdmo.FlushResponse
+}
+
+func (e *FlushError) Error() string {
+	return "initiator: flush: " + e.Response.Err().Error()
+}
+
+// Unwrap returns the response's error, a *rdmo.WireError with the first
+// failure's status.
+func (e *FlushError) Unwrap() error { return e.Response.Err() }

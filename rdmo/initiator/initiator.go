@@ -1,0 +1,399 @@
+package initiator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// Defaults for Options.
+const (
+	DefaultWindow              = 1024
+	DefaultWindowBytes         = 64 << 20
+	DefaultRendezvousThreshold = 8 << 10
+	DefaultErrorBuffer         = 256
+	DefaultCloseTimeout        = 5 * time.Second
+)
+
+// amID is the active message id of every RDMO request and response.
+const amID = 0
+
+// Options configure an Initiator. WorkerAddress is required; zero values
+// of the others pick the defaults.
+type Options struct {
+	// WorkerAddress is the RDMO worker's UCP worker address, as the target
+	// hands it to the initiator out of band.
+	WorkerAddress []byte
+	// ClientID goes into every request header (the id the target
+	// registered with CLIENT_INIT).
+	ClientID uint64
+
+	// Window bounds the requests that are queued, in flight (not locally
+	// complete) or awaiting an answer (flushes, and requests sent with
+	// rdmo.FlagAck until their ack). Default DefaultWindow. It also sizes
+	// the UCP worker's table of outstanding operations.
+	Window int
+	// WindowBytes bounds the header and payload bytes queued or in
+	// flight. A single request larger than WindowBytes is sent when
+	// nothing else is in flight. Default DefaultWindowBytes.
+	WindowBytes int
+	// RendezvousThreshold: APPEND and user-op payloads longer than this
+	// many bytes are sent with the rendezvous protocol, shorter ones eager.
+	// SCATTER is always eager, because the reference worker refuses
+	// rendezvous scatters. Default DefaultRendezvousThreshold; negative:
+	// never force rendezvous.
+	RendezvousThreshold int
+
+	// Ack sets rdmo.FlagAck on every APPEND, SCATTER and user op sent
+	// through the Initiator's own methods (With overrides it per call).
+	// Only our worker answers acks: never set it against a reference
+	// worker, or the window fills with requests that are never answered.
+	Ack bool
+	// OnAck, if set, is called on the Initiator's worker goroutine for
+	// every matched ack, successful or not. data is the ack's eager
+	// result payload (user ops), valid only during the call; a rendezvous
+	// result is not fetched (data is nil). It must not block, and must
+	// not call the Initiator's blocking methods (Close, Flush, or a call
+	// that may wait for window space): the worker goroutine would wait
+	// for itself.
+	OnAck func(ack rdmo.AckResponse, data []byte)
+	// ErrorBuffer is the capacity of the Errors channel (default
+	// DefaultErrorBuffer). Failures that do not fit are counted in
+	// Stats.ErrorsDropped.
+	ErrorBuffer int
+
+	// UCX overrides UCX configuration entries of the context the
+	// Initiator creates (names without the UCX_ prefix, e.g. "TLS").
+	UCX map[string]string
+	// Context, if set, is used instead of creating one; the Initiator
+	// does not close it.
+	Context *ucp.Context
+	// ErrorHandling selects peer-failure detection on the endpoint
+	// (ucp.ErrorHandlingPrefer by default: on where a transport can).
+	ErrorHandling ucp.ErrorHandling
+
+	// CloseTimeout bounds how long Close waits for queued and in-flight
+	// sends to complete locally (default DefaultCloseTimeout).
+	CloseTimeout time.Duration
+	// Name names the endpoint in logs and errors (default "rdmo-initiator").
+	Name string
+	// Logger receives the Initiator's logs (default zap.NewNop()).
+	Logger *zap.Logger
+}
+
+// Initiator sends RDMO requests for one client to one RDMO worker. All
+// methods are safe for concurrent use.
+type Initiator struct {
+	opts     Options
+	log      *zap.Logger
+	defFlags uint32
+
+	q     queue
+	stats counters
+	errs  chan error
+	done  chan struct{} // closed when the worker goroutine has exited
+
+	w      *ucp.Worker // for Wake only: the worker goroutine owns it
+	addr   []byte
+	detect bool
+
+	flushID atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error // set by the worker goroutine before done is closed
+}
+
+// New creates the UCP context (unless Options.Context is set), worker and
+// endpoint, and starts the worker goroutine.
+func New(opts Options) (*Initiator, error) {
+	if len(opts.WorkerAddress) == 0 {
+		return nil, errors.New("initiator: Options.WorkerAddress is empty")
+	}
+	if opts.Window <= 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.WindowBytes <= 0 {
+		opts.WindowBytes = DefaultWindowBytes
+	}
+	if opts.RendezvousThreshold == 0 {
+		opts.RendezvousThreshold = DefaultRendezvousThreshold
+	}
+	if opts.ErrorBuffer <= 0 {
+		opts.ErrorBuffer = DefaultErrorBuffer
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = DefaultCloseTimeout
+	}
+	if opts.Name == "" {
+		opts.Name = "rdmo-initiator"
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	opts.WorkerAddress = append([]byte(nil), opts.WorkerAddress...)
+	in := &Initiator{
+		opts: opts,
+		log:  opts.Logger.With(zap.String("initiator", opts.Name), zap.Uint64("client", opts.ClientID)),
+		errs: make(chan error, opts.ErrorBuffer),
+		done: make(chan struct{}),
+	}
+	if opts.Ack {
+		in.defFlags = rdmo.FlagAck
+	}
+	// Flush ids start at a random point so that a response meant for an
+	// earlier initiator on the same worker never matches one of ours.
+	in.flushID.Store(rand.Uint64())
+	in.q.init(opts.Window, opts.WindowBytes)
+	ready := make(chan error, 1)
+	go in.run(ready)
+	if err := <-ready; err != nil {
+		<-in.done
+		return nil, err
+	}
+	return in, nil
+}
+
+// Address is the Initiator's own UCP worker address, which the target
+// passes to the RDMO worker (RQ_CREATE) so it can recognise this
+// initiator's connection.
+func (in *Initiator) Address() []byte { return append([]byte(nil), in.addr...) }
+
+// PeerFailureDetection reports whether UCX detects the failure of the RDMO
+// worker on this endpoint. When it does not (shared memory in UCX 1.13), the
+// layer above should call PeerFailed when it learns the worker is gone.
+func (in *Initiator) PeerFailureDetection() bool { return in.detect }
+
+// ClientID is the client id the Initiator puts into every request.
+func (in *Initiator) ClientID() uint64 { return in.opts.ClientID }
+
+// Errors delivers the failures reported in acks (as *RequestError). It is
+// closed when the Initiator has closed.
+func (in *Initiator) Errors() <-chan error { return in.errs }
+
+// Stats returns a snapshot of the counters.
+func (in *Initiator) Stats() Stats { return in.stats.snapshot() }
+
+// Append queues an APPEND of data to the queue whose tail pointer is at
+// ptrAddr in region ptrRkey, with the data going to region dataRkey. data
+// is copied; it must not be empty. It blocks while the send window is full.
+func (in *Initiator) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) error {
+	_, err := Sender{in: in, flags: in.defFlags}.Append(ptrAddr, ptrRkey, dataRkey, data)
+	return err
+}
+
+// Scatter queues a SCATTER: chunks[i] is written at iovs[i].Addr in region
+// iovs[i].Rkey. iovs[i].Len must equal len(chunks[i]), at most 65535. The
+// chunks are copied. It blocks while the send window is full.
+func (in *Initiator) Scatter(iovs []rdmo.IOV, chunks [][]byte) error {
+	_, err := Sender{in: in, flags: in.defFlags}.Scatter(iovs, chunks)
+	return err
+}
+
+// User queues a plugin operation: op (>= rdmo.OpUserBase), an opaque
+// sub-header of at most 48 bytes, and a payload. Both are copied. It blocks
+// while the send window is full.
+func (in *Initiator) User(op uint32, sub, payload []byte) error {
+	_, err := Sender{in: in, flags: in.defFlags}.User(op, sub, payload)
+	return err
+}
+
+// Sender sends requests with per-call flags and a context that bounds the
+// wait for window space. It is a small value made by With; use it at once.
+type Sender struct {
+	in    *Initiator
+	ctx   context.Context
+	flags uint32
+}
+
+// With returns a Sender whose requests carry flags (rdmo.FlagAck,
+// rdmo.FlagFence; these replace Options.Ack) and wait for window space at
+// most until ctx ends (nil: no limit).
+func (in *Initiator) With(ctx context.Context, flags uint32) Sender {
+	return Sender{in: in, ctx: ctx, flags: flags}
+}
+
+const sendFlags = rdmo.FlagFence | rdmo.FlagAck
+
+func (s Sender) check() error {
+	if s.in == nil {
+		return errors.New("initiator: zero Sender (use Initiator.With)")
+	}
+	if s.flags&^sendFlags != 0 {
+		return fmt.Errorf("initiator: flags %#x: only rdmo.FlagFence and rdmo.FlagAck may be set: %w",
+			s.flags, rdmo.ErrUnknownFlags)
+	}
+	return nil
+}
+
+// Append is Initiator.Append with the Sender's flags and context. It
+// returns the request's sequence number, which its ack carries.
+func (s Sender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if len(data) == 0 {
+		return 0, fmt.Errorf("initiator: append: %w", rdmo.ErrEmptyAppend)
+	}
+	r := request{
+		op:    rdmo.OpAppend,
+		flags: s.flags,
+		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: ptrRkey, DataRkey: dataRkey},
+		data:  data,
+		plen:  len(data),
+	}
+	return s.in.enqueue(s.ctx, &r)
+}
+
+// Scatter is Initiator.Scatter with the Sender's flags and context. It
+// returns the request's sequence number, which its ack carries.
+func (s Sender) Scatter(iovs []rdmo.IOV, chunks [][]byte) (uint64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if len(iovs) != len(chunks) {
+		return 0, fmt.Errorf("initiator: scatter: %d iovs but %d chunks: %w", len(iovs), len(chunks), rdmo.ErrPayloadMismatch)
+	}
+	n := 0
+	for i := range iovs {
+		if len(chunks[i]) > rdmo.MaxIOVLen {
+			return 0, fmt.Errorf("initiator: scatter: chunk %d is %d bytes, at most %d: %w",
+				i, len(chunks[i]), rdmo.MaxIOVLen, rdmo.ErrLengthOverflow)
+		}
+		if int(iovs[i].Len) != len(chunks[i]) {
+			return 0, fmt.Errorf("initiator: scatter: iov %d has Len %d but its chunk is %d bytes: %w",
+				i, iovs[i].Len, len(chunks[i]), rdmo.ErrPayloadMismatch)
+		}
+		n += rdmo.IOVDescLen + len(chunks[i])
+	}
+	r := request{op: rdmo.OpScatter, flags: s.flags, iovs: iovs, chunks: chunks, plen: n}
+	return s.in.enqueue(s.ctx, &r)
+}
+
+// User is Initiator.User with the Sender's flags and context. It returns
+// the request's sequence number, which its ack carries.
+func (s Sender) User(op uint32, sub, payload []byte) (uint64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if !rdmo.IsUserOp(op) {
+		return 0, fmt.Errorf("initiator: op %d is not a user op (>= %d): %w", op, rdmo.OpUserBase, rdmo.ErrUnknownOp)
+	}
+	if rdmo.HeaderLen+len(sub) > rdmo.MaxHeaderLen {
+		return 0, fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
+			len(sub), rdmo.MaxHeaderLen-rdmo.HeaderLen, rdmo.ErrHeaderTooLong)
+	}
+	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload)}
+	return s.in.enqueue(s.ctx, &r)
+}
+
+// FlushWait is an outstanding flush.
+type FlushWait struct {
+	id   uint64
+	done chan struct{}
+	rsp  rdmo.FlushResponse
+	err  error
+}
+
+// ID is the flush id the FLUSH carries and its response must echo.
+func (f *FlushWait) ID() uint64 { return f.id }
+
+// Done is closed when the flush has its answer (or failed).
+func (f *FlushWait) Done() <-chan struct{} { return f.done }
+
+// Wait waits for the flush response, ctx, Close or a peer failure. The
+// error is a *FlushError when the response reports failed requests (it
+// matches the first failure's status), ctx.Err() when ctx ended first (the
+// flush stays outstanding), ErrClosed or a *PeerFailedError.
+func (f *FlushWait) Wait(ctx context.Context) (rdmo.FlushResponse, error) {
+	if ctx == nil {
+		<-f.done
+		return f.rsp, f.err
+	}
+	select {
+	case <-f.done:
+		return f.rsp, f.err
+	case <-ctx.Done():
+		select {
+		case <-f.done: // both ready: prefer the answer
+			return f.rsp, f.err
+		default:
+		}
+		return rdmo.FlushResponse{}, ctx.Err()
+	}
+}
+
+// finish runs on the worker goroutine, once per flush.
+func (f *FlushWait) finish(rsp rdmo.FlushResponse, err error) {
+	f.rsp, f.err = rsp, err
+	close(f.done)
+}
+
+// FlushAsync queues a FLUSH (with rdmo.FlagFence and a fresh flush id) and
+// returns at once; ctx bounds only the wait for window space. When the
+// FlushWait is done, every request queued before the FLUSH has completed at
+// the worker and its effects are visible in target memory.
+func (in *Initiator) FlushAsync(ctx context.Context) (*FlushWait, error) {
+	fw := &FlushWait{id: in.flushID.Add(1), done: make(chan struct{})}
+	r := request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}
+	if _, err := in.enqueue(ctx, &r); err != nil {
+		return nil, err
+	}
+	return fw, nil
+}
+
+// Flush sends a FLUSH and waits for its response (see FlushWait.Wait for
+// the errors). ctx bounds the whole call.
+func (in *Initiator) Flush(ctx context.Context) (rdmo.FlushResponse, error) {
+	fw, err := in.FlushAsync(ctx)
+	if err != nil {
+		return rdmo.FlushResponse{}, err
+	}
+	return fw.Wait(ctx)
+}
+
+// PeerFailed tells the Initiator that the RDMO worker is gone, for
+// transports on which UCX cannot detect it (see PeerFailureDetection): the
+// endpoint is closed forcibly and every pending and later call fails with a
+// *PeerFailedError wrapping cause.
+func (in *Initiator) PeerFailed(cause error) {
+	pe := &PeerFailedError{Cause: cause}
+	q := &in.q
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	if q.failed == nil {
+		q.failed = pe
+	}
+	q.failReq = true
+	q.broadcast()
+	q.mu.Unlock()
+	in.w.Wake()
+}
+
+// Close sends what was queued, waits at most Options.CloseTimeout for the
+// sends to complete locally, fails outstanding flushes with ErrClosed,
+// closes the endpoint, worker and (if it made it) context, and stops the
+// worker goroutine. Later calls return ErrClosed. Close is idempotent.
+func (in *Initiator) Close() error {
+	in.closeOnce.Do(func() {
+		q := &in.q
+		q.mu.Lock()
+		q.closed = true
+		q.broadcast()
+		q.mu.Unlock()
+		in.w.Wake()
+		<-in.done
+	})
+	return in.closeErr
+}

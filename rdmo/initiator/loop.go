@@ -1,0 +1,549 @@
+package initiator
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// loop is the state of the worker goroutine. Nothing in it is touched by
+// any other goroutine: it owns the UCP worker and endpoint (the ucp
+// threading rule), the batches taken from the queue, and the tables of
+// requests that wait for an answer.
+type loop struct {
+	in     *Initiator
+	ctx    *ucp.Context
+	ownCtx bool
+	w      *ucp.Worker
+	ep     *ucp.Endpoint
+
+	batches []*batch // by batch id (the high half of a send's tag)
+	free    []*batch
+
+	flushes map[uint64]*FlushWait // by flush id: issued, not answered
+	acks    map[uint64]ackRec     // by sequence number: issued, not acked
+
+	sendsOut   int // sends issued and not complete
+	freedSlots int // window space freed since the last settle
+	freedBytes int
+	counts     batchCounts
+
+	failed error // the peer failed (*PeerFailedError)
+	fatal  bool  // the UCP worker is unusable (events lost)
+	idle   int
+}
+
+type ackRec struct {
+	op   uint32
+	cost int
+}
+
+const (
+	// idleSpins is how many empty progress rounds the worker goroutine
+	// makes before it sleeps in Worker.Wait.
+	idleSpins = 64
+	// pendingSpins is how many it makes, yielding, while sends are not
+	// complete (about a millisecond) before it sleeps anyway, so a peer
+	// that stopped reading does not cost a spinning core.
+	pendingSpins = 2048
+	// pollInterval bounds a sleep while something is outstanding, in case
+	// a transport does not signal a completion or arrival.
+	pollInterval = 2 * time.Millisecond
+)
+
+func (in *Initiator) run(ready chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(in.done)
+	lp, err := in.setup()
+	if err != nil {
+		close(in.errs)
+		ready <- err
+		return
+	}
+	ready <- nil
+	lp.run()
+	in.closeErr = lp.shutdown()
+	close(in.errs)
+}
+
+func (in *Initiator) setup() (lp *loop, err error) {
+	lp = &loop{in: in, flushes: map[uint64]*FlushWait{}, acks: map[uint64]ackRec{}}
+	defer func() {
+		if err != nil {
+			if lp.ep != nil {
+				lp.ep.CloseForce()
+			}
+			if lp.w != nil {
+				lp.w.Close()
+			}
+			if lp.ownCtx {
+				lp.ctx.Close()
+			}
+		}
+	}()
+	lp.ctx = in.opts.Context
+	if lp.ctx == nil {
+		lp.ctx, err = ucp.NewContext(ucp.ContextOptions{Config: in.opts.UCX, Name: in.opts.Name})
+		if err != nil {
+			return lp, fmt.Errorf("initiator: %w", err)
+		}
+		lp.ownCtx = true
+	}
+	// Operations UCX holds at once are sends not yet complete, which the
+	// window bounds, plus an endpoint close.
+	lp.w, err = lp.ctx.NewWorker(ucp.WorkerOptions{MaxOutstanding: in.opts.Window + 16})
+	if err != nil {
+		return lp, fmt.Errorf("initiator: %w", err)
+	}
+	if in.addr, err = lp.w.Address(); err != nil {
+		return lp, fmt.Errorf("initiator: %w", err)
+	}
+	if err = lp.w.SetHandler(amID, lp); err != nil {
+		return lp, fmt.Errorf("initiator: %w", err)
+	}
+	lp.ep, err = lp.w.Connect(in.opts.WorkerAddress, ucp.EndpointOptions{
+		Name:          in.opts.Name,
+		ErrorHandling: in.opts.ErrorHandling,
+		OnError:       func(_ *ucp.Endpoint, err error) { lp.fail(err) },
+	})
+	if err != nil {
+		return lp, fmt.Errorf("initiator: %w", err)
+	}
+	in.detect = lp.ep.PeerFailureDetection()
+	in.w = lp.w
+	lp.newBatch() // batch 0 is the queue's first current batch
+	in.q.cur = lp.batches[0]
+	return lp, nil
+}
+
+// newBatch returns an empty batch, reusing a recycled one when it can.
+func (lp *loop) newBatch() *batch {
+	if n := len(lp.free); n > 0 {
+		b := lp.free[n-1]
+		lp.free = lp.free[:n-1]
+		return b
+	}
+	b := &batch{id: uint32(len(lp.batches))}
+	lp.batches = append(lp.batches, b)
+	return b
+}
+
+func (lp *loop) recycle(b *batch) {
+	b.reset()
+	lp.free = append(lp.free, b)
+}
+
+// take swaps the queue's batch out if it holds requests, and reports
+// whether Close or PeerFailed asked for attention.
+func (lp *loop) take() (b *batch, closing, failReq bool) {
+	q := &lp.in.q
+	q.mu.Lock()
+	q.sleeping = false
+	closing, failReq = q.closed, q.failReq
+	q.failReq = false
+	if len(q.cur.ents) > 0 {
+		b = q.cur
+		q.cur = lp.newBatch()
+	}
+	q.mu.Unlock()
+	return b, closing, failReq
+}
+
+func (lp *loop) run() {
+	for {
+		b, closing, failReq := lp.take()
+		if failReq {
+			lp.peerFailed()
+		}
+		if b != nil {
+			lp.issue(b)
+		}
+		if closing {
+			return
+		}
+		n, err := lp.w.Progress()
+		if err != nil && !lp.fatal {
+			lp.fatal = true
+			lp.in.log.Error("progress failed; the initiator is unusable", zap.Error(err))
+			lp.fail(err)
+		}
+		lp.settle()
+		if b != nil || n > 0 {
+			lp.idle = 0
+			continue
+		}
+		lp.idle++
+		if lp.fatal || lp.idle >= idleSpins && (lp.sendsOut == 0 || lp.idle >= pendingSpins) {
+			lp.idle = 0
+			lp.sleep()
+			continue
+		}
+		if lp.idle >= idleSpins {
+			// Sends wait in UCX for room at the receiver (a full
+			// shared-memory FIFO), which no wake-up event announces:
+			// keep progressing, but let other goroutines run.
+			runtime.Gosched()
+		}
+	}
+}
+
+// sleep waits in Worker.Wait unless a request arrived meanwhile. The flag
+// it sets makes the next producer wake it.
+func (lp *loop) sleep() {
+	q := &lp.in.q
+	q.mu.Lock()
+	if len(q.cur.ents) > 0 || q.closed || q.failReq {
+		q.mu.Unlock()
+		return
+	}
+	q.sleeping = true
+	q.mu.Unlock()
+	timeout := time.Duration(-1)
+	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal {
+		timeout = pollInterval
+	}
+	lp.in.stats.sleeps.Add(1)
+	if _, err := lp.w.Wait(timeout); err != nil {
+		// Without a wake-up descriptor, poll.
+		time.Sleep(pollInterval)
+	}
+}
+
+// issue hands every request of b to UCX. They are sent in one cgo call at
+// the next Progress.
+func (lp *loop) issue(b *batch) {
+	in := lp.in
+	in.stats.batches.Add(1)
+	thresh := in.opts.RendezvousThreshold
+	for i := range b.ents {
+		e := &b.ents[i]
+		hdr, data := b.header(e), b.payload(e)
+		flags := ucp.SendReply | ucp.SendEager
+		if thresh >= 0 && len(data) > thresh && (e.op == rdmo.OpAppend || rdmo.IsUserOp(e.op)) {
+			flags = ucp.SendReply | ucp.SendRendezvous
+		} else if thresh < 0 && e.op != rdmo.OpScatter {
+			flags = ucp.SendReply
+		}
+		switch {
+		case e.flush != nil:
+			lp.flushes[e.flush.id] = e.flush
+		case e.flags&rdmo.FlagAck != 0:
+			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost}
+		}
+		if err := lp.ep.SendAM(amID, hdr, data, flags, lp, uint64(b.id)<<32|uint64(i)); err != nil {
+			in.stats.sendErrors.Add(1)
+			lp.entryFailed(e, err)
+			continue
+		}
+		b.pending++
+		lp.sendsOut++
+		c := &lp.counts
+		switch {
+		case e.op == rdmo.OpAppend:
+			c.appends++
+		case e.op == rdmo.OpScatter:
+			c.scatters++
+		case e.op == rdmo.OpFlush:
+			c.flushes++
+		default:
+			c.userOps++
+		}
+		c.headerBytes += uint64(len(hdr))
+		c.payloadBytes += uint64(len(data))
+		if flags&ucp.SendRendezvous != 0 {
+			c.rendezvous++
+		}
+	}
+	in.stats.add(&lp.counts)
+	if b.pending == 0 {
+		lp.recycle(b)
+	}
+}
+
+// Complete is the completion of one send (ucp.Completer).
+func (lp *loop) Complete(c ucp.Completion) {
+	b := lp.batches[c.Tag>>32]
+	e := &b.ents[uint32(c.Tag)]
+	lp.sendsOut--
+	switch {
+	case c.Err != nil:
+		lp.in.stats.sendErrors.Add(1)
+		lp.entryFailed(e, c.Err)
+	case e.flush == nil && e.flags&rdmo.FlagAck == 0:
+		// Done once sent. Flushes and acked requests hold their window
+		// space until their answer.
+		lp.release(e.cost)
+	}
+	if b.pending--; b.pending == 0 {
+		lp.recycle(b)
+	}
+}
+
+// entryFailed settles a request whose send failed: it frees its window
+// space (unless a peer failure already did) and fails its flush.
+func (lp *loop) entryFailed(e *entry, err error) {
+	if lp.failed != nil {
+		err = lp.failed
+	} else if errors.Is(err, ucp.ErrPeerFailed) {
+		err = &PeerFailedError{Cause: err}
+	} else {
+		err = fmt.Errorf("initiator: send %s: %w", rdmo.OpName(e.op), err)
+	}
+	switch {
+	case e.flush != nil:
+		if lp.flushes[e.flush.id] == e.flush {
+			delete(lp.flushes, e.flush.id)
+			e.flush.finish(rdmo.FlushResponse{}, err)
+			lp.release(e.cost)
+		}
+	case e.flags&rdmo.FlagAck != 0:
+		if _, ok := lp.acks[e.seq]; ok {
+			delete(lp.acks, e.seq)
+			lp.release(e.cost)
+		}
+	default:
+		lp.release(e.cost)
+	}
+}
+
+func (lp *loop) release(cost int) {
+	lp.freedSlots++
+	lp.freedBytes += cost
+}
+
+// settle returns the window space freed in the last round to the queue, in
+// one lock round trip, and wakes producers waiting for it.
+func (lp *loop) settle() {
+	if lp.freedSlots == 0 {
+		return
+	}
+	q := &lp.in.q
+	q.mu.Lock()
+	q.release(lp.freedSlots, lp.freedBytes)
+	q.mu.Unlock()
+	lp.freedSlots, lp.freedBytes = 0, 0
+}
+
+// HandleMessages receives the worker's responses (ucp.MessageHandler).
+func (lp *loop) HandleMessages(_ *ucp.Worker, msgs []ucp.Message) {
+	in := lp.in
+	for i := range msgs {
+		m := &msgs[i]
+		id, err := rdmo.ParseResponseID(m.Header)
+		if err != nil {
+			in.stats.malformed.Add(1)
+			in.log.Warn("malformed response", zap.Error(err), zap.Int("header_len", len(m.Header)))
+			continue
+		}
+		switch id {
+		case rdmo.RspFlush:
+			lp.flushResponse(m)
+		case rdmo.RspAck:
+			lp.ackResponse(m)
+		}
+	}
+}
+
+func (lp *loop) flushResponse(m *ucp.Message) {
+	in := lp.in
+	rsp, err := rdmo.ParseFlushResponse(m.Header)
+	if err != nil {
+		in.stats.malformed.Add(1)
+		in.log.Warn("malformed flush response", zap.Error(err), zap.Int("header_len", len(m.Header)))
+		return
+	}
+	fw, ok := lp.flushes[rsp.FlushID]
+	if !ok {
+		// Stale, foreign or duplicate: never a completion of ours.
+		in.stats.unknownResponses.Add(1)
+		in.log.Warn("flush response matches no outstanding flush", zap.Uint64("flush_id", rsp.FlushID))
+		return
+	}
+	delete(lp.flushes, rsp.FlushID)
+	lp.release(rdmo.FlushHeaderLen)
+	in.stats.flushesDone.Add(1)
+	var ferr error
+	if rsp.Failed > 0 {
+		in.stats.failuresReported.Add(uint64(rsp.Failed))
+		ferr = &FlushError{Response: rsp}
+	}
+	fw.finish(rsp, ferr)
+}
+
+func (lp *loop) ackResponse(m *ucp.Message) {
+	in := lp.in
+	ack, err := rdmo.ParseAck(m.Header)
+	if err != nil {
+		in.stats.malformed.Add(1)
+		in.log.Warn("malformed ack", zap.Error(err), zap.Int("header_len", len(m.Header)))
+		return
+	}
+	rec, ok := lp.acks[ack.Seq]
+	if !ok {
+		in.stats.unknownResponses.Add(1)
+		in.log.Warn("ack matches no outstanding request", zap.Uint64("seq", ack.Seq),
+			zap.String("op", rdmo.OpName(ack.Op)))
+		return
+	}
+	if rec.op != ack.Op {
+		// Our sequence prediction and the worker's numbering disagree:
+		// accept the ack for the seq, but say so.
+		in.log.Warn("ack op differs from the request sent with its seq", zap.Uint64("seq", ack.Seq),
+			zap.String("sent", rdmo.OpName(rec.op)), zap.String("acked", rdmo.OpName(ack.Op)))
+	}
+	delete(lp.acks, ack.Seq)
+	lp.release(rec.cost)
+	in.stats.acks.Add(1)
+	if ack.Status != rdmo.StatusOK {
+		in.stats.ackFailures.Add(1)
+		select {
+		case in.errs <- &RequestError{Op: ack.Op, Seq: ack.Seq, Status: ack.Status}:
+		default:
+			in.stats.errorsDropped.Add(1)
+		}
+	}
+	if in.opts.OnAck != nil {
+		data := m.Data
+		if m.Rendezvous {
+			data = nil // an ack's result is small; a rendezvous one is not fetched
+		}
+		in.opts.OnAck(ack, data)
+	}
+}
+
+// fail handles a failed endpoint: requests still queued are dropped, and
+// everything waiting for an answer fails with a *PeerFailedError, as does
+// every later call. Sends in flight complete with errors on their own.
+func (lp *loop) fail(cause error) {
+	if lp.failed != nil {
+		return
+	}
+	pe, ok := cause.(*PeerFailedError)
+	if !ok {
+		pe = &PeerFailedError{Cause: cause}
+	}
+	lp.failed = pe
+	lp.in.log.Warn("endpoint to the RDMO worker failed", zap.Error(cause))
+	q := &lp.in.q
+	q.mu.Lock()
+	if q.failed == nil {
+		q.failed = pe
+	}
+	b := q.cur
+	slots, nbytes := 0, 0
+	for i := range b.ents {
+		e := &b.ents[i]
+		if e.flush != nil {
+			e.flush.finish(rdmo.FlushResponse{}, pe)
+		}
+		slots++
+		nbytes += e.cost
+	}
+	b.reset()
+	q.release(slots, nbytes)
+	q.broadcast()
+	q.mu.Unlock()
+	for id, fw := range lp.flushes {
+		fw.finish(rdmo.FlushResponse{}, pe)
+		lp.release(rdmo.FlushHeaderLen)
+		delete(lp.flushes, id)
+	}
+	for seq, rec := range lp.acks {
+		lp.release(rec.cost)
+		delete(lp.acks, seq)
+	}
+}
+
+// peerFailed acts on PeerFailed: fail everything and close the endpoint at
+// once.
+func (lp *loop) peerFailed() {
+	lp.fail(lp.in.q.failedErr())
+	if err := lp.ep.CloseForce(); err != nil {
+		lp.in.log.Warn("force-closing the endpoint", zap.Error(err))
+	}
+	lp.settle()
+}
+
+// shutdown runs after Close: it sends what was queued, waits (bounded) for
+// sends to complete, fails what still waits for an answer, and closes the
+// endpoint, the worker and the context it made.
+func (lp *loop) shutdown() error {
+	in := lp.in
+	deadline := time.Now().Add(in.opts.CloseTimeout)
+	drained := true
+	for {
+		b, _, failReq := lp.take()
+		if failReq {
+			lp.peerFailed()
+		}
+		if b != nil {
+			lp.issue(b)
+			continue
+		}
+		if lp.sendsOut == 0 {
+			break
+		}
+		if lp.failed != nil || lp.fatal || time.Now().After(deadline) {
+			drained = false
+			break
+		}
+		n, err := lp.w.Progress()
+		lp.settle()
+		if err != nil {
+			drained = false
+			break
+		}
+		if n == 0 {
+			lp.w.Wait(time.Millisecond)
+		}
+	}
+	if !drained {
+		in.log.Warn("closing with sends outstanding", zap.Int("sends", lp.sendsOut))
+	}
+	failErr := error(ErrClosed)
+	if lp.failed != nil {
+		failErr = lp.failed
+	}
+	for id, fw := range lp.flushes {
+		fw.finish(rdmo.FlushResponse{}, failErr)
+		lp.release(rdmo.FlushHeaderLen)
+		delete(lp.flushes, id)
+	}
+	for seq, rec := range lp.acks {
+		lp.release(rec.cost)
+		delete(lp.acks, seq)
+	}
+	var errs []error
+	var err error
+	if drained && lp.failed == nil {
+		err = lp.ep.Close()
+	} else {
+		err = lp.ep.CloseForce()
+	}
+	if err != nil && lp.failed == nil {
+		errs = append(errs, fmt.Errorf("initiator: close endpoint: %w", err))
+	}
+	if err := lp.w.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("initiator: close worker: %w", err))
+	}
+	lp.settle()
+	if lp.ownCtx {
+		if err := lp.ctx.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("initiator: close context: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (q *queue) failedErr() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.failed
+}

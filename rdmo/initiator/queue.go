@@ -1,0 +1,291 @@
+package initiator
+
+import (
+	"context"
+	"math/bits"
+	"sync"
+
+	"github.com/openrdmo/rdmo/rdmo"
+)
+
+// queue is the coalescing queue between producers (any goroutine) and the
+// worker goroutine, in the style of nats-server's ipQueue: producers encode
+// their request into the current batch under mu; the worker goroutine swaps
+// the whole batch out at once. The same mutex guards the send window, so a
+// request costs one lock round trip for its producer.
+type queue struct {
+	mu  sync.Mutex
+	cur *batch // filled by producers; swapped out by the worker goroutine
+
+	window, windowBytes int
+	inflight            int // window slots in use
+	inflightBytes       int // window bytes in use
+	waiters             int // producers waiting for window space
+	space               chan struct{}
+
+	// sleeping is set by the worker goroutine before it waits for work;
+	// the producer that puts the first request into the empty batch then
+	// wakes it (and clears the flag, so nobody else does).
+	sleeping bool
+
+	seq     uint64 // arrival sequence number of the next request
+	closed  bool   // Close was called: no new requests
+	failed  error  // the peer failed: every call fails with this
+	failReq bool   // PeerFailed was called: the worker goroutine must act
+}
+
+func (q *queue) init(window, windowBytes int) {
+	q.window, q.windowBytes = window, windowBytes
+	q.space = make(chan struct{})
+	q.cur = &batch{}
+}
+
+// broadcast wakes every producer waiting for window space. Called with mu
+// held.
+func (q *queue) broadcast() {
+	if q.waiters > 0 {
+		close(q.space)
+		q.space = make(chan struct{})
+	}
+}
+
+// release returns window space; called with mu held.
+func (q *queue) release(slots, nbytes int) {
+	q.inflight -= slots
+	q.inflightBytes -= nbytes
+	q.broadcast()
+}
+
+// batch is a group of requests encoded back to back. Headers and small
+// payloads live in two arenas; large payloads in pooled buffers of their
+// own (copied before the lock is taken). A batch is reused once every send
+// issued from it has completed locally, because UCX reads the arenas until
+// then.
+type batch struct {
+	id      uint32
+	hdr     []byte
+	data    []byte
+	ents    []entry
+	pending int // sends issued and not yet complete (worker goroutine)
+}
+
+type entry struct {
+	op, flags      uint32
+	hdrOff, hdrLen uint32
+	dataOff        int
+	dataLen        int
+	own            *[]byte // the payload, when it has its own buffer
+	seq            uint64
+	cost           int // window bytes
+	flush          *FlushWait
+}
+
+func (b *batch) header(e *entry) []byte {
+	return b.hdr[e.hdrOff : e.hdrOff+e.hdrLen : e.hdrOff+e.hdrLen]
+}
+
+func (b *batch) payload(e *entry) []byte {
+	if e.own != nil {
+		return *e.own
+	}
+	return b.data[e.dataOff : e.dataOff+e.dataLen : e.dataOff+e.dataLen]
+}
+
+// maxKeptArena is the largest arena a recycled batch keeps, so that one
+// burst does not pin its memory forever.
+const maxKeptArena = 4 << 20
+
+// reset empties the batch for reuse, returning large payload buffers.
+func (b *batch) reset() {
+	for i := range b.ents {
+		if b.ents[i].own != nil {
+			putBuf(b.ents[i].own)
+		}
+	}
+	clear(b.ents)
+	b.ents = b.ents[:0]
+	b.hdr = b.hdr[:0]
+	b.data = b.data[:0]
+	if cap(b.data) > maxKeptArena {
+		b.data = nil
+	}
+	if cap(b.ents) > maxKeptArena/64 {
+		b.ents, b.hdr = nil, nil
+	}
+	b.pending = 0
+}
+
+// request is one call's request, described for enqueue.
+type request struct {
+	op     uint32
+	flags  uint32
+	app    rdmo.AppendHeader
+	iovs   []rdmo.IOV
+	chunks [][]byte
+	sub    []byte
+	data   []byte // the caller's payload (APPEND, user op)
+	plen   int    // payload length on the wire
+	flush  *FlushWait
+}
+
+// ownBufferMin: payloads at least this long are copied into a buffer of
+// their own before the queue lock is taken, so a big copy never holds up
+// other producers.
+const ownBufferMin = 4 << 10
+
+func (r *request) headerLen() int {
+	switch r.op {
+	case rdmo.OpFlush:
+		return rdmo.FlushHeaderLen
+	case rdmo.OpAppend:
+		return rdmo.AppendHeaderLen
+	case rdmo.OpScatter:
+		return rdmo.ScatterHeaderLen
+	}
+	return rdmo.HeaderLen + len(r.sub)
+}
+
+// writePayload appends the request's wire payload to dst.
+func (r *request) writePayload(dst []byte) []byte {
+	if r.op != rdmo.OpScatter {
+		return append(dst, r.data...)
+	}
+	for i := range r.iovs {
+		// Lengths were checked by the caller, so AppendIOV cannot fail.
+		dst, _ = rdmo.AppendIOV(dst, r.iovs[i], r.chunks[i])
+	}
+	return dst
+}
+
+// enqueue waits for window space, encodes r into the current batch and
+// wakes the worker goroutine if it sleeps on an empty queue. It returns the
+// request's arrival sequence number.
+func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
+	hlen := r.headerLen()
+	cost := hlen + r.plen
+	var own *[]byte
+	if r.plen >= ownBufferMin {
+		own = getBuf(r.plen)
+		*own = r.writePayload((*own)[:0])
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	q := &in.q
+	q.mu.Lock()
+	waited := false
+	for {
+		if q.closed {
+			q.mu.Unlock()
+			putBuf(own)
+			return 0, ErrClosed
+		}
+		if q.failed != nil {
+			err := q.failed
+			q.mu.Unlock()
+			putBuf(own)
+			return 0, err
+		}
+		if q.inflight < q.window && (q.inflightBytes == 0 || q.inflightBytes+cost <= q.windowBytes) {
+			break
+		}
+		if !waited {
+			waited = true
+			in.stats.windowWaits.Add(1)
+		}
+		space := q.space
+		q.waiters++
+		q.mu.Unlock()
+		select {
+		case <-space:
+		case <-done:
+		}
+		q.mu.Lock()
+		q.waiters--
+		if ctx != nil && ctx.Err() != nil {
+			q.mu.Unlock()
+			putBuf(own)
+			return 0, ctx.Err()
+		}
+	}
+	q.inflight++
+	q.inflightBytes += cost
+	seq := q.seq
+	q.seq++
+	b := q.cur
+	wake := q.sleeping && len(b.ents) == 0
+	if wake {
+		q.sleeping = false
+	}
+	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, own: own}
+	e.hdrOff = uint32(len(b.hdr))
+	h := rdmo.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
+	switch r.op {
+	case rdmo.OpFlush:
+		b.hdr = rdmo.AppendFlushRequest(b.hdr, h, rdmo.FlushHeader{FlushID: r.flush.id})
+	case rdmo.OpAppend:
+		b.hdr = rdmo.AppendAppendRequest(b.hdr, h, r.app)
+	case rdmo.OpScatter:
+		b.hdr = rdmo.AppendScatterRequest(b.hdr, h, rdmo.ScatterHeader{Count: uint64(len(r.iovs))})
+	default:
+		// Checked by the caller: a user op with a short enough sub-header.
+		b.hdr, _ = rdmo.AppendUserRequest(b.hdr, h, r.sub)
+	}
+	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
+	if own == nil && r.plen > 0 {
+		e.dataOff = len(b.data)
+		b.data = r.writePayload(b.data)
+		e.dataLen = len(b.data) - e.dataOff
+	}
+	b.ents = append(b.ents, e)
+	q.mu.Unlock()
+	if wake {
+		in.stats.wakes.Add(1)
+		in.w.Wake()
+	}
+	return seq, nil
+}
+
+// Pools of payload buffers by power-of-two size class, from ownBufferMin
+// up to maxPooledBuf; larger payloads get a buffer of their own.
+const (
+	minBufShift  = 12 // ownBufferMin
+	maxBufShift  = 22
+	maxPooledBuf = 1 << maxBufShift
+)
+
+var bufPools [maxBufShift - minBufShift + 1]sync.Pool
+
+func bufClass(n int) int {
+	if n <= 1<<minBufShift {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - minBufShift
+}
+
+func getBuf(n int) *[]byte {
+	if n > maxPooledBuf {
+		b := make([]byte, 0, n)
+		return &b
+	}
+	c := bufClass(n)
+	if p, ok := bufPools[c].Get().(*[]byte); ok {
+		return p
+	}
+	b := make([]byte, 0, 1<<(c+minBufShift))
+	return &b
+}
+
+func putBuf(p *[]byte) {
+	if p == nil || cap(*p) > maxPooledBuf || cap(*p) < 1<<minBufShift {
+		return
+	}
+	// Only exact class sizes come from getBuf.
+	c := bufClass(cap(*p))
+	if cap(*p) != 1<<(c+minBufShift) {
+		return
+	}
+	*p = (*p)[:0]
+	bufPools[c].Put(p)
+}

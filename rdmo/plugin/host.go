@@ -1,0 +1,950 @@
+package plugin
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/openrdmo/rdmo/rdmo"
+)
+
+// LoadOptions configures Load. The zero value is usable.
+type LoadOptions struct {
+	// Logger receives the worker side's lines and, through go-plugin, the
+	// plugin process's own log lines at their level. nil: no logging.
+	Logger *zap.Logger
+	// CallTimeout bounds every call into the plugin (a batch, a hook),
+	// including the target calls it makes meanwhile. A plugin that has not
+	// answered by then is killed and restarted. Default 10s.
+	CallTimeout time.Duration
+	// StartTimeout bounds starting the process, the handshake and the
+	// first Info call. Default 10s.
+	StartTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the delay before each restart of a
+	// plugin that died: MinBackoff after the first failure, doubling with
+	// every failure (a crash or a failed restart) until a call succeeds
+	// again, capped at MaxBackoff. Defaults 50ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// Args are the plugin's command-line arguments (after its path).
+	Args []string
+	// Env is added to the worker's environment for the plugin process.
+	Env []string
+	// Name and Version, when set, must equal the plugin's HandlerInfo
+	// (SPEC §5: host and plugin versions must match); Load fails otherwise.
+	Name, Version string
+	// Checksum, when set, is the SHA-256 of the plugin binary: go-plugin
+	// verifies it before every start (and restart).
+	Checksum []byte
+	// NoCachedState says the handler keeps no state between batches, so a
+	// restart loses nothing and Fence does not report it (see Handler).
+	NoCachedState bool
+}
+
+func (o LoadOptions) withDefaults() LoadOptions {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 10 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 50 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
+	}
+	return o
+}
+
+// Handler is a handler running in a plugin process. It implements
+// rdmo.Handler, so the worker uses it exactly like a built-in handler.
+//
+// # Failures
+//
+// A plugin process that panics, exits, is killed, breaks the protocol or
+// does not answer within CallTimeout fails only the calls in flight: every
+// request of an in-flight batch gets StatusHandlerFailed with a Detail
+// saying what happened, and an in-flight Fence or RegionRemoved returns a
+// StatusHandlerFailed *rdmo.WireError. The process is killed if it still
+// runs, and restarted after a backoff (LoadOptions.MinBackoff doubling to
+// MaxBackoff). While it is down every call fails at once with
+// StatusHandlerFailed ("plugin ... is down"); no call waits for a restart.
+// Once it is back, calls succeed again; Info keeps the HandlerInfo read at
+// Load (a restarted binary whose name, version or ops differ is refused and
+// retried later).
+//
+// A restart loses whatever the handler cached in the dead process (a queue
+// tail, staged data). So that no flush reports success over lost state, the
+// first successful Fence of a client after such a restart returns a
+// StatusHandlerFailed error when the client had a successful batch in a
+// process that has died since, with no successful Fence after it;
+// RegionRemoved returns that error too (without clearing it). Set
+// LoadOptions.NoCachedState for a stateless handler.
+//
+// # Target calls of a plugin
+//
+// The Target a plugin's handler gets forwards to the worker's Target over
+// one stream, and the worker runs the calls on the goroutine that called
+// HandleBatch (or Fence, RegionRemoved), in the order the plugin made them.
+//
+//   - Region, Sync, Fetch, Flush and Fence wait for the worker's answer.
+//     Region answers are kept for the rest of the call.
+//   - Put and Place are pipelined: they return without a round trip, and
+//     travel with the next waiting call, or with the call's response, or
+//     on their own once 1 MiB of Put data waits. Their data must stay
+//     unchanged until the call returns (the rdmo.Target contract).
+//   - If the region of a Put or Place was looked up with Region during the
+//     call, its range is checked at once in the plugin and the worker's
+//     error (UnknownRegion, RegionNotOwned, OutOfBounds) is returned with
+//     nothing sent, as the worker's Target would.
+//   - Any other failure of a pipelined Put or Place is known only in the
+//     worker, later. The first one is reported: by the next Flush of the
+//     call (as its error, once), else at the end of the call: every request
+//     of the batch whose Result is OK gets that error's status (the rdmo
+//     Target contract: a write that fails later fails the batch's
+//     requests), and a Fence or RegionRemoved that returned nil returns it.
+//     The calls after a failed one still run.
+//   - Buffer is plugin memory, Fetch's bytes are a copy: both stay valid
+//     for the plugin as long as it keeps them.
+//   - A Target must not be used after its call returned (those calls fail).
+type Handler struct {
+	path string
+	opts LoadOptions
+	log  *zap.Logger
+	hlog *hcLogger
+	info rdmo.HandlerInfo
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	invSeq atomic.Uint64
+
+	mu         sync.Mutex
+	inst       *instance // nil while down
+	gen        uint64
+	closed     bool
+	downReason string
+	backoff    time.Duration
+	restarts   int
+	dirty      map[uint64]uint64 // client -> gen of the instance holding its cached state
+
+	wg sync.WaitGroup // restarts, readers, watchers, kills
+}
+
+var _ rdmo.Handler = (*Handler)(nil)
+
+var (
+	loadedMu sync.Mutex
+	loaded   = make(map[*Handler]struct{})
+)
+
+// Load starts the plugin binary at path, checks its handshake and
+// HandlerInfo, and returns it as an rdmo.Handler. The process is a go-plugin
+// managed client: besides Close, CleanupClients (at worker shutdown) stops
+// it. ctx bounds the start only.
+func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) {
+	opts = opts.withDefaults()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("rdmo plugin: %w", err)
+	} else if fi.IsDir() {
+		return nil, fmt.Errorf("rdmo plugin: %s is a directory", abs)
+	}
+	log := opts.Logger.Named("plugin").With(zap.String("plugin_path", abs))
+	h := &Handler{
+		path:  abs,
+		opts:  opts,
+		log:   log,
+		hlog:  newHCLogger(log),
+		dirty: make(map[uint64]uint64),
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	inst, info, err := h.start(ctx)
+	if err != nil {
+		h.cancel()
+		h.wg.Wait()
+		return nil, fmt.Errorf("rdmo plugin %s: %w", abs, err)
+	}
+	h.mu.Lock()
+	h.info = info
+	h.inst = inst
+	h.mu.Unlock()
+	loadedMu.Lock()
+	loaded[h] = struct{}{}
+	loadedMu.Unlock()
+	log.Info("plugin loaded", zap.String("handler", info.Name), zap.String("version", info.Version),
+		zap.Uint32s("ops", info.Ops), zap.Int("pid", inst.pid))
+	return h, nil
+}
+
+// CleanupClients closes every Handler that Load returned (so none restarts)
+// and then calls go-plugin's CleanupClients, which kills every managed
+// plugin process. Call it once, when the worker shuts down.
+func CleanupClients() {
+	loadedMu.Lock()
+	hs := make([]*Handler, 0, len(loaded))
+	for h := range loaded {
+		hs = append(hs, h)
+	}
+	loadedMu.Unlock()
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = h.Close() }()
+	}
+	wg.Wait()
+	goplugin.CleanupClients()
+}
+
+// Info returns the plugin's HandlerInfo, read once at Load.
+func (h *Handler) Info() rdmo.HandlerInfo {
+	i := h.info
+	i.Ops = slices.Clone(i.Ops)
+	return i
+}
+
+// Path is the absolute path of the plugin binary.
+func (h *Handler) Path() string { return h.path }
+
+// Pid is the plugin process's pid, 0 while it is down.
+func (h *Handler) Pid() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inst == nil {
+		return 0
+	}
+	return h.inst.pid
+}
+
+// Restarts counts the restarts since Load.
+func (h *Handler) Restarts() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.restarts
+}
+
+// Close stops the plugin process (gracefully, then by force) and any
+// restart, and waits for them; later calls fail with StatusHandlerFailed.
+// It is safe to call more than once.
+func (h *Handler) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.wg.Wait()
+		return nil
+	}
+	h.closed = true
+	inst := h.inst
+	h.inst = nil
+	h.downReason = "closed"
+	h.mu.Unlock()
+	h.cancel()
+	if inst != nil {
+		inst.die("plugin closed", false)
+	}
+	h.wg.Wait()
+	loadedMu.Lock()
+	delete(loaded, h)
+	loadedMu.Unlock()
+	h.log.Debug("plugin closed")
+	return nil
+}
+
+// HandleBatch implements rdmo.Handler: one call into the plugin per batch.
+func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	client := t.ClientID()
+	resp, inv, err := h.invoke(callBatch, t, client, 0, reqs)
+	if err == nil && len(resp.Results) != len(reqs) {
+		err = h.fail(inv.inst, fmt.Sprintf("protocol error: %d results for %d requests", len(resp.Results), len(reqs)))
+	}
+	if err != nil {
+		detail := err.Error()
+		var we *rdmo.WireError
+		if errors.As(err, &we) {
+			detail = we.Detail
+		}
+		for i := range results {
+			results[i] = rdmo.Result{Status: rdmo.StatusHandlerFailed, Detail: detail}
+		}
+		return
+	}
+	copy(results, resp.Results)
+	if aerr := inv.unreported(); aerr != nil {
+		st, detail := rdmo.StatusOf(aerr), "a pipelined Put or Place of the batch failed: "+aerr.Error()
+		for i := range results {
+			if results[i].Status == rdmo.StatusOK {
+				results[i] = rdmo.Result{Status: st, Detail: detail}
+			}
+		}
+	}
+	_ = h.succeeded(inv.inst, client, callBatch)
+}
+
+// Fence implements rdmo.Handler.
+func (h *Handler) Fence(t rdmo.Target) error {
+	client := t.ClientID()
+	resp, inv, err := h.invoke(callFence, t, client, 0, nil)
+	if err != nil {
+		return err
+	}
+	if err := resp.Err.err(); err != nil {
+		return err
+	}
+	if aerr := inv.unreported(); aerr != nil {
+		return aerr
+	}
+	return h.succeeded(inv.inst, client, callFence)
+}
+
+// RegionRemoved implements rdmo.Handler.
+func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
+	client := t.ClientID()
+	resp, inv, err := h.invoke(callRegionRemoved, t, client, region, nil)
+	if err != nil {
+		return err
+	}
+	if err := resp.Err.err(); err != nil {
+		return err
+	}
+	if aerr := inv.unreported(); aerr != nil {
+		return aerr
+	}
+	return h.succeeded(inv.inst, client, callRegionRemoved)
+}
+
+// ClientRemoved implements rdmo.Handler. A plugin that is down has no state
+// of the client anyway; failures are only logged.
+func (h *Handler) ClientRemoved(client uint64) {
+	h.mu.Lock()
+	delete(h.dirty, client)
+	h.mu.Unlock()
+	if _, inv, err := h.invoke(callClientRemoved, nil, client, 0, nil); err != nil {
+		h.log.Debug("ClientRemoved not delivered", zap.Uint64("client", client), zap.Error(err))
+	} else {
+		_ = h.succeeded(inv.inst, client, callClientRemoved)
+	}
+}
+
+func (h *Handler) errf(format string, args ...any) error {
+	return &rdmo.WireError{Status: rdmo.StatusHandlerFailed, Detail: fmt.Sprintf("plugin %s: ", h.info.Name) + fmt.Sprintf(format, args...)}
+}
+
+// current returns the running instance, or the error a call gets while
+// there is none.
+func (h *Handler) current() (*instance, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inst != nil {
+		return h.inst, nil
+	}
+	if h.closed {
+		return nil, h.errf("closed")
+	}
+	return nil, h.errf("down (%s); restarting", h.downReason)
+}
+
+// succeeded notes a successful call of inst: the backoff starts over, and
+// the client's cached state now lives in inst (a batch) or was written
+// back (Fence). For Fence and RegionRemoved it returns the lost-state error
+// when the client had a successful batch in an earlier process since its
+// last Fence (once, for Fence).
+func (h *Handler) succeeded(inst *instance, client uint64, kind uint8) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.backoff = 0
+	if h.opts.NoCachedState {
+		return nil
+	}
+	g, dirty := h.dirty[client]
+	switch kind {
+	case callBatch:
+		h.dirty[client] = inst.gen
+		return nil
+	case callFence, callClientRemoved:
+		delete(h.dirty, client)
+	}
+	if kind == callClientRemoved || !dirty || g == inst.gen {
+		return nil
+	}
+	return &rdmo.WireError{Status: rdmo.StatusHandlerFailed, Detail: fmt.Sprintf(
+		"plugin %s: restarted since client %d's last fence; state it cached for the client (and writes that depended on it) may be lost",
+		h.info.Name, client)}
+}
+
+// fail kills inst (if it is still current) with reason and returns the
+// error the failed call reports.
+func (h *Handler) fail(inst *instance, reason string) error {
+	inst.die(reason, true)
+	return h.errf("(pid %d) %s", inst.pid, reason)
+}
+
+// instanceDied takes a dead instance out of service and schedules its
+// restart.
+func (h *Handler) instanceDied(inst *instance, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inst != inst {
+		return
+	}
+	h.inst = nil
+	h.downReason = reason
+	if h.closed {
+		return
+	}
+	h.log.Warn("plugin failed; restarting", zap.Int("pid", inst.pid), zap.String("reason", reason))
+	h.scheduleRestartLocked()
+}
+
+func (h *Handler) scheduleRestartLocked() {
+	if h.backoff == 0 {
+		h.backoff = h.opts.MinBackoff
+	} else {
+		h.backoff = min(2*h.backoff, h.opts.MaxBackoff)
+	}
+	delay := h.backoff
+	h.wg.Add(1)
+	go h.restartAfter(delay)
+}
+
+func (h *Handler) restartAfter(delay time.Duration) {
+	defer h.wg.Done()
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-h.ctx.Done():
+		return
+	}
+	inst, info, err := h.start(h.ctx)
+	if err == nil && !sameInfo(info, h.info) {
+		err = fmt.Errorf("restarted binary is %s %s (ops %v), was %s %s (ops %v)",
+			info.Name, info.Version, info.Ops, h.info.Name, h.info.Version, h.info.Ops)
+		inst.die("refused", true)
+		inst = nil
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		if inst != nil {
+			inst.die("plugin closed", false)
+		}
+		return
+	}
+	defer h.mu.Unlock()
+	if err != nil {
+		h.downReason = "restart failed: " + err.Error()
+		h.log.Error("plugin restart failed", zap.Error(err), zap.Duration("backoff", h.backoff))
+		h.scheduleRestartLocked()
+		return
+	}
+	h.inst = inst
+	h.restarts++
+	h.log.Info("plugin restarted", zap.Int("pid", inst.pid), zap.Int("restarts", h.restarts))
+}
+
+func sameInfo(a, b rdmo.HandlerInfo) bool {
+	return a.Name == b.Name && a.Version == b.Version && slices.Equal(a.Ops, b.Ops)
+}
+
+// start runs a plugin process and brings its protocol up: go-plugin
+// handshake, Info, the Target stream and its hello.
+func (h *Handler) start(ctx context.Context) (*instance, rdmo.HandlerInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
+	defer cancel()
+
+	cmd := exec.Command(h.path, h.opts.Args...)
+	cmd.Env = append(os.Environ(), EnvLogLevel+"="+h.hlog.GetLevel().String())
+	cmd.Env = append(cmd.Env, h.opts.Env...)
+	var sc *goplugin.SecureConfig
+	if len(h.opts.Checksum) > 0 {
+		sc = &goplugin.SecureConfig{Checksum: h.opts.Checksum, Hash: sha256.New()}
+	}
+	c := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          goplugin.PluginSet{pluginKey: &grpcPlugin{}},
+		Cmd:              cmd,
+		SkipHostEnv:      true,
+		SecureConfig:     sc,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		Managed:          true,
+		Logger:           h.hlog,
+		StartTimeout:     h.opts.StartTimeout,
+		GRPCDialOptions:  dialOptions(),
+		SyncStdout:       h.hlog.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Info}),
+		SyncStderr:       h.hlog.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true, ForceLevel: hclog.Info}),
+	})
+
+	// Kill the process if ctx ends before it is up; killed tells the
+	// success path that it lost the race.
+	var killed atomic.Bool
+	startDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			if killed.CompareAndSwap(false, true) {
+				c.Kill()
+			}
+		case <-startDone:
+		}
+	}()
+	inst, info, err := h.bringUp(ctx, c)
+	close(startDone)
+	if err == nil && !killed.CompareAndSwap(false, true) {
+		err = ctx.Err()
+		if err == nil {
+			err = errors.New("start abandoned")
+		}
+		inst.cancel()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", err, ctx.Err())
+		}
+		c.Kill()
+		return nil, rdmo.HandlerInfo{}, err
+	}
+	inst.run()
+	return inst, info, nil
+}
+
+func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client) (*instance, rdmo.HandlerInfo, error) {
+	var info rdmo.HandlerInfo
+	rpc, err := c.Client()
+	if err != nil {
+		return nil, info, err
+	}
+	raw, err := rpc.Dispense(pluginKey)
+	if err != nil {
+		return nil, info, err
+	}
+	rc, ok := raw.(*rawClient)
+	if !ok {
+		return nil, info, fmt.Errorf("dispensed %T", raw)
+	}
+	var ir infoResp
+	if err := rc.conn.Invoke(ctx, methodInfo, &infoReq{}, &ir, grpc.CallContentSubtype(codecName)); err != nil {
+		return nil, info, fmt.Errorf("Info: %w", err)
+	}
+	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops}
+	if h.opts.Name != "" && info.Name != h.opts.Name {
+		return nil, info, fmt.Errorf("plugin is handler %q, want %q", info.Name, h.opts.Name)
+	}
+	if h.opts.Version != "" && info.Version != h.opts.Version {
+		return nil, info, fmt.Errorf("plugin %s is version %q, want %q", info.Name, info.Version, h.opts.Version)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	st, err := rc.conn.NewStream(sctx, &serviceDesc.Streams[0], methodTarget, grpc.CallContentSubtype(codecName))
+	if err != nil {
+		scancel()
+		return nil, info, fmt.Errorf("Target stream: %w", err)
+	}
+	var hello frame
+	if err := st.RecvMsg(&hello); err != nil {
+		scancel()
+		return nil, info, fmt.Errorf("Target stream: no hello: %w", err)
+	}
+	if hello.Inv != 0 || len(hello.Ops) != 0 {
+		scancel()
+		return nil, info, errors.New("Target stream: bad hello")
+	}
+	h.mu.Lock()
+	h.gen++
+	gen := h.gen
+	h.mu.Unlock()
+	inst := &instance{
+		h:      h,
+		gen:    gen,
+		client: c,
+		conn:   rc.conn,
+		exited: rc.done,
+		pid:    int(ir.Pid),
+		stream: st,
+		cancel: scancel,
+		dead:   make(chan struct{}),
+		invs:   make(map[uint64]*invocation),
+	}
+	return inst, info, nil
+}
+
+// instance is one run of the plugin process.
+type instance struct {
+	h      *Handler
+	gen    uint64
+	client *goplugin.Client
+	conn   *grpc.ClientConn
+	exited <-chan struct{} // closed by go-plugin when the process ends
+	pid    int
+	stream grpc.ClientStream
+	cancel context.CancelFunc // ends the stream
+
+	sendMu sync.Mutex
+
+	deadOnce sync.Once
+	dead     chan struct{}
+	reason   string // why it died; set before dead is closed
+
+	invMu sync.Mutex
+	invs  map[uint64]*invocation
+}
+
+// run starts the stream reader and the exit watcher.
+func (inst *instance) run() {
+	h := inst.h
+	h.wg.Add(2)
+	go func() {
+		defer h.wg.Done()
+		inst.read()
+	}()
+	go func() {
+		defer h.wg.Done()
+		select {
+		case <-inst.exited:
+			inst.die("plugin process exited", true)
+		case <-inst.dead:
+		}
+	}()
+}
+
+// die takes the instance out of service (once) and stops its process: by
+// force unless graceful.
+func (inst *instance) die(reason string, force bool) {
+	inst.deadOnce.Do(func() {
+		inst.reason = reason
+		close(inst.dead)
+		inst.h.instanceDied(inst, reason)
+		stop := func() {
+			if force {
+				select {
+				case <-inst.exited:
+				default:
+					if p, err := os.FindProcess(inst.pid); err == nil && inst.pid > 0 {
+						_ = p.Signal(syscall.SIGKILL)
+					}
+				}
+			}
+			inst.client.Kill()
+			inst.cancel()
+		}
+		if force {
+			inst.h.wg.Add(1)
+			go func() {
+				defer inst.h.wg.Done()
+				stop()
+			}()
+		} else {
+			stop()
+		}
+	})
+}
+
+func (inst *instance) send(a *answer) error {
+	inst.sendMu.Lock()
+	defer inst.sendMu.Unlock()
+	return inst.stream.SendMsg(a)
+}
+
+// read receives the plugin's frames and queues each for its invocation.
+func (inst *instance) read() {
+	for {
+		f := new(frame)
+		if err := inst.stream.RecvMsg(f); err != nil {
+			inst.die("Target stream closed: "+err.Error(), true)
+			return
+		}
+		inst.invMu.Lock()
+		inv := inst.invs[f.Inv]
+		inst.invMu.Unlock()
+		if inv != nil {
+			inv.push(f)
+			continue
+		}
+		// The invocation is over (it failed or timed out): its pipelined
+		// calls are dropped, a waiting one is told.
+		for i := range f.Ops {
+			if id := f.Ops[i].ID; id != 0 {
+				a := &answer{ID: id, Err: wireErr{Status: rdmo.StatusHandlerFailed, Detail: "the worker is no longer running this call"}}
+				if err := inst.send(a); err != nil {
+					inst.die("Target stream send: "+err.Error(), true)
+					return
+				}
+			}
+		}
+	}
+}
+
+// invocation is one call into the plugin, on the worker's side.
+type invocation struct {
+	inst *instance
+	id   uint64
+	t    rdmo.Target
+	reqs []rdmo.Request
+
+	mu    sync.Mutex
+	queue []*frame
+	wake  chan struct{}
+
+	frames   uint64 // frames run
+	asyncErr error  // first failure of a pipelined call
+	reported bool   // asyncErr was returned by a Flush
+}
+
+func (inv *invocation) push(f *frame) {
+	inv.mu.Lock()
+	inv.queue = append(inv.queue, f)
+	inv.mu.Unlock()
+	select {
+	case inv.wake <- struct{}{}:
+	default:
+	}
+}
+
+// unreported is the first failure of a pipelined call that the plugin did
+// not get back from a Flush.
+func (inv *invocation) unreported() error {
+	if inv.asyncErr == nil || inv.reported {
+		return nil
+	}
+	return inv.asyncErr
+}
+
+func (inv *invocation) noteAsync(err error) {
+	if err != nil && inv.asyncErr == nil {
+		inv.asyncErr = err
+	}
+}
+
+// drain runs the queued frames on the calling goroutine.
+func (inv *invocation) drain() error {
+	for {
+		inv.mu.Lock()
+		q := inv.queue
+		inv.queue = nil
+		inv.mu.Unlock()
+		if len(q) == 0 {
+			return nil
+		}
+		for _, f := range q {
+			for i := range f.Ops {
+				if err := inv.exec(&f.Ops[i]); err != nil {
+					return err
+				}
+			}
+			inv.frames++
+		}
+	}
+}
+
+var errNoTarget = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "no Target in ClientRemoved"}
+
+// exec runs one target call against the worker's Target and answers it if
+// it waits. The error is for the stream only.
+func (inv *invocation) exec(o *op) error {
+	t := inv.t
+	if t == nil {
+		if o.ID == 0 {
+			inv.noteAsync(errNoTarget)
+			return nil
+		}
+		return inv.inst.send(&answer{ID: o.ID, Err: toWireErr(errNoTarget)})
+	}
+	req := func() (*rdmo.Request, error) {
+		if o.Req < 0 || o.Req >= int64(len(inv.reqs)) {
+			return nil, &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("request index %d outside the batch", o.Req)}
+		}
+		return &inv.reqs[o.Req], nil
+	}
+	var a *answer
+	switch o.Kind {
+	case opPut:
+		inv.noteAsync(t.Put(o.Region, o.Addr, o.Data))
+	case opPlace:
+		r, err := req()
+		if err == nil {
+			err = t.Place(r, o.Region, o.Addr)
+		}
+		inv.noteAsync(err)
+	case opRegion:
+		r, err := t.Region(o.Region)
+		a = &answer{Region: r, Err: toWireErr(err)}
+	case opSync:
+		ops := make([]rdmo.RemoteOp, len(o.Sync))
+		var err error
+		for i, s := range o.Sync {
+			ops[i] = rdmo.RemoteOp{Kind: s.Kind, Region: s.Region, Addr: s.Addr, Operand: s.Operand, Compare: s.Compare}
+			if s.Kind == rdmo.RemoteGet {
+				if s.Len > maxMsgSize/2 {
+					err = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("remote get of %d bytes", s.Len)}
+					break
+				}
+				ops[i].Buf = make([]byte, s.Len)
+			}
+		}
+		a = &answer{}
+		if err == nil {
+			err = t.Sync(ops)
+		}
+		if a.Err = toWireErr(err); err == nil {
+			a.Sync = make([]syncRes, len(ops))
+			for i := range ops {
+				a.Sync[i] = syncRes{Result: ops[i].Result, Status: ops[i].Status}
+				if ops[i].Kind == rdmo.RemoteGet && ops[i].Status == rdmo.StatusOK {
+					a.Sync[i].Data = ops[i].Buf
+				}
+			}
+		}
+	case opFetch:
+		r, err := req()
+		var data []byte
+		if err == nil {
+			data, err = t.Fetch(r)
+		}
+		a = &answer{Data: data, Err: toWireErr(err)}
+	case opFlush:
+		err := t.Flush()
+		if err == nil && inv.unreported() != nil {
+			err, inv.reported = inv.asyncErr, true
+		}
+		a = &answer{Err: toWireErr(err)}
+	case opFence:
+		a = &answer{Err: toWireErr(t.Fence())}
+	default:
+		err := &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("unknown target call %d", o.Kind)}
+		if o.ID == 0 {
+			inv.noteAsync(err)
+		} else {
+			a = &answer{Err: toWireErr(err)}
+		}
+	}
+	if o.ID == 0 {
+		return nil
+	}
+	if a == nil {
+		a = &answer{Err: wireErr{Status: rdmo.StatusInternal, Detail: "pipelined call sent as a waiting one"}}
+	}
+	a.ID = o.ID
+	return inv.inst.send(a)
+}
+
+// invoke makes one call into the plugin and runs the target calls it
+// makes meanwhile on this goroutine. A non-nil error is a
+// StatusHandlerFailed *rdmo.WireError: the call did not complete.
+func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs []rdmo.Request) (*callResp, *invocation, error) {
+	inst, err := h.current()
+	if err != nil {
+		return nil, nil, err
+	}
+	inv := &invocation{inst: inst, id: h.invSeq.Add(1), t: t, reqs: reqs, wake: make(chan struct{}, 1)}
+	inst.invMu.Lock()
+	inst.invs[inv.id] = inv
+	inst.invMu.Unlock()
+	defer func() {
+		inst.invMu.Lock()
+		delete(inst.invs, inv.id)
+		inst.invMu.Unlock()
+	}()
+
+	ctx, cancel := context.WithTimeout(h.ctx, h.opts.CallTimeout)
+	defer cancel()
+	type result struct {
+		resp *callResp
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp := new(callResp)
+		err := inst.conn.Invoke(ctx, callMethod(kind), &callReq{Inv: inv.id, Client: client, Region: region, Reqs: reqs}, resp,
+			grpc.CallContentSubtype(codecName))
+		done <- result{resp, err}
+	}()
+
+	var resp *callResp
+	for resp == nil || inv.frames < resp.Frames {
+		var err error
+		select {
+		case <-inv.wake:
+			err = inv.drain()
+		case r := <-done:
+			if r.err != nil {
+				return nil, inv, h.callFailed(inst, kind, r.err)
+			}
+			resp = r.resp
+			err = inv.drain()
+		case <-inst.dead:
+			cancel()
+			if resp == nil {
+				<-done
+			}
+			return nil, inv, h.errf("(pid %d) %s during %s", inst.pid, inst.reason, callName(kind))
+		case <-ctx.Done():
+			if resp == nil {
+				r := <-done // the call ends with ctx
+				if r.err != nil {
+					return nil, inv, h.callFailed(inst, kind, r.err)
+				}
+				resp = r.resp
+				continue
+			}
+			return nil, inv, h.callFailed(inst, kind, ctx.Err())
+		}
+		if err != nil {
+			return nil, inv, h.fail(inst, "Target stream send: "+err.Error())
+		}
+	}
+	if resp.Panic != "" {
+		return nil, inv, h.fail(inst, fmt.Sprintf("handler panicked in %s: %s", callName(kind), resp.Panic))
+	}
+	for i := range resp.Tail {
+		o := &resp.Tail[i]
+		if o.ID != 0 {
+			return nil, inv, h.fail(inst, "protocol error: a waiting target call in a response")
+		}
+		if err := inv.exec(o); err != nil {
+			return nil, inv, h.fail(inst, "Target stream send: "+err.Error())
+		}
+	}
+	return resp, inv, nil
+}
+
+// callFailed turns the error of a unary call into the call's error, and
+// kills the instance: whatever happened, its state is unknown now.
+func (h *Handler) callFailed(inst *instance, kind uint8, err error) error {
+	name := callName(kind)
+	var reason string
+	switch {
+	case h.ctx.Err() != nil:
+		reason = fmt.Sprintf("closed during %s", name)
+	case errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
+		reason = fmt.Sprintf("no answer to %s within %v (CallTimeout); killed", name, h.opts.CallTimeout)
+	case status.Code(err) == codes.Unavailable || status.Code(err) == codes.Canceled:
+		select {
+		case <-inst.dead:
+			reason = fmt.Sprintf("%s during %s", inst.reason, name)
+		default:
+			reason = fmt.Sprintf("process exited or crashed during %s (%v)", name, status.Convert(err).Message())
+		}
+	default:
+		reason = fmt.Sprintf("%s failed: %v", name, err)
+	}
+	return h.fail(inst, reason)
+}

@@ -1,0 +1,24 @@
+// Command rdmo-plugin-test serves the test handler of package plugin's
+// tests as a plugin. With RDMO_TESTPLUGIN_CPUPROFILE set it writes a CPU
+// profile there when the worker stops it.
+package main
+
+import (
+	"os"
+	"runtime/pprof"
+
+	"github.com/openrdmo/rdmo/rdmo/plugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
+)
+
+func main() {
+	if p := os.Getenv("RDMO_TESTPLUGIN_CPUPROFILE"); p != "" {
+		if f, err := os.Create(p); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer f.Close()
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
+	plugin.Serve(testplugin.New())
+}

@@ -1,0 +1,246 @@
+// Package rdmoworker is the RDMO component as a UROM worker: the built-in
+// op handlers, the factory a worker process builds its dpu.Worker with, and
+// the typed commands a host sends it.
+package rdmoworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/dpu"
+	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/plugins/flush"
+	"github.com/openrdmo/rdmo/plugins/scatter"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/plugin"
+	"github.com/openrdmo/rdmo/urom"
+)
+
+// ComponentVersion is the version of the RDMO component hosts check.
+const ComponentVersion = "1.0.0"
+
+// Command kinds on the UROM command channel.
+const (
+	KindClientInit = "client-init"
+	KindRQCreate   = "rq-create"
+	KindRQDestroy  = "rq-destroy"
+	KindMRReg      = "mr-reg"
+	KindMRDereg    = "mr-dereg"
+	KindStats      = "stats"
+)
+
+// Config keys a host may set in urom.SpawnOptions.Config.
+const (
+	// ConfigAppendStrategy selects the built-in append strategy:
+	// "owned" (default) or "shared".
+	ConfigAppendStrategy = "append-strategy"
+)
+
+type builtin struct {
+	info rdmo.HandlerInfo
+	make func(cfg map[string]string) (rdmo.Handler, error)
+}
+
+var builtins = []builtin{
+	{
+		info: appendop.New(appendop.Options{}).Info(),
+		make: func(cfg map[string]string) (rdmo.Handler, error) {
+			s, err := ParseStrategy(cfg[ConfigAppendStrategy])
+			if err != nil {
+				return nil, err
+			}
+			return appendop.New(appendop.Options{Strategy: s}), nil
+		},
+	},
+	{info: flush.New().Info(), make: func(map[string]string) (rdmo.Handler, error) { return flush.New(), nil }},
+	{info: scatter.New(scatter.Options{}).Info(), make: func(map[string]string) (rdmo.Handler, error) {
+		return scatter.New(scatter.Options{}), nil
+	}},
+}
+
+// ParseStrategy reads an append strategy name ("" is owned).
+func ParseStrategy(s string) (appendop.Strategy, error) {
+	switch strings.ToLower(s) {
+	case "", "owned":
+		return appendop.Owned, nil
+	case "shared":
+		return appendop.Shared, nil
+	}
+	return 0, fmt.Errorf("unknown append strategy %q (valid: owned, shared)", s)
+}
+
+// Builtins describes the handlers linked into the worker.
+func Builtins() []urom.PluginInfo {
+	var out []urom.PluginInfo
+	for _, b := range builtins {
+		out = append(out, urom.PluginInfo{Name: b.info.Name, Version: b.info.Version, Ops: b.info.Ops})
+	}
+	return out
+}
+
+// Probe starts a plugin binary once to read its name, version and ops.
+func Probe(ctx context.Context, path string) (urom.PluginInfo, error) {
+	h, err := plugin.Load(ctx, path, plugin.LoadOptions{})
+	if err != nil {
+		return urom.PluginInfo{}, err
+	}
+	defer h.Close()
+	info := h.Info()
+	return urom.PluginInfo{Name: info.Name, Version: info.Version, Ops: info.Ops, Path: path}, nil
+}
+
+// Factory builds a worker process's RDMO worker from its spec: built-in
+// handlers linked in, the others loaded from their plugin binaries.
+func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.CommandHandler, error) {
+	c := &commands{log: log}
+	var handlers []rdmo.Handler
+	for _, p := range spec.Plugins {
+		if p.Builtin {
+			b := findBuiltin(p.Name)
+			if b == nil {
+				c.closePlugins()
+				return nil, fmt.Errorf("no built-in plugin %q in this worker", p.Name)
+			}
+			h, err := b.make(spec.Config)
+			if err != nil {
+				c.closePlugins()
+				return nil, err
+			}
+			handlers = append(handlers, h)
+			continue
+		}
+		h, err := plugin.Load(ctx, p.Path, plugin.LoadOptions{
+			Logger: log.With(zap.String("plugin", p.Name)), Name: p.Name, Version: p.Version,
+			Env: configEnv(spec.Config),
+		})
+		if err != nil {
+			c.closePlugins()
+			return nil, fmt.Errorf("load plugin %s: %w", p.Path, err)
+		}
+		c.plugins = append(c.plugins, h)
+		handlers = append(handlers, h)
+	}
+	w, err := dpu.New(dpu.Config{Handlers: handlers, Logger: log})
+	if err != nil {
+		c.closePlugins()
+		return nil, err
+	}
+	c.w = w
+	return c, nil
+}
+
+// configEnv passes the spawn configuration to plugin processes as
+// RDMO_CONFIG_<KEY> variables (dashes become underscores).
+func configEnv(cfg map[string]string) []string {
+	var env []string
+	for k, v := range cfg {
+		env = append(env, "RDMO_CONFIG_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_"))+"="+v)
+	}
+	return env
+}
+
+func findBuiltin(name string) *builtin {
+	for i := range builtins {
+		if builtins[i].info.Name == name {
+			return &builtins[i]
+		}
+	}
+	return nil
+}
+
+type commands struct {
+	w       *dpu.Worker
+	plugins []*plugin.Handler
+	log     *zap.Logger
+}
+
+func (c *commands) closePlugins() {
+	for _, p := range c.plugins {
+		p.Close()
+	}
+}
+
+func decode[T any](body msgpack.RawMessage) (T, error) {
+	var v T
+	err := msgpack.Unmarshal(body, &v)
+	return v, err
+}
+
+// Handle runs one command. A command the worker refuses still answers with
+// its Notification (Status says why): the host turns it into a typed error.
+func (c *commands) Handle(ctx context.Context, kind string, body msgpack.RawMessage) (any, error) {
+	var cmd dpu.Command
+	var err error
+	switch kind {
+	case KindClientInit:
+		cmd, err = decode[dpu.ClientInit](body)
+	case KindRQCreate:
+		cmd, err = decode[dpu.RQCreate](body)
+	case KindRQDestroy:
+		cmd, err = decode[dpu.RQDestroy](body)
+	case KindMRReg:
+		cmd, err = decode[dpu.MRReg](body)
+	case KindMRDereg:
+		cmd, err = decode[dpu.MRDereg](body)
+	case KindStats:
+		return c.w.Stats(), nil
+	default:
+		return nil, fmt.Errorf("unknown RDMO command %q", kind)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("malformed %s: %w", kind, err)
+	}
+	n, err := c.w.Do(ctx, cmd)
+	var ce *dpu.CommandError
+	if err != nil && !errors.As(err, &ce) {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (c *commands) Close() error {
+	err := c.w.Close()
+	c.closePlugins()
+	return err
+}
+
+// Remote sends RDMO commands to a worker process through the UROM service.
+type Remote struct{ W *urom.Worker }
+
+func kindOf(cmd dpu.Command) string {
+	switch cmd.CommandType() {
+	case dpu.CmdClientInit:
+		return KindClientInit
+	case dpu.CmdRQCreate:
+		return KindRQCreate
+	case dpu.CmdRQDestroy:
+		return KindRQDestroy
+	case dpu.CmdMRReg:
+		return KindMRReg
+	case dpu.CmdMRDereg:
+		return KindMRDereg
+	}
+	return ""
+}
+
+// Do sends a command and returns its notification; a refused command
+// returns its notification and an error matching the rdmo status sentinel.
+func (r Remote) Do(ctx context.Context, cmd dpu.Command) (dpu.Notification, error) {
+	var n dpu.Notification
+	if err := r.W.Call(ctx, kindOf(cmd), cmd, &n); err != nil {
+		return n, err
+	}
+	return n, n.Err()
+}
+
+// Stats returns the worker's counters.
+func (r Remote) Stats(ctx context.Context) (dpu.Stats, error) {
+	var st dpu.Stats
+	err := r.W.Call(ctx, KindStats, nil, &st)
+	return st, err
+}
