@@ -68,6 +68,11 @@ func newTarget(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy) *
 }
 
 func newTargetMode(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy, mode workerMode) *target {
+	return newTargetWith(t, tr, func() rdmoWorker { return startWorker(t, tr, strategy, mode) })
+}
+
+// newTargetWith registers a target with the worker start makes.
+func newTargetWith(t testing.TB, tr ucptest.Transport, start func() rdmoWorker) *target {
 	t.Helper()
 	ctx := ucptest.NewContext(t, tr)
 	w, err := ctx.NewWorker(ucp.WorkerOptions{})
@@ -81,7 +86,7 @@ func newTargetMode(t testing.TB, tr ucptest.Transport, strategy appendop.Strateg
 	tg := &target{t: t, ctx: ctx, w: w, addr: addr, stop: make(chan struct{}), done: make(chan struct{}), client: 1}
 	go tg.progress()
 	t.Cleanup(tg.close)
-	tg.worker = startWorker(t, tr, strategy, mode)
+	tg.worker = start()
 	n := tg.do(dpu.ClientInit{ID: tg.client, Addr: addr})
 	tg.wAddr = n.Addr
 	return tg

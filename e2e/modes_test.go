@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +47,16 @@ func startWorker(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy,
 		})
 		return inProcess{w}
 	}
+	names := []string{"append", "flush", "scatter"}
+	if mode == modeUROMPlugin {
+		names = []string{"plugin:append", "plugin:flush", "plugin:scatter"}
+	}
+	return startUROMWorker(t, tr, names, map[string]string{rdmoworker.ConfigAppendStrategy: strategy.String()})
+}
+
+// startUROMWorker runs a UROM service in this process and spawns one worker
+// process with the named plugins (plugin binaries come from pluginDir).
+func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config map[string]string) remote {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := urom.Config{
 		Listen:           "127.0.0.1:0",
@@ -55,11 +66,11 @@ func startWorker(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy,
 		WorkerEnv:        append([]string{"E2E_ROLE=worker"}, tr.Env()...),
 		ComponentVersion: rdmoworker.ComponentVersion,
 	}
-	names := []string{"append", "flush", "scatter"}
-	if mode == modeUROMPlugin {
-		cfg.PluginPath = []string{pluginDir(t)}
-		cfg.Probe = rdmoworker.Probe
-		names = []string{"plugin:append", "plugin:flush", "plugin:scatter"}
+	for _, n := range names {
+		if strings.HasPrefix(n, "plugin:") {
+			cfg.PluginPath = []string{pluginDir(t)}
+			cfg.Probe = rdmoworker.Probe
+		}
 	}
 	svc, err := urom.NewService(ctx, cfg)
 	if err != nil {
@@ -75,7 +86,7 @@ func startWorker(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy,
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.Spawn(ctx, urom.SpawnOptions{Plugins: names, Config: map[string]string{rdmoworker.ConfigAppendStrategy: strategy.String()}})
+	w, err := c.Spawn(ctx, urom.SpawnOptions{Plugins: names, Config: config})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,9 +123,10 @@ func pluginDir(t testing.TB) string {
 			return
 		}
 		pluginPath = dir
-		for _, name := range []string{"append", "flush", "scatter"} {
+		for _, pkg := range []string{"plugins/append", "plugins/flush", "plugins/scatter", "examples/counter"} {
+			name := filepath.Base(pkg)
 			out := filepath.Join(dir, "rdmo-plugin-"+name)
-			cmd := exec.Command("go", "build", "-o", out, "github.com/openrdmo/rdmo/plugins/"+name+"/cmd/rdmo-plugin-"+name)
+			cmd := exec.Command("go", "build", "-o", out, "github.com/openrdmo/rdmo/"+pkg+"/cmd/rdmo-plugin-"+name)
 			if b, err := cmd.CombinedOutput(); err != nil {
 				pluginErr = fmt.Errorf("build plugin %s: %v\n%s", name, err, b)
 				return

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/openrdmo/rdmo/internal/msgpackcheck"
 )
 
 // Frame prefix: magic "UROM", protocol version, body length.
@@ -21,6 +23,8 @@ const (
 	// MaxFrame bounds a frame body; larger ones are refused before any
 	// allocation.
 	MaxFrame = 1 << 20
+	// maxNesting bounds how deep containers in a frame may nest.
+	maxNesting = 32
 )
 
 var (
@@ -113,6 +117,11 @@ func (c *conn) read(idle time.Duration) (*envelope, error) {
 	body := make([]byte, n)
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		return nil, fmt.Errorf("urom: truncated frame: %w", err)
+	}
+	// The decoder trusts counts; check them against the bytes first so a
+	// hostile frame cannot make us allocate more than its size.
+	if err := msgpackcheck.Value(body, maxNesting); err != nil {
+		return nil, fmt.Errorf("urom: malformed frame: %w", err)
 	}
 	env := &envelope{}
 	if err := msgpack.Unmarshal(body, env); err != nil {
