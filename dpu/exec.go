@@ -20,7 +20,7 @@ type client struct {
 	w  *Worker
 
 	// Shared.
-	hostFailed atomic.Bool                       // the host-access endpoint failed or the client is gone
+	hostFailed atomic.Bool                        // the host-access endpoint failed or the client is gone
 	regions    atomic.Pointer[map[uint64]*region] // copy-on-write, written by the loop
 
 	// Loop-owned.

@@ -30,16 +30,16 @@ type Stats struct {
 	BatchSizes      [BatchSizeBuckets]uint64
 
 	// Target operations issued by handlers.
-	TargetPuts  uint64 // Puts through UCX
-	MemcpyPuts  uint64 // Puts copied through a mapping of target memory
-	PutBytes    uint64
-	Places      uint64 // rendezvous payloads moved into target memory
-	Fetches     uint64 // rendezvous payloads brought into worker memory
-	Syncs       uint64 // Sync calls
-	SyncOps     uint64 // their operations
-	Fences      uint64 // Target.Fence calls
-	Flushes     uint64 // Target.Flush calls
-	Readbacks   uint64 // visibility reads after a flush
+	TargetPuts    uint64 // Puts through UCX
+	MemcpyPuts    uint64 // Puts copied through a mapping of target memory
+	PutBytes      uint64
+	Places        uint64 // rendezvous payloads moved into target memory
+	Fetches       uint64 // rendezvous payloads brought into worker memory
+	Syncs         uint64 // Sync calls
+	SyncOps       uint64 // their operations
+	Fences        uint64 // Target.Fence calls
+	Flushes       uint64 // Target.Flush calls
+	Readbacks     uint64 // visibility reads after a flush
 	HandlerPanics uint64
 
 	// Answers sent.

@@ -356,6 +356,10 @@ func (w *Worker) run(started chan<- error) {
 		if idle++; idle < spinBeforeWait {
 			continue
 		}
+		// A goroutine this loop just readied (an executor) sits in this P's
+		// run queue; a cgo call that blocks keeps the P until sysmon takes
+		// it back (up to 10 ms). Yield first so it runs now.
+		runtime.Gosched()
 		w.sleeping.Store(true)
 		if w.pending.Load() == 0 {
 			if _, err := w.uw.Wait(w.cfg.IdleWait); err != nil {

@@ -131,7 +131,7 @@ func TestDefect1RejectedRequestsAreReportedAndFenceCompletes(t *testing.T) {
 		raw.send(appendReq(1, ptr, 9999, 9999, 0), []byte("unknown region"))      // seq 0
 		raw.send(appendReq(1, ptr, r.id, r.id, rdmo.FlagAck), []byte("good one")) // seq 1
 		var iov []byte
-		iov, _ = rdmo.AppendIOV(iov, rdmo.IOV{Addr: ptr + 4090, Rkey: r.id, Len: 8}, []byte("overflow")) // crosses the end
+		iov, _ = rdmo.AppendIOV(iov, rdmo.IOV{Addr: ptr + 4090, Rkey: r.id, Len: 8}, []byte("overflow"))                           // crosses the end
 		raw.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), iov) // seq 2
 		acks := map[uint64]rdmo.AckResponse{}
 		for len(acks) < 2 {

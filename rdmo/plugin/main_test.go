@@ -66,7 +66,26 @@ func goBuild(ctx context.Context, dir, pkg string, race bool) (string, error) {
 }
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(envHostMode); path != "" {
+		os.Exit(hostMode(path))
+	}
 	os.Exit(runTests(m))
+}
+
+// envHostMode makes the test binary a worker stand-in: it loads the plugin
+// at the path given, prints the plugin's pid and waits to be killed
+// (TestWorkerDeathEndsPlugin).
+const envHostMode = "RDMO_PLUGIN_TEST_HOST"
+
+func hostMode(path string) int {
+	h, err := plugin.Load(context.Background(), path, plugin.LoadOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(h.Pid())
+	time.Sleep(time.Minute)
+	return 0
 }
 
 func runTests(m *testing.M) int {

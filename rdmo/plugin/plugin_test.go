@@ -475,34 +475,35 @@ func TestCrashIsolation(t *testing.T) {
 }
 
 func TestBackoffGrows(t *testing.T) {
-	h := load(t, plugin.LoadOptions{MinBackoff: 100 * time.Millisecond, MaxBackoff: 400 * time.Millisecond})
+	h := load(t, plugin.LoadOptions{MinBackoff: 100 * time.Millisecond, MaxBackoff: 800 * time.Millisecond})
 	tg, _ := newTarget(t)
 	var gaps []time.Duration
 	pid := h.Pid()
-	for i := 0; i < 4; i++ {
+	for i := 0; i < 5; i++ {
 		wantStatus(t, run(h, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
 		start := time.Now()
 		pid = waitUp(t, h, pid)
 		gaps = append(gaps, time.Since(start))
 	}
-	// 100, 200, 400, 400 ms (+ start time): no successful call in between.
-	for i, min := range []time.Duration{100, 200, 400, 400} {
+	t.Logf("restart gaps %v", gaps)
+	// 100, 200, 400, 800, 800 ms (plus the start of a process): no
+	// successful call in between.
+	for i, min := range []time.Duration{100, 200, 400, 800, 800} {
 		if gaps[i] < min*time.Millisecond {
 			t.Errorf("restart %d after %v, want >= %vms", i, gaps[i], min)
 		}
 	}
-	if gaps[3] > 3*time.Second {
-		t.Errorf("restart after %v: MaxBackoff not applied", gaps[3])
+	if gaps[4] > 4*time.Second {
+		t.Errorf("restart after %v: MaxBackoff not applied", gaps[4])
 	}
-	// A successful call resets it.
+	// A successful call resets it to MinBackoff.
 	wantStatus(t, run(h, tg, ctlReq(tg, "pid")), 0)
 	wantStatus(t, run(h, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
 	start := time.Now()
 	waitUp(t, h, pid)
-	if d := time.Since(start); d > 350*time.Millisecond {
+	if d := time.Since(start); d >= gaps[4] || d > 750*time.Millisecond {
 		t.Errorf("restart after a success took %v, want ~100ms", d)
 	}
-	t.Logf("restart gaps %v", gaps)
 }
 
 func TestLostStateReported(t *testing.T) {

@@ -332,3 +332,32 @@ func TestReferencePlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkerDeathEndsPlugin: a plugin whose worker is killed (so it never
+// stops the plugin) exits by itself.
+func TestWorkerDeathEndsPlugin(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envHostMode+"="+testPluginPath)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line := make([]byte, 32)
+	n, err := out.Read(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
+	if err != nil || !alive(pid) {
+		t.Fatalf("plugin pid %q: %v", line[:n], err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	start := time.Now()
+	waitGone(t, pid)
+	t.Logf("plugin exited %v after its worker", time.Since(start))
+}
