@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 APT_PKGS  := libucx-dev ucx-utils pkg-config iproute2
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test vet fmt-check unit bench bench-ucx clean
+.PHONY: all deps build test vet fmt-check unit bench bench-ucx clean demo
 
 all: build
 
@@ -48,5 +48,16 @@ bench: deps
 	ROUNDS=$(or $(ROUNDS),5) ./scripts/bench-ucp.sh
 	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp ./rdmo/...
 
+# demo runs the RDMO demo on this machine: bin/rdmo as server (target, with
+# an embedded UROM service) and as client (initiator), separate processes on
+# loopback; it passes only if the server verified every byte. DEMO_OPS sets
+# the workload size.
+DEMO_OPS ?= 100000
+demo: deps
+	DEMO_OPS=$(DEMO_OPS) GO=$(GO) ./scripts/demo.sh
+
 clean:
 	$(GO) clean -testcache
+
+# Targets of their own (fuzzing, soak, ...) live in mk/.
+-include mk/*.mk
