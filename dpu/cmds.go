@@ -15,27 +15,17 @@ import (
 // drain answer later.
 func (w *Worker) execute(c *command) {
 	var err *CommandError
-	switch cmd := c.cmd.(type) {
+	switch cmd := c.cmd.(type) { // normalized by Do: values only
 	case ClientInit:
 		err = w.clientInit(c, cmd)
-	case *ClientInit:
-		err = w.clientInit(c, *cmd)
 	case RQCreate:
 		err = w.rqCreate(c, cmd)
-	case *RQCreate:
-		err = w.rqCreate(c, *cmd)
 	case RQDestroy:
 		err = w.rqDestroy(c, cmd)
-	case *RQDestroy:
-		err = w.rqDestroy(c, *cmd)
 	case MRReg:
 		err = w.mrReg(c, cmd)
-	case *MRReg:
-		err = w.mrReg(c, *cmd)
 	case MRDereg:
 		err = w.mrDereg(c, cmd)
-	case *MRDereg:
-		err = w.mrDereg(c, *cmd)
 	case removeClient:
 		err = w.removeClient(c, cmd.ID)
 	default:

@@ -16,7 +16,7 @@ const (
 	DefaultMaxRQsPerClient     = 64
 	DefaultMaxRegionsPerClient = 1024
 	DefaultMaxRendezvousFetch  = 1 << 20
-	DefaultMaxBatch            = 64
+	DefaultMaxBatch            = 1024
 	DefaultDrainTimeout        = 5 * time.Second
 	DefaultIdleWait            = time.Millisecond
 )

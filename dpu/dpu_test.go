@@ -2,11 +2,15 @@ package dpu_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
@@ -269,13 +273,13 @@ func TestValidation(t *testing.T) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(badOps{ops: []uint32{rdmo.OpAppend, rdmo.OpScatter}})})
 		s := e.newSetup(1, 4096, 0, 4096)
 		in := s.in
-		op3 := make([]byte, 16)
-		rdmo.Header{ClientID: 1, Op: rdmo.OpBatch, Flags: rdmo.FlagAck}.Put(op3)
+		op4 := make([]byte, 16)
+		rdmo.Header{ClientID: 1, Op: 4, Flags: rdmo.FlagAck}.Put(op4)
 		short := in.send([]byte{1, 2, 3, 4, 5, 6, 7, 8}, nil, 0)
 		mismatch := in.send(userReq(2, opPut, rdmo.FlagAck, s.region, s.base), pattern(8, 1), 0)
 		unknown := in.send(userReq(1, 40, rdmo.FlagAck), nil, 0)
 		shortFlush := in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{})[:16], nil, 0)
-		reserved := in.send(op3, nil, 0)
+		reserved := in.send(op4, nil, 0)
 		flags := in.send(userReq(1, opPut, rdmo.FlagAck|1<<5, s.region, s.base), pattern(8, 1), 0)
 		emptyAppend := in.send(rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.AppendHeader{}), nil, 0)
 		panics := in.send(userReq(1, opPanic, rdmo.FlagAck), nil, 0)
@@ -722,4 +726,68 @@ func TestManyClientsAndQueues(t *testing.T) {
 		st := e.w.Stats()
 		t.Logf("%s: %d requests in %d batches (sizes %v)", tr.Name, st.BatchedRequests, st.Batches, st.BatchSizes)
 	})
+}
+
+// Commands, notifications and stats cross the msgpack command channel.
+func TestMsgpackRoundTrip(t *testing.T) {
+	for _, v := range []any{
+		&dpu.ClientInit{ID: 1, Addr: []byte{1, 2}},
+		&dpu.RQCreate{Client: 1, Addr: []byte{3}},
+		&dpu.RQDestroy{Client: 1, RQ: 2},
+		&dpu.MRReg{Client: 1, VA: 0x1000, Len: 64, PackedRkey: []byte{4}, PackedMemh: []byte{5}},
+		&dpu.MRDereg{Client: 1, Region: 3},
+		&dpu.Notification{Type: dpu.CmdMRReg, Status: rdmo.StatusUnknownRegion, Detail: "x", Client: 1, Region: 3},
+		&dpu.Stats{Requests: map[uint32]uint64{1: 2}, Failures: map[rdmo.Status]uint64{rdmo.StatusOutOfBounds: 1},
+			InFlight: map[uint64]int64{1: 3}, BatchSizes: [dpu.BatchSizeBuckets]uint64{4}},
+	} {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+		if err := msgpack.Unmarshal(b, back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(v, back) {
+			t.Errorf("%T: %+v became %+v", v, v, back)
+		}
+	}
+	// Field names on the wire are the tags.
+	b, _ := msgpack.Marshal(dpu.MRReg{PackedRkey: []byte{1}})
+	var m map[string]any
+	msgpack.Unmarshal(b, &m)
+	for _, k := range []string{"client", "va", "len", "packed_rkey", "packed_memh"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("MR_REG has no %q field on the wire: %v", k, m)
+		}
+	}
+}
+
+func TestDoEdgeCases(t *testing.T) {
+	ucptest.CheckLeaks(t)
+	e := newEnv(t, ucptest.Transports[0], dpu.Config{Handlers: allHandlers()})
+	var nilInit *dpu.ClientInit
+	if _, err := e.w.Do(t.Context(), nilInit); !errors.Is(err, dpu.ErrInvalidCommand) {
+		t.Errorf("nil command pointer: %v", err)
+	}
+	if _, err := e.w.Do(t.Context(), nil); !errors.Is(err, dpu.ErrInvalidCommand) {
+		t.Errorf("nil command: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	tgt := e.newTarget(64)
+	if _, err := e.w.Do(ctx, dpu.ClientInit{ID: 1, Addr: tgt.addr}); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled context: %v", err)
+	}
+	// The command still ran (or runs): the id is taken.
+	deadline := time.Now().Add(waitLimit)
+	for {
+		_, err := e.w.Do(t.Context(), dpu.ClientInit{ID: 1, Addr: tgt.addr})
+		if errors.Is(err, dpu.ErrClientExists) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CLIENT_INIT after a canceled one: %v", err)
+		}
+	}
 }

@@ -31,7 +31,7 @@ const (
 type targetOp struct {
 	kind    opKind
 	place   bool // opRecv: a Place (a placement ticket is taken)
-	counted bool // issued and counted in r.inflight
+	counted bool // counted in r.inflight (the rkey must outlive the op)
 	n       uint8
 	g       *opGroup
 	c       *client
@@ -88,7 +88,13 @@ func (w *Worker) groupCheck(g *opGroup) {
 	case groupBatch:
 		w.completeBatch(g.b)
 	case groupSync:
-		g.c.syncCh <- struct{}{}
+		select {
+		case g.c.syncCh <- struct{}{}:
+		default:
+			// One signal per wait; a second one would be a bug, and
+			// blocking here would stop every client.
+			w.log.Error("dpu: internal error: executor signalled twice", zap.Uint64("client", g.c.id))
+		}
 	}
 }
 
@@ -119,7 +125,10 @@ func (c *completer) Complete(comp ucp.Completion) {
 	c.w.opFinished(int32(comp.Tag), comp.Value, comp.Err)
 }
 
-// enqueue takes an executor's op into the table and issues it.
+// enqueue takes an executor's op into the table and issues it. An op that
+// uses a region's rkey (or its mapping) counts in the region's inflight
+// from here until it finishes, so the rkey outlives it even when the op
+// waits in the backlog.
 func (w *Worker) enqueue(src *targetOp) {
 	if src.g != nil {
 		src.g.pending++
@@ -140,6 +149,10 @@ func (w *Worker) enqueue(src *targetOp) {
 			op.c.parked = append(op.c.parked, parkedFlush{op: i, ticket: t})
 			return
 		}
+	}
+	if op.r != nil && (op.kind != opRecv || op.place) {
+		op.counted = true
+		op.r.inflight++
 	}
 	w.issue(i)
 }
@@ -168,14 +181,13 @@ func (w *Worker) issueNow(i int32) bool {
 	op := &w.ops.ops[i]
 	tag := uint64(i)
 	var err error
-	uses := false
 	switch op.kind {
 	case opPut, opBouncePut:
-		err, uses = op.c.hostEP.Put(op.buf, op.raddr, op.r.rkey, w.comp, tag), true
+		err = op.c.hostEP.Put(op.buf, op.raddr, op.r.rkey, w.comp, tag)
 	case opGet, opReadback:
-		err, uses = op.c.hostEP.Get(op.buf, op.raddr, op.r.rkey, w.comp, tag), true
+		err = op.c.hostEP.Get(op.buf, op.raddr, op.r.rkey, w.comp, tag)
 	case opAtomic:
-		err, uses = op.c.hostEP.Atomic(op.amo, op.value, op.compare, op.raddr, op.r.rkey, w.comp, tag), true
+		err = op.c.hostEP.Atomic(op.amo, op.value, op.compare, op.raddr, op.r.rkey, w.comp, tag)
 	case opFence:
 		w.opFinished(i, 0, w.uw.Fence())
 		return true
@@ -185,7 +197,6 @@ func (w *Worker) issueNow(i int32) bool {
 		err = w.uw.Receive(op.pend.held, op.buf, w.comp, tag)
 		if err == nil {
 			op.pend.consumed = true
-			uses = op.kind == opRecv && op.place
 		}
 	case opReply:
 		if q := op.rq; q.closed || q.epFailed || q.ep == nil {
@@ -209,11 +220,6 @@ func (w *Worker) issueNow(i int32) bool {
 	}
 	if err != nil {
 		w.opFinished(i, 0, err)
-		return true
-	}
-	if uses && op.r != nil {
-		op.counted = true
-		op.r.inflight++
 	}
 	return true
 }
@@ -226,13 +232,6 @@ func (w *Worker) opFinished(i int32, value uint64, err error) {
 	op := w.ops.ops[i] // a copy: the table may grow below
 	if op.kind == 0 {
 		return
-	}
-	if op.counted {
-		op.r.inflight--
-		w.ops.ops[i].counted = false
-		if op.r.inflight == 0 && op.r.destroyWhenIdle {
-			w.destroyRkey(op.r)
-		}
 	}
 	switch op.kind {
 	case opPut, opReadback:
@@ -264,6 +263,8 @@ func (w *Worker) opFinished(i int32, value uint64, err error) {
 			n := min(r.length, 8)
 			nop := &w.ops.ops[i]
 			nop.kind, nop.r, nop.raddr, nop.buf, nop.readback = opReadback, r, r.base, op.c.readback[:n], nil
+			nop.counted = true
+			r.inflight++
 			w.issue(i)
 			return
 		}
@@ -275,6 +276,9 @@ func (w *Worker) opFinished(i int32, value uint64, err error) {
 			w.placeDone(op.c, op.ticket)
 		}
 	case opRecvBounce:
+		if err == nil && op.r.rkey == nil {
+			err = ucp.ErrClosed // the region went while the payload came
+		}
 		if err == nil {
 			nop := &w.ops.ops[i]
 			nop.kind = opBouncePut
@@ -288,6 +292,12 @@ func (w *Worker) opFinished(i int32, value uint64, err error) {
 		op.rq.flushDone = true
 		if err != nil {
 			w.log.Debug("request queue flush failed", zap.Uint64("rq", op.rq.id), zap.Error(err))
+		}
+	}
+	if op.counted {
+		op.r.inflight--
+		if op.r.inflight == 0 && op.r.destroyWhenIdle {
+			w.destroyRkey(op.r)
 		}
 	}
 	w.ops.release(i)

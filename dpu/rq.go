@@ -32,6 +32,7 @@ type rq struct {
 	inflight atomic.Int64 // accepted and not completed
 	arena    payloadArena // copies of small payloads
 	free     []*pending
+	boxes    []*heldBox // recycled
 
 	// Failures since the last flush response.
 	failed      uint32
@@ -66,6 +67,9 @@ type pending struct {
 	chunk   *chunk
 	held    ucp.Held
 	hasHeld bool
+	// box: an inner request of a container whose payload points into the
+	// container's kept AM data.
+	box *heldBox
 	// consumed: loop-owned, a Receive took the rendezvous payload.
 	consumed bool
 	// moved: executor-owned, Place or Fetch already used the payload.
@@ -85,9 +89,13 @@ func (q *rq) getPending() *pending {
 	return new(pending)
 }
 
-func (q *rq) putPending(p *pending) {
+// putPending recycles a request record. A queue keeps as many as its
+// in-flight limit (max), so a stream at that limit, where one container
+// brings many requests at once, allocates none at steady state; what it
+// keeps is what it once had in flight.
+func (q *rq) putPending(p *pending, max int) {
 	*p = pending{}
-	if len(q.free) < 256 {
+	if len(q.free) < max {
 		q.free = append(q.free, p)
 	}
 }
@@ -127,66 +135,186 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		w.drop(m, "not a request queue's endpoint")
 		return
 	}
-	seq := q.nextSeq
-	q.nextSeq++
 	if q.closing || w.shutdown {
+		q.nextSeq++
 		w.drop(m, "request queue is closing")
 		return
 	}
+	if len(m.Header) >= rdmo.HeaderLen && binary.LittleEndian.Uint32(m.Header[rdmo.HeaderOpOffset:]) == rdmo.OpBatch {
+		w.handleContainer(q, m)
+		return
+	}
+	seq := q.nextSeq
+	q.nextSeq++
 	rh, err := rdmo.ParseRequest(m.Header)
-	op := rh.Header.Op
 	if len(m.Header) >= rdmo.HeaderLen {
-		w.stats.request(op, m.Length)
+		w.stats.request(rh.Header.Op, m.Length)
 	} else {
 		w.stats.bytes.Add(uint64(m.Length))
 	}
-	flushID := uint64(0)
-	if op == rdmo.OpFlush && len(m.Header) >= rdmo.FlushHeaderLen {
-		flushID = binary.LittleEndian.Uint64(m.Header[rdmo.FlushIDOffset:])
+	w.request(q, seq, m.Header, rh, err, m.Data, m.Length, m.Rendezvous, m, nil)
+}
+
+// container is the BATCH container being unpacked: its AM, and the box
+// that keeps its data once an inner request's payload must point into it.
+type container struct {
+	m    *ucp.Message
+	box  *heldBox
+	poff int // offset of the current inner payload in m.Data
+}
+
+// keep returns the container's box, keeping its AM data on first use.
+func (ct *container) keep(q *rq) *heldBox {
+	if ct.box == nil {
+		ct.box = q.getBox()
+		ct.box.held = ct.m.Keep()
 	}
-	if err != nil {
-		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusOf(err), err.Error())
+	return ct.box
+}
+
+// heldBox keeps a container's AM data (zero-copy, Message.Keep) until every
+// inner request whose payload points into it has completed.
+type heldBox struct {
+	held ucp.Held
+	refs int
+}
+
+func (q *rq) getBox() *heldBox {
+	if n := len(q.boxes); n > 0 {
+		b := q.boxes[n-1]
+		q.boxes = q.boxes[:n-1]
+		return b
+	}
+	return new(heldBox)
+}
+
+func (q *rq) putBox(b *heldBox) {
+	*b = heldBox{}
+	if len(q.boxes) < 64 {
+		q.boxes = append(q.boxes, b)
+	}
+}
+
+// handleContainer unpacks a BATCH container (docs/PROTOCOL.md section 11):
+// each inner request takes the next sequence number and goes through
+// request exactly like a plain one. The container itself takes none,
+// except when it cannot be unpacked at all (its own header is malformed,
+// flagged or another client's, it came by rendezvous, or its count cannot
+// fit its data): then it is one failed request with one sequence number
+// (op 3). When its entries' framing is broken, every one of its count inner
+// requests fails (op 3, no answer) and none runs.
+func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
+	w.stats.request(rdmo.OpBatch, m.Length)
+	rh, err := rdmo.ParseRequest(m.Header)
+	st, detail := rdmo.StatusOK, ""
+	switch {
+	case err != nil:
+		st, detail = rdmo.StatusOf(err), err.Error()
+	case rh.Header.ClientID != q.c.id:
+		st, detail = rdmo.StatusClientMismatch, "batch container names client "+utoa(rh.Header.ClientID)+
+			", the queue is client "+utoa(q.c.id)
+	case m.Rendezvous:
+		st, detail = rdmo.StatusRendezvousRefused, "a batch container must be sent eager"
+	case !rdmo.CountPlausible(m.Data, rh.Batch.Count):
+		st, detail = rdmo.StatusPayloadMismatch, "batch count "+utoa(rh.Batch.Count)+" does not fit "+
+			strconv.Itoa(len(m.Data))+" bytes of entries"
+	}
+	if st != rdmo.StatusOK {
+		seq := q.nextSeq
+		q.nextSeq++
+		w.reject(q, seq, m.Header, rdmo.OpBatch, rh.Header.Flags, 0, st, detail)
+		return
+	}
+	count := rh.Batch.Count
+	if err := rdmo.CheckBatchPayload(m.Data, count); err != nil {
+		// The entries cannot be trusted: nothing runs, nothing answers.
+		st := rdmo.StatusOf(err)
+		first := q.nextSeq
+		for i := uint64(0); i < count; i++ {
+			w.countFailure(q, q.nextSeq, rdmo.OpBatch, st)
+			q.nextSeq++
+		}
+		if ce := w.log.Check(zap.WarnLevel, "rdmo batch container malformed"); ce != nil {
+			ce.Write(zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id), zap.Uint64("first_seq", first),
+				zap.Uint64("count", count), zap.String("status", st.Name()), zap.String("detail", err.Error()))
+		}
+		return
+	}
+	ct := container{m: m}
+	it := rdmo.NewBatchIter(m.Data, count)
+	for it.Next() {
+		seq := q.nextSeq
+		q.nextSeq++
+		hdr, data := it.Header(), it.Payload()
+		rh, err := it.Request()
+		if len(hdr) >= rdmo.HeaderLen && rh.Header.Op != rdmo.OpBatch {
+			w.stats.request(rh.Header.Op, 0) // bytes: counted with the container
+		}
+		ct.poff = it.PayloadOffset()
+		w.request(q, seq, hdr, rh, err, data, len(data), false, nil, &ct)
+	}
+}
+
+// request validates one request, a plain AM (m) or an inner request of a
+// container (ct), and queues it, or completes it at once with its failure.
+// rh and perr are what decoding its header gave.
+func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, perr error,
+	data []byte, length int, rndv bool, m *ucp.Message, ct *container) {
+	op := rh.Header.Op
+	flushID := uint64(0)
+	if op == rdmo.OpFlush && len(hdr) >= rdmo.FlushHeaderLen {
+		flushID = binary.LittleEndian.Uint64(hdr[rdmo.FlushIDOffset:])
+	}
+	if perr != nil {
+		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(perr), perr.Error())
 		return
 	}
 	if rh.Header.ClientID != q.c.id {
-		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusClientMismatch,
+		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusClientMismatch,
 			"header names client "+utoa(rh.Header.ClientID)+", the queue is client "+utoa(q.c.id))
 		return
 	}
 	h := w.lookup(op)
 	if h == nil {
-		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusUnknownOp, "no handler serves the op")
+		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusUnknownOp, "no handler serves the op")
 		return
 	}
-	if m.Rendezvous {
+	if rndv {
 		if op == rdmo.OpFlush {
-			w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
+			w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
 			return
 		}
-	} else if err := rh.CheckPayload(m.Data); err != nil {
-		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusOf(err), err.Error())
+	} else if err := rh.CheckPayload(data); err != nil {
+		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(err), err.Error())
 		return
 	}
 	if q.inflight.Load() >= int64(w.cfg.MaxInFlightPerRQ) {
-		w.reject(q, seq, m.Header, op, rh.Header.Flags, flushID, rdmo.StatusTooManyInFlight,
+		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusTooManyInFlight,
 			"limit of "+utoa(uint64(w.cfg.MaxInFlightPerRQ))+" requests in flight reached")
 		return
 	}
 	p := q.getPending()
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
-	p.hdrLen = uint8(copy(p.hdr[:], m.Header))
-	p.length = uint64(m.Length)
+	p.hdrLen = uint8(copy(p.hdr[:], hdr))
+	p.length = uint64(length)
 	switch {
-	case m.Rendezvous:
+	case rndv:
 		p.rndv = true
 		p.held, p.hasHeld = m.Keep(), true
-	case len(m.Data) == 0:
-	case len(m.Data) <= smallPayload:
-		p.payload, p.chunk = q.arena.alloc(len(m.Data))
-		copy(p.payload, m.Data)
-	default:
+	case len(data) == 0:
+	case len(data) <= smallPayload:
+		p.payload, p.chunk = q.arena.alloc(len(data))
+		copy(p.payload, data)
+	case m != nil:
 		p.held, p.hasHeld = m.Keep(), true
 		p.payload = p.held.Data
+	default:
+		// A large inner payload stays in the container's data.
+		b := ct.keep(q)
+		b.refs++
+		p.box = b
+		end := ct.poff + len(data)
+		p.payload = b.held.Data[ct.poff:end:end]
 	}
 	q.inflight.Add(1)
 	q.queue = append(q.queue, p)
@@ -311,7 +439,7 @@ func (w *Worker) completeBatch(b *batch) {
 		}
 		w.releasePayload(q, p)
 		w.complete(q, p.seq, p.op, p.flags, p.flushID, st, value, detail)
-		q.putPending(p)
+		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
 	q.started -= len(b.ents)
 	b.c.putBatch(b)
@@ -327,6 +455,12 @@ func (w *Worker) releasePayload(q *rq, p *pending) {
 	}
 	if p.hasHeld && !p.consumed {
 		w.uw.Release(p.held)
+	}
+	if b := p.box; b != nil {
+		if b.refs--; b.refs == 0 {
+			w.uw.Release(b.held)
+			q.putBox(b)
+		}
 	}
 	q.inflight.Add(-1)
 }
@@ -357,13 +491,7 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 }
 
 func (w *Worker) recordFailure(q *rq, seq uint64, op uint32, st rdmo.Status, detail string, short bool) {
-	w.stats.failure(st)
-	if q.failed < ^uint32(0) {
-		q.failed++
-	}
-	if q.failed == 1 || seq < q.firstSeq {
-		q.firstOp, q.firstStatus, q.firstSeq = op, st, seq
-	}
+	w.countFailure(q, seq, op, st)
 	if ce := w.log.Check(zap.WarnLevel, "rdmo request failed"); ce != nil {
 		opName := rdmo.OpName(op)
 		if short {
@@ -371,6 +499,17 @@ func (w *Worker) recordFailure(q *rq, seq uint64, op uint32, st rdmo.Status, det
 		}
 		ce.Write(zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id), zap.Uint64("seq", seq),
 			zap.String("op", opName), zap.String("status", st.Name()), zap.String("detail", detail))
+	}
+}
+
+// countFailure accounts a failed request for the next flush response.
+func (w *Worker) countFailure(q *rq, seq uint64, op uint32, st rdmo.Status) {
+	w.stats.failure(st)
+	if q.failed < ^uint32(0) {
+		q.failed++
+	}
+	if q.failed == 1 || seq < q.firstSeq {
+		q.firstOp, q.firstStatus, q.firstSeq = op, st, seq
 	}
 }
 
@@ -404,7 +543,7 @@ func (w *Worker) startRQTeardown(q *rq, waiter *command, failWith rdmo.Status, f
 			p := q.popFront()
 			w.releasePayload(q, p)
 			w.complete(q, p.seq, p.op, p.flags, p.flushID, failWith, 0, "request queue closed before the request started")
-			q.putPending(p)
+			q.putPending(p, w.cfg.MaxInFlightPerRQ)
 		}
 	}
 	if q.closing {
@@ -550,3 +689,10 @@ func (a *payloadArena) release(c *chunk) {
 func (a *payloadArena) reset() { a.cur, a.free = nil, nil }
 
 func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// Capabilities lists the wire extensions beyond the reference that this
+// worker implements, as capability strings: today rdmo.CapabilityBatch
+// (it unpacks BATCH containers, docs/PROTOCOL.md section 11). A target
+// passes them to its initiators out of band (host/oob.WorkerInfo), which
+// enable what they know (initiator.Options.Aggregate).
+func Capabilities() []string { return []string{rdmo.CapabilityBatch} }

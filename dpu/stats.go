@@ -15,45 +15,45 @@ const BatchSizeBuckets = 12
 // except the gauges (InFlight, Clients, RQs, Regions).
 type Stats struct {
 	// Requests counts the AMs that arrived on request queues, by op id
-	// (failed ones included; a header too short to name an op counts
-	// under op 0 only in Failures). Bytes is their payload bytes.
-	Requests map[uint32]uint64
-	Bytes    uint64
+	// (failed ones included; one whose header is too short to name an op
+	// counts only in Bytes and Failures). Bytes is their payload bytes.
+	Requests map[uint32]uint64 `msgpack:"requests"`
+	Bytes    uint64            `msgpack:"bytes"`
 	// Dropped counts AMs that could not be answered: no reply endpoint,
 	// not a request queue's endpoint, or a queue that is being destroyed.
-	Dropped uint64
+	Dropped uint64 `msgpack:"dropped"`
 
 	// Batches is the number of HandleBatch calls for requests, and
 	// BatchedRequests the requests they carried.
-	Batches         uint64
-	BatchedRequests uint64
-	BatchSizes      [BatchSizeBuckets]uint64
+	Batches         uint64                   `msgpack:"batches"`
+	BatchedRequests uint64                   `msgpack:"batched_requests"`
+	BatchSizes      [BatchSizeBuckets]uint64 `msgpack:"batch_sizes"`
 
 	// Target operations issued by handlers.
-	TargetPuts    uint64 // Puts through UCX
-	MemcpyPuts    uint64 // Puts copied through a mapping of target memory
-	PutBytes      uint64
-	Places        uint64 // rendezvous payloads moved into target memory
-	Fetches       uint64 // rendezvous payloads brought into worker memory
-	Syncs         uint64 // Sync calls
-	SyncOps       uint64 // their operations
-	Fences        uint64 // Target.Fence calls
-	Flushes       uint64 // Target.Flush calls
-	Readbacks     uint64 // visibility reads after a flush
-	HandlerPanics uint64
+	TargetPuts    uint64 `msgpack:"target_puts"` // Puts through UCX
+	MemcpyPuts    uint64 `msgpack:"memcpy_puts"` // Puts copied through a mapping of target memory
+	PutBytes      uint64 `msgpack:"put_bytes"`
+	Places        uint64 `msgpack:"places"`    // rendezvous payloads moved into target memory
+	Fetches       uint64 `msgpack:"fetches"`   // rendezvous payloads brought into worker memory
+	Syncs         uint64 `msgpack:"syncs"`     // Sync calls
+	SyncOps       uint64 `msgpack:"sync_ops"`  // their operations
+	Fences        uint64 `msgpack:"fences"`    // Target.Fence calls
+	Flushes       uint64 `msgpack:"flushes"`   // Target.Flush calls
+	Readbacks     uint64 `msgpack:"readbacks"` // visibility reads after a flush
+	HandlerPanics uint64 `msgpack:"handler_panics"`
 
 	// Answers sent.
-	FlushResponses uint64
-	Acks           uint64
+	FlushResponses uint64 `msgpack:"flush_responses"`
+	Acks           uint64 `msgpack:"acks"`
 
 	// Failures counts failed requests by status.
-	Failures map[rdmo.Status]uint64
+	Failures map[rdmo.Status]uint64 `msgpack:"failures"`
 
 	// Gauges.
-	InFlight map[uint64]int64 // accepted, not completed, by request queue
-	Clients  int
-	RQs      int
-	Regions  int
+	InFlight map[uint64]int64 `msgpack:"in_flight"` // accepted, not completed, by request queue
+	Clients  int              `msgpack:"clients"`
+	RQs      int              `msgpack:"rqs"`
+	Regions  int              `msgpack:"regions"`
 }
 
 type counters struct {

@@ -211,8 +211,10 @@ func (w *Worker) Address() []byte { return append([]byte(nil), w.addr...) }
 // (with a non-OK Status) and a *CommandError. When ctx ends first, Do
 // returns ctx.Err(); the command still runs to completion.
 func (w *Worker) Do(ctx context.Context, cmd Command) (Notification, error) {
-	if cmd == nil {
-		return Notification{Status: rdmo.StatusInternal, Detail: "nil command"}, cmdErr(0, ErrInvalidCommand, "nil command")
+	cmd, ok := normalize(cmd)
+	if !ok {
+		e := cmdErr(CommandType(255), ErrInvalidCommand, "nil or unknown command")
+		return e.notification(0), e
 	}
 	c := &command{cmd: cmd, reply: make(chan cmdResult, 1)}
 	w.mu.Lock()
@@ -277,27 +279,48 @@ func (w *Worker) wake() {
 	}
 }
 
+// normalize turns a command given by pointer into its value, so the loop
+// never dereferences a caller's pointer; nil and unknown commands fail.
+func normalize(cmd Command) (Command, bool) {
+	switch c := cmd.(type) {
+	case ClientInit, RQCreate, RQDestroy, MRReg, MRDereg, removeClient:
+		return c, true
+	case *ClientInit:
+		if c != nil {
+			return *c, true
+		}
+	case *RQCreate:
+		if c != nil {
+			return *c, true
+		}
+	case *RQDestroy:
+		if c != nil {
+			return *c, true
+		}
+	case *MRReg:
+		if c != nil {
+			return *c, true
+		}
+	case *MRDereg:
+		if c != nil {
+			return *c, true
+		}
+	}
+	return nil, false
+}
+
+// commandClient is the client a (normalized) command names.
 func commandClient(cmd Command) uint64 {
 	switch c := cmd.(type) {
 	case ClientInit:
 		return c.ID
-	case *ClientInit:
-		return c.ID
 	case RQCreate:
-		return c.Client
-	case *RQCreate:
 		return c.Client
 	case RQDestroy:
 		return c.Client
-	case *RQDestroy:
-		return c.Client
 	case MRReg:
 		return c.Client
-	case *MRReg:
-		return c.Client
 	case MRDereg:
-		return c.Client
-	case *MRDereg:
 		return c.Client
 	case removeClient:
 		return c.ID
@@ -335,9 +358,11 @@ func (w *Worker) run(started chan<- error) {
 	w.log.Debug("dpu worker started", zap.Int("handlers", len(w.handlers)))
 
 	idle := 0
+	var progressErr, waitErr error // logged once each
 	for {
 		n, err := w.uw.Progress()
-		if err != nil {
+		if err != nil && progressErr == nil {
+			progressErr = err
 			w.log.Error("progress failed", zap.Error(err))
 		}
 		did := w.drainInbox()
@@ -362,8 +387,12 @@ func (w *Worker) run(started chan<- error) {
 		runtime.Gosched()
 		w.sleeping.Store(true)
 		if w.pending.Load() == 0 {
-			if _, err := w.uw.Wait(w.cfg.IdleWait); err != nil {
-				w.log.Error("wait failed", zap.Error(err))
+			if waitErr != nil {
+				// No wake-up support: nap briefly instead of spinning.
+				time.Sleep(min(w.cfg.IdleWait, 100*time.Microsecond))
+			} else if _, err := w.uw.Wait(w.cfg.IdleWait); err != nil {
+				waitErr = err
+				w.log.Error("wait failed; the idle worker will poll", zap.Error(err))
 			}
 		}
 		w.sleeping.Store(false)
@@ -513,4 +542,4 @@ func (w *Worker) maintain() {
 }
 
 // spinBeforeWait is how many idle loop rounds pass before the loop sleeps.
-var spinBeforeWait = 64
+const spinBeforeWait = 64

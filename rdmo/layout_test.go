@@ -73,6 +73,12 @@ struct rdmo_flush_rsp_ext {
 	uint32_t failed; uint32_t first_op; uint32_t first_status; uint64_t first_seq;
 } __attribute__((packed));
 
+/* Extension: the BATCH container (op 3). Its AM header is urom_rdmo_hdr then
+ * rdmo_batch_hdr; its data is count entries, each an rdmo_batch_entry, the
+ * inner header, the inner payload and zero padding to a multiple of 8. */
+struct rdmo_batch_hdr { uint64_t count; };
+struct rdmo_batch_entry { uint16_t hdr_len; uint16_t flags; uint32_t payload_len; };
+
 #define SIZE(s) printf("size %s %zu\n", #s, sizeof(struct s))
 #define OFF(s, f) printf("off %s.%s %zu\n", #s, #f, offsetof(struct s, f))
 
@@ -99,6 +105,22 @@ static size_t request(uint64_t id, uint32_t op, uint32_t flags, const void *sub,
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), sub, sub_len);
 	return sizeof(h) + sub_len;
+}
+
+/* Append one batch entry at buf + n; returns the new length. */
+static size_t batch_entry(size_t n, const void *hdr, size_t hlen, const void *payload, size_t plen)
+{
+	struct rdmo_batch_entry e;
+	memset(&e, 0, sizeof(e));
+	e.hdr_len = (uint16_t)hlen;
+	e.payload_len = (uint32_t)plen;
+	memcpy(buf + n, &e, sizeof(e));
+	memcpy(buf + n + sizeof(e), hdr, hlen);
+	memcpy(buf + n + sizeof(e) + hlen, payload, plen);
+	n += sizeof(e) + hlen + plen;
+	while (n % 8)
+		buf[n++] = 0;
+	return n;
 }
 
 int main(void)
@@ -132,6 +154,12 @@ int main(void)
 	OFF(rdmo_ack_rsp, status);
 	OFF(rdmo_ack_rsp, reserved);
 	OFF(rdmo_ack_rsp, value);
+	SIZE(rdmo_batch_hdr);
+	OFF(rdmo_batch_hdr, count);
+	SIZE(rdmo_batch_entry);
+	OFF(rdmo_batch_entry, hdr_len);
+	OFF(rdmo_batch_entry, flags);
+	OFF(rdmo_batch_entry, payload_len);
 	SIZE(rdmo_flush_rsp_ext);
 	OFF(rdmo_flush_rsp_ext, rsp_id);
 	OFF(rdmo_flush_rsp_ext, flush_id);
@@ -170,6 +198,29 @@ int main(void)
 		memcpy(buf + n + sizeof(iov), "{{.Data}}", iov.len);
 		n += sizeof(iov) + iov.len;
 {{end}}		hex("scatter_payload", n);
+	}
+	{
+		struct rdmo_batch_hdr b;
+		b.count = 2;
+		hex("batch_request", request({{.BatchClient}}ULL, 3u, 0u, &b, sizeof(b)));
+	}
+	{
+		/* Two entries: the sample APPEND with a 5-byte payload (padded by
+		 * 3), then the sample FLUSH. */
+		unsigned char a[40], f[24];
+		struct urom_rdmo_append_hdr ah;
+		struct urom_rdmo_flush_hdr fh;
+		ah.ptr_addr = {{.Append.PtrAddr}}ULL;
+		ah.ptr_rkey = {{.Append.PtrRkey}}ULL;
+		ah.data_rkey = {{.Append.DataRkey}}ULL;
+		request({{.AppendHdr.ClientID}}ULL, {{.AppendHdr.Op}}u, {{.AppendHdr.Flags}}u, &ah, sizeof(ah));
+		memcpy(a, buf, sizeof(a));
+		fh.flush_id = {{.FlushID}}ULL;
+		request({{.FlushHdr.ClientID}}ULL, {{.FlushHdr.Op}}u, {{.FlushHdr.Flags}}u, &fh, sizeof(fh));
+		memcpy(f, buf, sizeof(f));
+		n = batch_entry(0, a, sizeof(a), "HELLO", 5);
+		n = batch_entry(n, f, sizeof(f), "", 0);
+		hex("batch_payload", n);
 	}
 	{
 		/* As the reference worker builds it: flush_rsp at rsp_hdr + 1. */
@@ -299,6 +350,7 @@ func renderLayoutProgram() ([]byte, error) {
 		"IOVs":     iovs,
 		"FlushRsp": sampleFlushRsp, "FirstStatus": uint32(sampleFlushRsp.FirstStatus),
 		"Ack": sampleAck, "AckStatus": uint32(sampleAck.Status),
+		"BatchClient": sampleAppendHdr.ClientID,
 	})
 	return b.Bytes(), err
 }
@@ -368,6 +420,13 @@ func checkLayout(t *testing.T, c map[string]uint64) {
 		{"ack status", get("off rdmo_ack_rsp.status"), rdmo.AckStatusOffset},
 		{"ack reserved", get("off rdmo_ack_rsp.reserved"), rdmo.AckReservedOffset},
 		{"ack value", get("off rdmo_ack_rsp.value"), rdmo.AckValueOffset},
+
+		{"batch header length", hdr + get("size rdmo_batch_hdr"), rdmo.BatchHeaderLen},
+		{"batch count", hdr + get("off rdmo_batch_hdr.count"), rdmo.BatchCountOffset},
+		{"sizeof(rdmo_batch_entry)", get("size rdmo_batch_entry"), rdmo.BatchEntryHeaderLen},
+		{"entry hdr_len", get("off rdmo_batch_entry.hdr_len"), rdmo.BatchEntryHdrLenOffset},
+		{"entry flags", get("off rdmo_batch_entry.flags"), rdmo.BatchEntryFlagsOffset},
+		{"entry payload_len", get("off rdmo_batch_entry.payload_len"), rdmo.BatchEntryPayloadLenOffset},
 	}
 	for _, tt := range tests {
 		if tt.c != tt.goSide {
@@ -395,7 +454,17 @@ func checkEncodings(t *testing.T, c map[string][]byte) {
 			t.Fatal(err)
 		}
 	}
+	appendReq := rdmo.AppendAppendRequest(nil, sampleAppendHdr, sampleAppend)
+	batchData, err := rdmo.AppendBatchEntry(nil, appendReq, []byte("HELLO"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batchData, err = rdmo.AppendBatchEntry(batchData, rdmo.AppendFlushRequest(nil, sampleFlushHdr, sampleFlush), nil); err != nil {
+		t.Fatal(err)
+	}
 	goSide := map[string][]byte{
+		"batch_request":            rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: sampleAppendHdr.ClientID}, rdmo.BatchHeader{Count: 2}),
+		"batch_payload":            batchData,
 		"flush_request":            rdmo.AppendFlushRequest(nil, sampleFlushHdr, sampleFlush),
 		"append_request":           rdmo.AppendAppendRequest(nil, sampleAppendHdr, sampleAppend),
 		"scatter_request":          rdmo.AppendScatterRequest(nil, sampleScatterHdr, sampleScatter),
@@ -451,5 +520,24 @@ func checkEncodings(t *testing.T, c map[string][]byte) {
 	}
 	if a, err := rdmo.ParseAck(c["ack"]); err != nil || a != sampleAck {
 		t.Errorf("ack from C: %+v, %v", a, err)
+	}
+	br, err := rdmo.ParseRequest(c["batch_request"])
+	if err != nil || br.Header.Op != rdmo.OpBatch || br.Batch.Count != 2 {
+		t.Fatalf("batch request from C: %+v, %v", br, err)
+	}
+	it := rdmo.NewBatchIter(c["batch_payload"], br.Batch.Count)
+	var inner []rdmo.RequestHeader
+	for it.Next() {
+		r, err := it.Request()
+		if err != nil {
+			t.Errorf("batch entry %d from C: %v", len(inner), err)
+		}
+		if len(inner) == 0 && string(it.Payload()) != "HELLO" {
+			t.Errorf("batch entry 0 payload from C: %q", it.Payload())
+		}
+		inner = append(inner, r)
+	}
+	if it.Err() != nil || len(inner) != 2 || inner[0].Append != sampleAppend || inner[1].Flush != sampleFlush {
+		t.Errorf("batch payload from C: %+v, %v", inner, it.Err())
 	}
 }

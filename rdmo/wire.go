@@ -88,9 +88,9 @@ const (
 	OpAppend  uint32 = 1 // reference: append the payload to a queue in target memory
 	OpScatter uint32 = 2 // reference: put each iov's data at its address
 
-	// OpBatch is reserved for a batch container (several requests in one
-	// AM). It is not implemented yet: decoding it yields ErrUnknownOp, so a
-	// peer learns that explicitly instead of having it misread.
+	// OpBatch (extension) is a container: several complete requests in
+	// one AM (batch.go). Only a worker that advertises CapabilityBatch
+	// understands it; a container carries no flags of its own.
 	OpBatch uint32 = 3
 
 	// OpUserBase is the first op id for plugin-defined operations. Ids from
@@ -199,6 +199,7 @@ type RequestHeader struct {
 	Flush   FlushHeader
 	Append  AppendHeader
 	Scatter ScatterHeader
+	Batch   BatchHeader
 	// User is the opaque sub-header of a plugin op: the header bytes after
 	// offset 16 (possibly empty). It aliases the slice given to ParseRequest.
 	User []byte
@@ -206,7 +207,7 @@ type RequestHeader struct {
 
 // ParseHeader decodes and validates the common request header. Checks run
 // in this order, and the first failure is returned: ShortHeader (< 16
-// bytes), HeaderTooLong (> 64 bytes), UnknownOp (3..15), UnknownFlags.
+// bytes), HeaderTooLong (> 64 bytes), UnknownOp (4..15), UnknownFlags.
 // Whenever the first 16 bytes are present the decoded Header is returned,
 // even with an error, so a worker can report which op and client failed.
 func ParseHeader(b []byte) (Header, error) {
@@ -223,12 +224,8 @@ func ParseHeader(b []byte) (Header, error) {
 		return h, wireErr(StatusHeaderTooLong,
 			"request header is "+itoa(len(b))+" bytes, at most 64 allowed")
 	}
-	if h.Op > OpScatter && !IsUserOp(h.Op) {
-		detail := "op id " + utoa(uint64(h.Op)) + " is reserved"
-		if h.Op == OpBatch {
-			detail = "op id 3 (batch) is reserved and not implemented"
-		}
-		return h, wireErr(StatusUnknownOp, detail)
+	if h.Op > OpBatch && !IsUserOp(h.Op) {
+		return h, wireErr(StatusUnknownOp, "op id "+utoa(uint64(h.Op))+" is reserved")
 	}
 	if unknown := h.Flags &^ knownFlags; unknown != 0 {
 		return h, wireErr(StatusUnknownFlags, "flags "+hex32(unknown)+" are not defined")
@@ -237,10 +234,12 @@ func ParseHeader(b []byte) (Header, error) {
 }
 
 // ParseRequest decodes and validates a request's AM header. After the
-// checks of ParseHeader, a reference op's header must be exactly its size
-// (shorter: ShortHeader; longer: HeaderTooLong); a user op may carry 0..48
-// bytes of opaque sub-header. The payload is checked separately by
-// RequestHeader.CheckPayload. ParseRequest allocates only to return an error.
+// checks of ParseHeader, a reference op's header, and a BATCH container's,
+// must be exactly its size (shorter: ShortHeader; longer: HeaderTooLong); a
+// user op may carry 0..48 bytes of opaque sub-header. A container with any
+// flag set fails with UnknownFlags (FENCE and ACK go on its inner requests).
+// The payload is checked separately by RequestHeader.CheckPayload.
+// ParseRequest allocates only to return an error.
 func ParseRequest(b []byte) (RequestHeader, error) {
 	h, err := ParseHeader(b)
 	r := RequestHeader{Header: h}
@@ -255,6 +254,8 @@ func ParseRequest(b []byte) (RequestHeader, error) {
 		want = AppendHeaderLen
 	case OpScatter:
 		want = ScatterHeaderLen
+	case OpBatch:
+		want = BatchHeaderLen
 	default:
 		r.User = b[SubHeaderOffset:len(b):len(b)]
 		return r, nil
@@ -277,13 +278,21 @@ func ParseRequest(b []byte) (RequestHeader, error) {
 		}
 	case OpScatter:
 		r.Scatter.Count = le.Uint64(b[ScatterCountOffset:])
+	case OpBatch:
+		r.Batch.Count = le.Uint64(b[BatchCountOffset:])
+		if h.Flags != 0 {
+			return r, wireErr(StatusUnknownFlags, "a batch container carries no flags of its own (flags "+
+				hex32(h.Flags)+"); FENCE and ACK go on its inner requests")
+		}
 	}
 	return r, nil
 }
 
 // CheckPayload validates the AM data that came with r: a FLUSH has none, an
-// APPEND has at least one byte, and a SCATTER payload holds exactly Count
-// well-formed iovs. User op payloads are the plugin's to check. A worker
+// APPEND has at least one byte, a SCATTER payload holds exactly Count
+// well-formed iovs, and a BATCH container's data holds exactly Count
+// well-framed entries (CheckBatchPayload; the inner requests are checked one
+// by one, see BatchIter). User op payloads are the plugin's to check. A worker
 // should call it before touching target memory, so a malformed scatter
 // writes nothing rather than its first few chunks. It allocates only to
 // return an error.
@@ -302,6 +311,8 @@ func (r *RequestHeader) CheckPayload(payload []byte) error {
 		for it.Next() {
 		}
 		return it.Err()
+	case OpBatch:
+		return CheckBatchPayload(payload, r.Batch.Count)
 	}
 	return nil
 }

@@ -247,7 +247,12 @@ func TestParseRequestErrors(t *testing.T) {
 		{"15 bytes", rawHeader(15, 0, rdmo.OpFlush, 0), rdmo.StatusShortHeader},
 		{"65 bytes user op", rawHeader(65, 0, user, 0), rdmo.StatusHeaderTooLong},
 		{"65 bytes flush: length before op", rawHeader(65, 0, rdmo.OpFlush, 0), rdmo.StatusHeaderTooLong},
-		{"op 3 batch reserved", rawHeader(24, 0, rdmo.OpBatch, 0), rdmo.StatusUnknownOp},
+		{"batch 16", rawHeader(16, 0, rdmo.OpBatch, 0), rdmo.StatusShortHeader},
+		{"batch 32", rawHeader(32, 0, rdmo.OpBatch, 0), rdmo.StatusHeaderTooLong},
+		{"batch fenced", rawHeader(24, 0, rdmo.OpBatch, rdmo.FlagFence), rdmo.StatusUnknownFlags},
+		{"batch acked", rawHeader(24, 0, rdmo.OpBatch, rdmo.FlagAck), rdmo.StatusUnknownFlags},
+		{"batch unknown flag", rawHeader(24, 0, rdmo.OpBatch, 1<<9), rdmo.StatusUnknownFlags},
+		{"ok batch", rawHeader(24, 0, rdmo.OpBatch, 0), rdmo.StatusOK},
 		{"op 4 reserved", rawHeader(24, 0, 4, 0), rdmo.StatusUnknownOp},
 		{"op 15 reserved", rawHeader(24, 0, 15, 0), rdmo.StatusUnknownOp},
 		{"reserved op wins over bad flags", rawHeader(24, 0, 5, 1<<7), rdmo.StatusUnknownOp},
@@ -291,13 +296,13 @@ func TestParseRequestErrors(t *testing.T) {
 }
 
 func TestParseHeaderReturnsFieldsOnError(t *testing.T) {
-	h, err := rdmo.ParseHeader(rawHeader(16, 42, rdmo.OpBatch, 0))
+	h, err := rdmo.ParseHeader(rawHeader(16, 42, 4, 0))
 	wantStatus(t, err, rdmo.StatusUnknownOp)
-	if h.ClientID != 42 || h.Op != rdmo.OpBatch {
+	if h.ClientID != 42 || h.Op != 4 {
 		t.Fatalf("got %+v", h)
 	}
-	if !strings.Contains(err.Error(), "batch") {
-		t.Errorf("error %q does not say batch is reserved", err)
+	if !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("error %q does not say op 4 is reserved", err)
 	}
 }
 
@@ -884,6 +889,8 @@ func FuzzParseRequest(f *testing.F) {
 			enc = rdmo.AppendAppendRequest(nil, r.Header, r.Append)
 		case rdmo.OpScatter:
 			enc = rdmo.AppendScatterRequest(nil, r.Header, r.Scatter)
+		case rdmo.OpBatch:
+			enc = rdmo.AppendBatchRequest(nil, r.Header, r.Batch)
 		default:
 			if !rdmo.IsUserOp(r.Header.Op) {
 				t.Fatalf("accepted op %d", r.Header.Op)

@@ -29,9 +29,17 @@ func benchTransport() ucptest.Transport {
 // validates every request), ending with a flush so every append has
 // arrived and completed. allocs/op counts the whole process: the caller,
 // the initiator's worker goroutine and the stand-in.
-func BenchmarkAppend64(b *testing.B) {
+func BenchmarkAppend64(b *testing.B) { benchAppend64(b, initiator.Options{}) }
+
+// BenchmarkAppend64Aggregate is BenchmarkAppend64 with Options.Aggregate:
+// queued appends travel in BATCH containers (msgs/op is the active
+// messages per append). dpu's BenchmarkAggregation compares both modes in
+// one run against the real worker.
+func BenchmarkAppend64Aggregate(b *testing.B) { benchAppend64(b, initiator.Options{Aggregate: true}) }
+
+func benchAppend64(b *testing.B, opts initiator.Options) {
 	ucptest.CheckLeaks(b)
-	s, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
+	s, in := start(b, benchTransport(), standInConfig{countOnly: true}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	payload := make([]byte, 64)
@@ -66,6 +74,7 @@ func BenchmarkAppend64(b *testing.B) {
 	st := in.Stats()
 	b.ReportMetric(float64(b.N)/el.Seconds(), "appends/s")
 	b.ReportMetric(float64(b.N)/float64(max(1, st.Batches-before.Batches)), "appends/batch")
+	b.ReportMetric(float64(st.Messages-before.Messages)/float64(b.N+1), "msgs/op")
 	b.ReportMetric(float64(st.Wakes-before.Wakes)/float64(b.N), "wakes/op")
 	b.ReportMetric(float64(st.Sleeps-before.Sleeps)/float64(b.N), "sleeps/op")
 	b.ReportMetric(float64(st.WindowWaits-before.WindowWaits)/float64(b.N), "windowwaits/op")

@@ -18,6 +18,16 @@
 // first request into an empty queue while the worker goroutine sleeps, so a
 // busy stream of requests costs no system calls.
 //
+// # Aggregation
+//
+// With Options.Aggregate (only against a worker that advertises
+// rdmo.CapabilityBatch), the worker goroutine packs runs of small requests
+// into BATCH containers, several requests per active message, when it took
+// several requests at once (they queued up while it was busy with earlier
+// sends); a request taken alone, as on an idle connection, still goes out
+// at once as a plain request. Everything else (sequence numbers, acks, flushes, FENCE, the
+// window, ordering) stays per request. docs/PROTOCOL.md section 11.
+//
 // # Send window
 //
 // Memory is bounded: at most Options.Window requests may be queued, in

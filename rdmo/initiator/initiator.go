@@ -22,6 +22,7 @@ const (
 	DefaultRendezvousThreshold = 8 << 10
 	DefaultErrorBuffer         = 256
 	DefaultCloseTimeout        = 5 * time.Second
+	DefaultMaxAggregate        = 8 << 10
 )
 
 // amID is the active message id of every RDMO request and response.
@@ -52,6 +53,24 @@ type Options struct {
 	// rendezvous scatters. Default DefaultRendezvousThreshold; negative:
 	// never force rendezvous.
 	RendezvousThreshold int
+
+	// Aggregate packs requests that queued up while the worker goroutine
+	// was busy with earlier sends into BATCH containers (op 3): several
+	// requests per active message, so the per-message cost of UCX and of
+	// the worker is shared, in the manner of TCP autocorking. There is no
+	// added latency when idle: a request the worker goroutine takes alone
+	// goes out at once, as a plain reference request. Sequence numbers, acks,
+	// flushes, FENCE, the send window and ordering are per request, exactly
+	// as without it. Only a worker that advertises rdmo.CapabilityBatch
+	// unpacks containers (a reference worker drops them, and an older one of
+	// ours fails them): set it only when the target said the worker has it
+	// (see AggregateSupported). Default false.
+	Aggregate bool
+	// MaxAggregate bounds a container's size in bytes (its 24-byte header
+	// and its data). A request whose entry alone does not fit, and one that
+	// goes by rendezvous, is sent on its own. Containers are sent eager.
+	// Default DefaultMaxAggregate.
+	MaxAggregate int
 
 	// Ack sets rdmo.FlagAck on every APPEND, SCATTER and user op sent
 	// through the Initiator's own methods (With overrides it per call).
@@ -130,6 +149,9 @@ func New(opts Options) (*Initiator, error) {
 	if opts.ErrorBuffer <= 0 {
 		opts.ErrorBuffer = DefaultErrorBuffer
 	}
+	if opts.MaxAggregate <= 0 {
+		opts.MaxAggregate = DefaultMaxAggregate
+	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = DefaultCloseTimeout
 	}
@@ -160,6 +182,18 @@ func New(opts Options) (*Initiator, error) {
 		return nil, err
 	}
 	return in, nil
+}
+
+// AggregateSupported reports whether a worker with these capabilities (as
+// the target passes them out of band, host/oob.WorkerInfo.Capabilities)
+// unpacks BATCH containers, so that Options.Aggregate may be set.
+func AggregateSupported(capabilities []string) bool {
+	for _, c := range capabilities {
+		if c == rdmo.CapabilityBatch {
+			return true
+		}
+	}
+	return false
 }
 
 // Address is the Initiator's own UCP worker address, which the target

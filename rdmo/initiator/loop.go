@@ -217,49 +217,21 @@ func (lp *loop) sleep() {
 }
 
 // issue hands every request of b to UCX. They are sent in one cgo call at
-// the next Progress.
+// the next Progress. With Options.Aggregate, runs of small requests go in
+// BATCH containers when the batch holds several requests: they queued up
+// while this goroutine was busy issuing or progressing earlier sends, the
+// moment TCP's autocorking waits for. A request taken alone goes alone at
+// once, so an idle connection sees no added latency.
 func (lp *loop) issue(b *batch) {
 	in := lp.in
 	in.stats.batches.Add(1)
-	thresh := in.opts.RendezvousThreshold
-	for i := range b.ents {
-		e := &b.ents[i]
-		hdr, data := b.header(e), b.payload(e)
-		flags := ucp.SendReply | ucp.SendEager
-		if thresh >= 0 && len(data) > thresh && (e.op == rdmo.OpAppend || rdmo.IsUserOp(e.op)) {
-			flags = ucp.SendReply | ucp.SendRendezvous
-		} else if thresh < 0 && e.op != rdmo.OpScatter {
-			flags = ucp.SendReply
-		}
-		switch {
-		case e.flush != nil:
-			lp.flushes[e.flush.id] = e.flush
-		case e.flags&rdmo.FlagAck != 0:
-			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost}
-		}
-		if err := lp.ep.SendAM(amID, hdr, data, flags, lp, uint64(b.id)<<32|uint64(i)); err != nil {
-			in.stats.sendErrors.Add(1)
-			lp.entryFailed(e, err)
-			continue
-		}
-		b.pending++
-		lp.sendsOut++
-		c := &lp.counts
-		switch {
-		case e.op == rdmo.OpAppend:
-			c.appends++
-		case e.op == rdmo.OpScatter:
-			c.scatters++
-		case e.op == rdmo.OpFlush:
-			c.flushes++
-		default:
-			c.userOps++
-		}
-		c.headerBytes += uint64(len(hdr))
-		c.payloadBytes += uint64(len(data))
-		if flags&ucp.SendRendezvous != 0 {
-			c.rendezvous++
-		}
+	if in.opts.Aggregate && len(b.ents) > 1 {
+		lp.pack(b)
+	}
+	for i := 0; i < len(b.ents); {
+		n := max(1, b.ents[i].span)
+		lp.send(b, i, n)
+		i += n
 	}
 	in.stats.add(&lp.counts)
 	if b.pending == 0 {
@@ -267,19 +239,146 @@ func (lp *loop) issue(b *batch) {
 	}
 }
 
-// Complete is the completion of one send (ucp.Completer).
+// sendFlags is how a request is sent on its own.
+func (lp *loop) sendFlags(e *entry, dataLen int) ucp.SendFlags {
+	thresh := lp.in.opts.RendezvousThreshold
+	switch {
+	case thresh >= 0 && dataLen > thresh && (e.op == rdmo.OpAppend || rdmo.IsUserOp(e.op)):
+		return ucp.SendReply | ucp.SendRendezvous
+	case thresh < 0 && e.op != rdmo.OpScatter:
+		return ucp.SendReply
+	}
+	return ucp.SendReply | ucp.SendEager
+}
+
+// pack marks runs of consecutive requests that fit a container together
+// (at least two, at most MaxAggregate bytes, none that would go by
+// rendezvous) and encodes their containers into b.agg. Everything is
+// encoded before anything is sent, so b.agg no longer moves.
+func (lp *loop) pack(b *batch) {
+	limit := lp.in.opts.MaxAggregate
+	client := rdmo.Header{ClientID: lp.in.opts.ClientID}
+	fits := func(e *entry) int {
+		data := b.payload(e)
+		if lp.sendFlags(e, len(data))&ucp.SendRendezvous != 0 {
+			return 0
+		}
+		n := rdmo.BatchEntrySize(int(e.hdrLen), len(data))
+		if rdmo.BatchHeaderLen+n > limit {
+			return 0
+		}
+		return n
+	}
+	b.agg = b.agg[:0]
+	for i := 0; i < len(b.ents); {
+		size := fits(&b.ents[i])
+		if size == 0 {
+			i++
+			continue
+		}
+		size += rdmo.BatchHeaderLen
+		j := i + 1
+		for j < len(b.ents) {
+			n := fits(&b.ents[j])
+			if n == 0 || size+n > limit {
+				break
+			}
+			size += n
+			j++
+		}
+		if j-i >= 2 {
+			lead := &b.ents[i]
+			lead.span, lead.aggOff = j-i, len(b.agg)
+			b.agg = rdmo.AppendBatchRequest(b.agg, client, rdmo.BatchHeader{Count: uint64(j - i)})
+			for k := i; k < j; k++ {
+				e := &b.ents[k]
+				// Checked at enqueue: headers of 16..64 bytes, no container.
+				b.agg, _ = rdmo.AppendBatchEntry(b.agg, b.header(e), b.payload(e))
+			}
+			lead.aggEnd = len(b.agg)
+		}
+		i = j
+	}
+}
+
+// send issues one AM: the request b.ents[i] alone (n == 1), or the
+// container of b.ents[i:i+n].
+func (lp *loop) send(b *batch, i, n int) {
+	in := lp.in
+	lead := &b.ents[i]
+	var hdr, data []byte
+	var flags ucp.SendFlags
+	if n == 1 {
+		hdr, data = b.header(lead), b.payload(lead)
+		flags = lp.sendFlags(lead, len(data))
+	} else {
+		ctr := b.agg[lead.aggOff:lead.aggEnd:lead.aggEnd]
+		hdr, data = ctr[:rdmo.BatchHeaderLen], ctr[rdmo.BatchHeaderLen:]
+		flags = ucp.SendReply | ucp.SendEager
+	}
+	for k := i; k < i+n; k++ {
+		e := &b.ents[k]
+		switch {
+		case e.flush != nil:
+			lp.flushes[e.flush.id] = e.flush
+		case e.flags&rdmo.FlagAck != 0:
+			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost}
+		}
+	}
+	if err := lp.ep.SendAM(amID, hdr, data, flags, lp, uint64(b.id)<<32|uint64(i)); err != nil {
+		in.stats.sendErrors.Add(1)
+		for k := i; k < i+n; k++ {
+			lp.entryFailed(&b.ents[k], err)
+		}
+		return
+	}
+	b.pending++
+	lp.sendsOut++
+	c := &lp.counts
+	for k := i; k < i+n; k++ {
+		switch op := b.ents[k].op; {
+		case op == rdmo.OpAppend:
+			c.appends++
+		case op == rdmo.OpScatter:
+			c.scatters++
+		case op == rdmo.OpFlush:
+			c.flushes++
+		default:
+			c.userOps++
+		}
+	}
+	c.messages++
+	if n > 1 {
+		c.containers++
+		c.aggregated += uint64(n)
+	}
+	c.headerBytes += uint64(len(hdr))
+	c.payloadBytes += uint64(len(data))
+	if flags&ucp.SendRendezvous != 0 {
+		c.rendezvous++
+	}
+}
+
+// Complete is the completion of one send (ucp.Completer): a request, or a
+// container and every request in it.
 func (lp *loop) Complete(c ucp.Completion) {
 	b := lp.batches[c.Tag>>32]
-	e := &b.ents[uint32(c.Tag)]
+	i := int(uint32(c.Tag))
+	n := max(1, b.ents[i].span)
 	lp.sendsOut--
-	switch {
-	case c.Err != nil:
+	if c.Err != nil {
 		lp.in.stats.sendErrors.Add(1)
-		lp.entryFailed(e, c.Err)
-	case e.flush == nil && e.flags&rdmo.FlagAck == 0:
-		// Done once sent. Flushes and acked requests hold their window
-		// space until their answer.
-		lp.release(e.cost)
+	}
+	for k := i; k < i+n; k++ {
+		e := &b.ents[k]
+		switch {
+		case c.Err != nil:
+			lp.entryFailed(e, c.Err)
+		case e.flush == nil && e.flags&rdmo.FlagAck == 0:
+			// Done once sent. Flushes and acked requests hold their window
+			// space until their answer.
+			lp.release(e.cost)
+		}
 	}
 	if b.pending--; b.pending == 0 {
 		lp.recycle(b)

@@ -67,6 +67,9 @@ type batch struct {
 	data    []byte
 	ents    []entry
 	pending int // sends issued and not yet complete (worker goroutine)
+	// agg holds the BATCH containers built from the batch (worker
+	// goroutine): each a container header followed by its data.
+	agg []byte
 }
 
 type entry struct {
@@ -78,6 +81,10 @@ type entry struct {
 	seq            uint64
 	cost           int // window bytes
 	flush          *FlushWait
+	// span > 1: this entry leads a BATCH container of span entries (it
+	// and the ones after it), which is agg[aggOff:aggEnd].
+	span           int
+	aggOff, aggEnd int
 }
 
 func (b *batch) header(e *entry) []byte {
@@ -106,8 +113,12 @@ func (b *batch) reset() {
 	b.ents = b.ents[:0]
 	b.hdr = b.hdr[:0]
 	b.data = b.data[:0]
+	b.agg = b.agg[:0]
 	if cap(b.data) > maxKeptArena {
 		b.data = nil
+	}
+	if cap(b.agg) > maxKeptArena {
+		b.agg = nil
 	}
 	if cap(b.ents) > maxKeptArena/64 {
 		b.ents, b.hdr = nil, nil

@@ -1,6 +1,7 @@
 package initiator_test
 
 import (
+	"encoding/binary"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,8 +14,10 @@ import (
 )
 
 // standIn is a minimal RDMO worker for tests, built directly on package
-// ucp: an AM id 0 handler that numbers every arrival from 0, decodes it
-// with the rdmo codec, records it in arrival order, and answers FLUSH with
+// ucp: an AM id 0 handler that numbers every arrival from 0 (each inner
+// request of a BATCH container, in order; the container itself takes no
+// number), decodes it with the rdmo codec, records it in arrival order, and
+// answers FLUSH with
 // an extended flush response (failures since the previous one included)
 // and requests with FlagAck with an ack. Requests complete in arrival
 // order; a rendezvous payload is received before its request (and every
@@ -33,7 +36,12 @@ type standIn struct {
 	got     []arrival
 	nflush  int // flush responses sent
 	nacks   int
-	arrived atomic.Uint64
+	arrived atomic.Uint64 // requests (inner ones of containers included)
+	// messages counts the AMs that arrived, containers the BATCH
+	// containers among them.
+	messages     atomic.Uint64
+	containers   atomic.Uint64
+	maxContainer atomic.Int64 // bytes, header and data
 
 	// worker goroutine only
 	seq      uint64
@@ -72,6 +80,9 @@ type arrival struct {
 	Payload    []byte
 	Rendezvous bool
 	Status     rdmo.Status
+	// Container is 0 for a plain request, else the number (from 1) of the
+	// BATCH container the request came in.
+	Container uint64
 }
 
 type pendingReq struct {
@@ -172,42 +183,74 @@ func (s *standIn) close() {
 func (s *standIn) handle(w *ucp.Worker, msgs []ucp.Message) {
 	for i := range msgs {
 		m := &msgs[i]
-		s.arrived.Add(1)
-		p := s.newPending()
-		p.seq = s.seq
-		s.seq++
-		p.hdr, p.perr = rdmo.ParseRequest(m.Header)
-		p.reply = m.Reply
-		p.index = -1
-		p.rendezvous = m.Rendezvous
-		if !s.cfg.countOnly {
-			hdr := append([]byte(nil), m.Header...)
-			if p.perr == nil && rdmo.IsUserOp(p.hdr.Header.Op) {
-				p.hdr.User = hdr[rdmo.SubHeaderOffset:]
+		s.messages.Add(1)
+		if len(m.Header) >= rdmo.HeaderLen && binary.LittleEndian.Uint32(m.Header[rdmo.HeaderOpOffset:]) == rdmo.OpBatch {
+			rh, err := rdmo.ParseRequest(m.Header)
+			if err == nil && m.Rendezvous {
+				err = rdmo.ErrRendezvousRefused
 			}
-			s.mu.Lock()
-			p.index = len(s.got)
-			s.got = append(s.got, arrival{Seq: p.seq, Hdr: hdr, Req: p.hdr, ParseErr: p.perr, Rendezvous: m.Rendezvous})
-			s.mu.Unlock()
-		}
-		switch {
-		case m.Rendezvous:
-			buf := make([]byte, m.Length)
-			if err := m.Receive(buf, ucp.CompleterFunc(func(c ucp.Completion) {
-				p.payload, p.recvErr, p.recvDone = buf, c.Err, true
-			}), 0); err != nil {
-				p.recvErr, p.recvDone = err, true
+			if err == nil {
+				err = rh.CheckPayload(m.Data)
 			}
-		case s.cfg.countOnly:
-			// Checked now, not kept.
-			p.payload, p.recvDone = m.Data, true
-			p.st, p.stKnown = s.status(p), true
-			p.payload = nil
-		default:
-			p.payload, p.recvDone = append([]byte(nil), m.Data...), true
+			if err == nil {
+				n := s.containers.Add(1)
+				if size := int64(len(m.Header) + len(m.Data)); size > s.maxContainer.Load() {
+					s.maxContainer.Store(size)
+				}
+				it := rdmo.NewBatchIter(m.Data, rh.Batch.Count)
+				for it.Next() {
+					inner, perr := it.Request()
+					s.accept(m, it.Header(), inner, perr, it.Payload(), n)
+				}
+				continue
+			}
+			// A malformed container is one failed request.
+			s.accept(m, m.Header, rh, err, m.Data, 0)
+			continue
 		}
-		s.fifo = append(s.fifo, p)
+		rh, err := rdmo.ParseRequest(m.Header)
+		s.accept(m, m.Header, rh, err, m.Data, 0)
 	}
+}
+
+// accept numbers and records one request: the AM m itself, or an inner
+// request of the container m (container > 0).
+func (s *standIn) accept(m *ucp.Message, header []byte, rh rdmo.RequestHeader, perr error, data []byte, container uint64) {
+	s.arrived.Add(1)
+	p := s.newPending()
+	p.seq = s.seq
+	s.seq++
+	p.hdr, p.perr = rh, perr
+	p.reply = m.Reply
+	p.index = -1
+	p.rendezvous = m.Rendezvous && container == 0
+	if !s.cfg.countOnly {
+		hdr := append([]byte(nil), header...)
+		if p.perr == nil && rdmo.IsUserOp(p.hdr.Header.Op) {
+			p.hdr.User = hdr[rdmo.SubHeaderOffset:]
+		}
+		s.mu.Lock()
+		p.index = len(s.got)
+		s.got = append(s.got, arrival{Seq: p.seq, Hdr: hdr, Req: p.hdr, ParseErr: p.perr, Rendezvous: p.rendezvous, Container: container})
+		s.mu.Unlock()
+	}
+	switch {
+	case p.rendezvous:
+		buf := make([]byte, m.Length)
+		if err := m.Receive(buf, ucp.CompleterFunc(func(c ucp.Completion) {
+			p.payload, p.recvErr, p.recvDone = buf, c.Err, true
+		}), 0); err != nil {
+			p.recvErr, p.recvDone = err, true
+		}
+	case s.cfg.countOnly:
+		// Checked now, not kept.
+		p.payload, p.recvDone = data, true
+		p.st, p.stKnown = s.status(p), true
+		p.payload = nil
+	default:
+		p.payload, p.recvDone = append([]byte(nil), data...), true
+	}
+	s.fifo = append(s.fifo, p)
 }
 
 func (s *standIn) newPending() *pendingReq {

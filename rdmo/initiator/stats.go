@@ -14,6 +14,13 @@ type Stats struct {
 	PayloadBytes uint64 // AM payload bytes issued
 	Rendezvous   uint64 // requests issued with the rendezvous protocol
 
+	// Messages counts the active messages issued: a plain request, or a
+	// BATCH container carrying several (Options.Aggregate). Containers
+	// counts the containers and Aggregated the requests they carried.
+	Messages   uint64
+	Containers uint64
+	Aggregated uint64
+
 	FlushesDone uint64 // flush responses matched to an outstanding flush
 	// FailuresReported sums the failed-request counts of the flush
 	// responses received (the worker's own count of failed requests).
@@ -38,6 +45,7 @@ type Stats struct {
 type counters struct {
 	appends, scatters, userOps, flushes     atomic.Uint64
 	headerBytes, payloadBytes, rendezvous   atomic.Uint64
+	messages, containers, aggregated        atomic.Uint64
 	flushesDone, failuresReported           atomic.Uint64
 	acks, ackFailures, errorsDropped        atomic.Uint64
 	unknownResponses, malformed, sendErrors atomic.Uint64
@@ -49,6 +57,7 @@ type counters struct {
 type batchCounts struct {
 	appends, scatters, userOps, flushes   uint64
 	headerBytes, payloadBytes, rendezvous uint64
+	messages, containers, aggregated      uint64
 }
 
 func (c *counters) add(b *batchCounts) {
@@ -73,6 +82,13 @@ func (c *counters) add(b *batchCounts) {
 	if b.rendezvous != 0 {
 		c.rendezvous.Add(b.rendezvous)
 	}
+	if b.messages != 0 {
+		c.messages.Add(b.messages)
+	}
+	if b.containers != 0 {
+		c.containers.Add(b.containers)
+		c.aggregated.Add(b.aggregated)
+	}
 	*b = batchCounts{}
 }
 
@@ -85,6 +101,9 @@ func (c *counters) snapshot() Stats {
 		HeaderBytes:        c.headerBytes.Load(),
 		PayloadBytes:       c.payloadBytes.Load(),
 		Rendezvous:         c.rendezvous.Load(),
+		Messages:           c.messages.Load(),
+		Containers:         c.containers.Load(),
+		Aggregated:         c.aggregated.Load(),
 		FlushesDone:        c.flushesDone.Load(),
 		FailuresReported:   c.failuresReported.Load(),
 		Acks:               c.acks.Load(),

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -508,7 +507,7 @@ func (h *Handler) start(ctx context.Context) (*instance, rdmo.HandlerInfo, error
 		case <-startDone:
 		}
 	}()
-	inst, info, err := h.bringUp(ctx, c)
+	inst, info, err := h.bringUp(ctx, c, cmd)
 	close(startDone)
 	if err == nil && !killed.CompareAndSwap(false, true) {
 		err = ctx.Err()
@@ -528,11 +527,14 @@ func (h *Handler) start(ctx context.Context) (*instance, rdmo.HandlerInfo, error
 	return inst, info, nil
 }
 
-func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client) (*instance, rdmo.HandlerInfo, error) {
+func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd) (*instance, rdmo.HandlerInfo, error) {
 	var info rdmo.HandlerInfo
 	rpc, err := c.Client()
 	if err != nil {
 		return nil, info, err
+	}
+	if cmd.Process == nil {
+		return nil, info, errors.New("no process")
 	}
 	raw, err := rpc.Dispense(pluginKey)
 	if err != nil {
@@ -578,7 +580,8 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client) (*instance, r
 		client: c,
 		conn:   rc.conn,
 		exited: rc.done,
-		pid:    int(ir.Pid),
+		proc:   cmd.Process,
+		pid:    cmd.Process.Pid,
 		stream: st,
 		cancel: scancel,
 		dead:   make(chan struct{}),
@@ -594,6 +597,7 @@ type instance struct {
 	client *goplugin.Client
 	conn   *grpc.ClientConn
 	exited <-chan struct{} // closed by go-plugin when the process ends
+	proc   *os.Process     // started by go-plugin, which also waits for it
 	pid    int
 	stream grpc.ClientStream
 	cancel context.CancelFunc // ends the stream
@@ -635,13 +639,7 @@ func (inst *instance) die(reason string, force bool) {
 		inst.h.instanceDied(inst, reason)
 		stop := func() {
 			if force {
-				select {
-				case <-inst.exited:
-				default:
-					if p, err := os.FindProcess(inst.pid); err == nil && inst.pid > 0 {
-						_ = p.Signal(syscall.SIGKILL)
-					}
-				}
+				_ = inst.proc.Kill() // ErrProcessDone once it has exited
 			}
 			inst.client.Kill()
 			inst.cancel()

@@ -130,6 +130,8 @@ func newHCLogger(z *zap.Logger) *hcLogger {
 	}
 	lv := new(atomic.Int32)
 	lv.Store(int32(hclog.NoLevel))
+	// Callers are go-plugin's: skip Trace..Error/Log and log.
+	z = z.WithOptions(zap.AddCallerSkip(2))
 	return &hcLogger{root: z, z: z, level: lv}
 }
 
@@ -168,7 +170,9 @@ func (l *hcLogger) enabled(level hclog.Level) bool {
 	return l.z.Core().Enabled(toZapLevel(level))
 }
 
-func (l *hcLogger) Log(level hclog.Level, msg string, args ...any) {
+func (l *hcLogger) Log(level hclog.Level, msg string, args ...any) { l.log(level, msg, args) }
+
+func (l *hcLogger) log(level hclog.Level, msg string, args []any) {
 	if !l.enabled(level) {
 		return
 	}
@@ -213,11 +217,11 @@ func zapFields(args []any) []zap.Field {
 	return fs
 }
 
-func (l *hcLogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
-func (l *hcLogger) Debug(msg string, args ...any) { l.Log(hclog.Debug, msg, args...) }
-func (l *hcLogger) Info(msg string, args ...any)  { l.Log(hclog.Info, msg, args...) }
-func (l *hcLogger) Warn(msg string, args ...any)  { l.Log(hclog.Warn, msg, args...) }
-func (l *hcLogger) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
+func (l *hcLogger) Trace(msg string, args ...any) { l.log(hclog.Trace, msg, args) }
+func (l *hcLogger) Debug(msg string, args ...any) { l.log(hclog.Debug, msg, args) }
+func (l *hcLogger) Info(msg string, args ...any)  { l.log(hclog.Info, msg, args) }
+func (l *hcLogger) Warn(msg string, args ...any)  { l.log(hclog.Warn, msg, args) }
+func (l *hcLogger) Error(msg string, args ...any) { l.log(hclog.Error, msg, args) }
 
 func (l *hcLogger) IsTrace() bool { return l.enabled(hclog.Trace) }
 func (l *hcLogger) IsDebug() bool { return l.enabled(hclog.Debug) }

@@ -97,7 +97,11 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binDir = dir
 	// The plugin is built with -race when the tests are, so the plugin
-	// side of the protocol is checked too.
+	// side of the protocol is checked too; its race runtime must not sleep
+	// a second at exit (GORACE's default), or every Close waits for it.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	testPluginPath, err = goBuild(context.Background(), dir, testPluginPkg, raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

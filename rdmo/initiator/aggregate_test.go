@@ -1,0 +1,296 @@
+package initiator_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+)
+
+func TestAggregateSupported(t *testing.T) {
+	if initiator.AggregateSupported(nil) || initiator.AggregateSupported([]string{"append", "batch"}) {
+		t.Error("supported without the capability")
+	}
+	if !initiator.AggregateSupported([]string{"append", rdmo.CapabilityBatch}) {
+		t.Error("not supported with the capability")
+	}
+}
+
+// stall blocks the initiator's worker goroutine inside OnAck (a test-only
+// abuse of the callback) so that requests pile up in its queue, and the
+// next take gets them all at once: the deterministic form of "requests
+// queued while the previous send is still in flight".
+type stall struct {
+	once    sync.Once
+	arm     chan struct{} // closed by the test: stall at the next ack
+	entered chan struct{} // closed when the worker goroutine is stalled
+	release chan struct{} // closed by the test to let it go
+}
+
+func newStall() *stall {
+	return &stall{arm: make(chan struct{}), entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *stall) onAck(rdmo.AckResponse, []byte) {
+	select {
+	case <-s.arm:
+	default:
+		return
+	}
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.release
+	})
+}
+
+// A request queued while nothing is in flight goes out alone, as a plain
+// reference request: no added latency when idle.
+func TestAggregateIdleSendsPlainRequests(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true})
+		ctx := timeout(t, 20*time.Second)
+		for i := 0; i < 20; i++ {
+			seq, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte{byte(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the ack", func() bool { return in.Stats().Acks == seq+1 })
+		}
+		if _, err := in.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range s.arrivals() {
+			if a.Container != 0 {
+				t.Fatalf("seq %d arrived in a container on an idle connection", a.Seq)
+			}
+		}
+		if n := s.containers.Load(); n != 0 {
+			t.Errorf("%d containers on an idle connection", n)
+		}
+		if st := in.Stats(); st.Messages != 21 || st.Containers != 0 {
+			t.Errorf("stats: %d messages, %d containers; want 21, 0", st.Messages, st.Containers)
+		}
+	})
+}
+
+// Requests that pile up go in containers: every kind of request (FENCE,
+// ACK, FLUSH, SCATTER, user ops) inside, big ones and rendezvous ones
+// alone, containers no larger than MaxAggregate; the worker numbers the
+// inner requests exactly as the initiator counted them.
+func TestAggregatePacksQueuedRequests(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		st := newStall()
+		const maxAgg = 1024
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, MaxAggregate: maxAgg, OnAck: st.onAck})
+		ctx := timeout(t, 20*time.Second)
+
+		// Stall the worker goroutine in the ack of a first request.
+		close(st.arm)
+		if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-st.entered:
+		case <-ctx.Done():
+			t.Fatal("no ack")
+		}
+
+		type sent struct {
+			seq     uint64
+			op      uint32
+			flags   uint32
+			payload []byte
+			alone   bool // must not be in a container
+		}
+		var want []sent
+		add := func(seq uint64, err error, op, flags uint32, payload []byte, alone bool) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, sent{seq, op, flags, payload, alone})
+		}
+		for i := 0; i < 40; i++ {
+			p := pattern(8+i, byte(i))
+			switch i % 8 {
+			case 0, 1, 2:
+				seq, err := in.With(ctx, 0).Append(uint64(i), 1, 2, p)
+				add(seq, err, rdmo.OpAppend, 0, p, false)
+			case 3:
+				seq, err := in.With(ctx, rdmo.FlagFence|rdmo.FlagAck).Append(uint64(i), 1, 2, p)
+				add(seq, err, rdmo.OpAppend, rdmo.FlagFence|rdmo.FlagAck, p, false)
+			case 4:
+				iovs := []rdmo.IOV{{Addr: uint64(i), Rkey: 3, Len: 3}, {Addr: 7, Rkey: 3, Len: uint16(len(p))}}
+				seq, err := in.With(ctx, 0).Scatter(iovs, [][]byte{[]byte("abc"), p})
+				add(seq, err, rdmo.OpScatter, 0, nil, false)
+			case 5:
+				seq, err := in.With(ctx, rdmo.FlagAck).User(rdmo.OpUserBase+2, []byte("odd"), p)
+				add(seq, err, rdmo.OpUserBase+2, rdmo.FlagAck, p, false)
+			case 6:
+				// Too big for a 1 KiB container: alone, but eager.
+				big := pattern(1500, byte(i))
+				seq, err := in.With(ctx, 0).Append(uint64(i), 1, 2, big)
+				add(seq, err, rdmo.OpAppend, 0, big, true)
+			case 7:
+				fw, err := in.FlushAsync(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, sent{op: rdmo.OpFlush, flags: rdmo.FlagFence, seq: want[len(want)-1].seq + 1})
+				defer func() {
+					if _, err := fw.Wait(ctx); err != nil {
+						t.Errorf("flush: %v", err)
+					}
+				}()
+			}
+		}
+		// A rendezvous append goes alone too.
+		rndv := pattern(initiator.DefaultRendezvousThreshold+1, 1)
+		seq, err := in.With(ctx, 0).Append(1, 1, 2, rndv)
+		add(seq, err, rdmo.OpAppend, 0, rndv, true)
+		close(st.release)
+		if _, err := in.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		got := s.arrivals()
+		if len(got) != len(want)+2 {
+			t.Fatalf("stand-in got %d requests, want %d", len(got), len(want)+2)
+		}
+		if got[0].Container != 0 {
+			t.Errorf("the first request, sent on an idle connection, arrived in a container")
+		}
+		got = got[1 : len(got)-1]
+		for i, w := range want {
+			a := got[i]
+			if a.Seq != w.seq || a.Req.Header.Op != w.op || a.Req.Header.Flags != w.flags {
+				t.Fatalf("request %d: seq %d op %d flags %#x, want seq %d op %d flags %#x",
+					i, a.Seq, a.Req.Header.Op, a.Req.Header.Flags, w.seq, w.op, w.flags)
+			}
+			if a.Status != rdmo.StatusOK || a.ParseErr != nil {
+				t.Fatalf("request %d: status %v, %v", i, a.Status, a.ParseErr)
+			}
+			if w.payload != nil && !bytes.Equal(a.Payload, w.payload) {
+				t.Fatalf("request %d: payload differs", i)
+			}
+			if w.alone && a.Container != 0 {
+				t.Errorf("request %d (%d bytes) arrived in a container", i, len(w.payload))
+			}
+			if a.Req.Header.ClientID != testClient {
+				t.Fatalf("request %d: client %#x", i, a.Req.Header.ClientID)
+			}
+		}
+		stats := in.Stats()
+		if s.containers.Load() == 0 || stats.Containers != s.containers.Load() {
+			t.Fatalf("%d containers arrived, the initiator counts %d", s.containers.Load(), stats.Containers)
+		}
+		if stats.UnknownResponses != 0 || stats.SendErrors != 0 {
+			t.Errorf("stats %+v", stats)
+		}
+		if stats.Messages != s.messages.Load() || stats.Messages >= uint64(len(want)) {
+			t.Errorf("%d messages for %d requests (stand-in saw %d)", stats.Messages, len(want)+2, s.messages.Load())
+		}
+		if max := s.maxContainer.Load(); max > maxAgg {
+			t.Errorf("a container of %d bytes, MaxAggregate is %d", max, maxAgg)
+		}
+		t.Logf("%d requests in %d messages (%d containers carrying %d)", len(want)+2, stats.Messages, stats.Containers, stats.Aggregated)
+	})
+}
+
+// Without Options.Aggregate nothing is ever packed, however much piles up.
+func TestAggregateOffSendsPlainRequests(t *testing.T) {
+	ucptest.CheckLeaks(t)
+	st := newStall()
+	s, in := start(t, ucptest.Transports[0], standInConfig{}, initiator.Options{OnAck: st.onAck})
+	ctx := timeout(t, 20*time.Second)
+	close(st.arm)
+	if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered
+	for i := 0; i < 100; i++ {
+		if err := in.Append(8, 1, 1, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(st.release)
+	if _, err := in.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.containers.Load(); n != 0 {
+		t.Errorf("%d containers without Options.Aggregate", n)
+	}
+	if st := in.Stats(); st.Messages != 102 || st.Containers != 0 {
+		t.Errorf("%d messages, %d containers", st.Messages, st.Containers)
+	}
+}
+
+// Pipelined appends from several goroutines with acks: every request
+// arrives once, in each producer's order, every ack matches a request the
+// initiator counted, and under load most requests share a message.
+func TestAggregateUnderLoad(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		var acked sync.Map
+		onAck := func(a rdmo.AckResponse, _ []byte) {
+			if _, dup := acked.LoadOrStore(a.Seq, a.Op); dup {
+				t.Errorf("second ack for seq %d", a.Seq)
+			}
+		}
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, Ack: true, Window: 256, OnAck: onAck})
+		const producers, each = 4, 2500
+		var wg sync.WaitGroup
+		for g := 0; g < producers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 16)
+				for i := 0; i < each; i++ {
+					binary.LittleEndian.PutUint64(buf, uint64(g))
+					binary.LittleEndian.PutUint64(buf[8:], uint64(i))
+					if err := in.Append(uint64(g), 1, 2, buf); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		ctx := timeout(t, 30*time.Second)
+		if _, err := in.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "every ack", func() bool { return in.Stats().Acks == producers*each })
+		got := s.arrivals()
+		if len(got) != producers*each+1 {
+			t.Fatalf("stand-in got %d requests, want %d", len(got), producers*each+1)
+		}
+		next := make([]uint64, producers)
+		for i, a := range got[:producers*each] {
+			if a.Seq != uint64(i) || a.Req.Header.Op != rdmo.OpAppend || a.Status != rdmo.StatusOK {
+				t.Fatalf("request %d: seq %d op %d status %v", i, a.Seq, a.Req.Header.Op, a.Status)
+			}
+			g := binary.LittleEndian.Uint64(a.Payload)
+			if n := binary.LittleEndian.Uint64(a.Payload[8:]); g >= producers || n != next[g] {
+				t.Fatalf("request %d: producer %d append %d, expected %d", i, g, n, next[g])
+			}
+			next[g]++
+			if op, ok := acked.Load(a.Seq); !ok || op.(uint32) != rdmo.OpAppend {
+				t.Fatalf("seq %d: ack %v", a.Seq, op)
+			}
+		}
+		st := in.Stats()
+		if st.UnknownResponses != 0 || st.AckFailures != 0 {
+			t.Errorf("%d unknown responses, %d failed acks", st.UnknownResponses, st.AckFailures)
+		}
+		if st.Containers == 0 {
+			t.Errorf("no container under load")
+		}
+		t.Logf("%d requests in %d messages: %.1f requests/message; %d containers carrying %d",
+			st.Appends+st.Flushes, st.Messages, float64(st.Appends+st.Flushes)/float64(st.Messages), st.Containers, st.Aggregated)
+	})
+}
