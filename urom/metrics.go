@@ -37,9 +37,9 @@ const MetricsScrapeTimeout = 5 * time.Second
 type WorkerStats struct {
 	WorkerInfo
 	Stats dpu.Stats
-	// RSS is the worker process's resident set size in bytes, read from
-	// /proc on the service's host (0 when it cannot be read).
-	RSS uint64
+	// Memory is the worker process's resident memory, read from /proc on
+	// the service's host (zeros when it cannot be read).
+	Memory ProcessMemory
 	// Err is why the counters could not be read (the worker did not
 	// answer in time, died, or does not run the RDMO component).
 	Err error
@@ -99,42 +99,65 @@ func (s *Service) WorkerStats(ctx context.Context) []WorkerStats {
 		go func(i int, w *workerProc) {
 			defer wg.Done()
 			out[i].Err = w.command(ctx, StatsCommand, nil, &out[i].Stats, s.cfg.CallTimeout)
-			out[i].RSS = ProcessRSS(w.pid)
+			out[i].Memory = ReadProcessMemory(w.procID())
 		}(i, w)
 	}
 	wg.Wait()
 	return out
 }
 
-// ProcessRSS returns the resident set size of process pid in bytes, from
-// /proc/<pid>/status (VmRSS); 0 when it cannot be read.
-func ProcessRSS(pid int) uint64 {
+// ProcessMemory is a process's resident memory in bytes, from
+// /proc/<pid>/status: RSS (VmRSS) is Anon (private, the heap) + File
+// (mapped files, the binary) + Shmem (shared memory: for an RDMO worker,
+// the pages of target memory it reaches through a shared-memory mapping,
+// which grow with what the targets' queues hold, not with the worker).
+type ProcessMemory struct {
+	RSS, Anon, File, Shmem uint64
+}
+
+// ReadProcessMemory reads process pid's resident memory (zeros when it
+// cannot be read).
+func ReadProcessMemory(pid int) ProcessMemory {
+	var m ProcessMemory
 	if pid <= 0 {
-		return 0
+		return m
 	}
 	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0
+		return m
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		key, rest, ok := strings.Cut(sc.Text(), ":")
 		if !ok {
 			continue
 		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			return 0
+		var dst *uint64
+		switch key {
+		case "VmRSS":
+			dst = &m.RSS
+		case "RssAnon":
+			dst = &m.Anon
+		case "RssFile":
+			dst = &m.File
+		case "RssShmem":
+			dst = &m.Shmem
+		default:
+			continue
 		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			return 0
+		if fs := strings.Fields(rest); len(fs) > 0 {
+			if kb, err := strconv.ParseUint(fs[0], 10, 64); err == nil {
+				*dst = kb << 10
+			}
 		}
-		return kb << 10
 	}
-	return 0
+	return m
 }
+
+// ProcessRSS returns the resident set size of process pid in bytes
+// (VmRSS); 0 when it cannot be read.
+func ProcessRSS(pid int) uint64 { return ReadProcessMemory(pid).RSS }
 
 // Metric names the collector exports. Every per-worker series carries the
 // label "worker" (the UROM worker id).
@@ -148,7 +171,7 @@ type metricsCollector struct {
 	s       *Service
 	timeout time.Duration
 
-	up, rss, info                             *prometheus.Desc
+	up, rss, anon, shmem, info                *prometheus.Desc
 	requests, reqBytes, dropped               *prometheus.Desc
 	batches, batchSize                        *prometheus.Desc
 	puts, putBytes, places, fetches           *prometheus.Desc
@@ -171,9 +194,11 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 		s:       s,
 		timeout: timeout,
 
-		up:   w("up", "1 when the worker answered the scrape's stats command, 0 when it did not (its other series are then missing)."),
-		rss:  w("resident_memory_bytes", "Resident set size of the worker process (VmRSS)."),
-		info: w("info", "Worker process facts as labels; the value is always 1.", "pid", "plugins"),
+		up:    w("up", "1 when the worker answered the scrape's stats command, 0 when it did not (its other series are then missing)."),
+		rss:   w("resident_memory_bytes", "Resident set size of the worker process (VmRSS)."),
+		anon:  w("resident_anon_memory_bytes", "Private resident memory of the worker process (RssAnon): its own heap and stacks."),
+		shmem: w("resident_shmem_bytes", "Shared memory resident in the worker process (RssShmem): mostly target memory it writes through shared-memory mappings."),
+		info:  w("info", "Worker process facts as labels; the value is always 1.", "pid", "plugins"),
 
 		requests: w("requests_total", "Requests that arrived on the worker's request queues, by op (failed ones included).", "op"),
 		reqBytes: w("request_bytes_total", "Payload bytes of the requests that arrived."),
@@ -211,7 +236,7 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 // Describe sends every descriptor the collector may produce.
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.up, c.rss, c.info, c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
+		c.up, c.rss, c.anon, c.shmem, c.info, c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
 		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
 		c.readbacks, c.panics, c.flushResponses, c.acks, c.failures, c.inFlight,
 		c.clients, c.rqs, c.regions, c.workers, c.maxWorkers, c.plugins,
@@ -237,8 +262,10 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, ws := range stats {
 		id := strconv.FormatUint(ws.ID, 10)
 		gauge(c.info, 1, id, strconv.Itoa(ws.PID), strings.Join(ws.Plugins, ","))
-		if ws.RSS > 0 {
-			gauge(c.rss, float64(ws.RSS), id)
+		if m := ws.Memory; m.RSS > 0 {
+			gauge(c.rss, float64(m.RSS), id)
+			gauge(c.anon, float64(m.Anon), id)
+			gauge(c.shmem, float64(m.Shmem), id)
 		}
 		if ws.Err != nil {
 			gauge(c.up, 0, id)

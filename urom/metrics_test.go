@@ -159,6 +159,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	id2 := fmt.Sprint(w2.ID)
 	for _, name := range []string{
 		"rdmo_worker_up", "rdmo_worker_info", "rdmo_worker_resident_memory_bytes",
+		"rdmo_worker_resident_anon_memory_bytes", "rdmo_worker_resident_shmem_bytes",
 		"rdmo_worker_requests_total", "rdmo_worker_request_bytes_total", "rdmo_worker_dropped_total",
 		"rdmo_worker_batches_total", "rdmo_worker_batch_size",
 		"rdmo_worker_target_puts_total", "rdmo_worker_target_put_bytes_total",
@@ -250,7 +251,7 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	// The Go API behind the endpoint.
 	ws := svc.WorkerStats(ctx)
-	if len(ws) != 1 || ws[0].ID != w1.ID || ws[0].Err != nil || ws[0].Stats.Requests[rdmo.OpAppend] != appends+1 || ws[0].RSS == 0 {
+	if len(ws) != 1 || ws[0].ID != w1.ID || ws[0].Err != nil || ws[0].Stats.Requests[rdmo.OpAppend] != appends+1 || ws[0].Memory.RSS == 0 || ws[0].Memory.Anon == 0 {
 		t.Errorf("WorkerStats = %+v", ws)
 	}
 	in.Close()

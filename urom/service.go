@@ -450,7 +450,7 @@ type workerProc struct {
 }
 
 func (w *workerProc) info() WorkerInfo {
-	return WorkerInfo{ID: w.id, PID: w.pid, Plugins: w.plugins}
+	return WorkerInfo{ID: w.id, PID: w.procID(), Plugins: w.plugins}
 }
 
 func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptions) error {
@@ -492,14 +492,19 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 		parent.Close()
 		return fmt.Errorf("urom: start worker: %w", err)
 	}
+	w.mu.Lock()
 	w.cmd, w.pid = cmd, cmd.Process.Pid
+	w.mu.Unlock()
 	nc, err := net.FileConn(parent)
 	parent.Close()
 	if err != nil {
 		w.kill()
 		return fmt.Errorf("urom: control socket: %w", err)
 	}
-	w.ctl = newConn(nc, 10*time.Second)
+	ctl := newConn(nc, 10*time.Second)
+	w.mu.Lock()
+	w.ctl = ctl
+	w.mu.Unlock()
 	body, _ := encodeBody(spec)
 	if err := w.ctl.write(&envelope{Kind: kindSpec, Body: body}); err != nil {
 		w.kill()
@@ -602,8 +607,8 @@ func (w *workerProc) exited(err error) {
 	for _, ch := range pending {
 		ch <- nil
 	}
-	if w.ctl != nil {
-		w.ctl.Close()
+	if ctl := w.control(); ctl != nil {
+		ctl.Close()
 	}
 	s := w.s
 	s.mu.Lock()
@@ -619,16 +624,31 @@ func (w *workerProc) exited(err error) {
 	if reason == "stopped" {
 		s.log.Info("worker stopped", zap.Uint64("worker", w.id))
 	} else {
-		s.log.Warn("worker died", zap.Uint64("worker", w.id), zap.Int("pid", w.pid), zap.String("reason", reason))
+		s.log.Warn("worker died", zap.Uint64("worker", w.id), zap.Int("pid", w.procID()), zap.String("reason", reason))
 	}
 	close(w.done)
 }
 
+// control is the worker's control connection, nil until it started. Close
+// may stop a worker while it is still starting, so the field is guarded.
+func (w *workerProc) control() *conn {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ctl
+}
+
+// procID is the worker's process id, 0 until it started.
+func (w *workerProc) procID() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pid
+}
+
 // kill ends the worker's process group at once.
 func (w *workerProc) kill() {
-	if w.cmd != nil && w.cmd.Process != nil {
-		syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
-		w.cmd.Process.Kill()
+	if pid := w.procID(); pid > 0 {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
@@ -637,9 +657,10 @@ func (w *workerProc) kill() {
 func (w *workerProc) stop(grace time.Duration) {
 	w.mu.Lock()
 	w.stopped = true
+	ctl := w.ctl
 	w.mu.Unlock()
-	if w.ctl != nil {
-		w.ctl.Close()
+	if ctl != nil {
+		ctl.Close()
 	}
 	select {
 	case <-w.done:
@@ -648,7 +669,7 @@ func (w *workerProc) stop(grace time.Duration) {
 		<-w.done
 	}
 	// Plugin processes of the worker share its process group.
-	if w.cmd != nil && w.cmd.Process != nil {
-		syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	if pid := w.procID(); pid > 0 {
+		syscall.Kill(-pid, syscall.SIGKILL)
 	}
 }

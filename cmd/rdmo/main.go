@@ -169,7 +169,7 @@ func (a *app) rootCommand() *cobra.Command {
 		},
 	})
 
-	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.benchCommand())
+	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.benchCommand(), a.uromWorkerCommand())
 	return root
 }
 

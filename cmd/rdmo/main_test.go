@@ -76,7 +76,9 @@ func TestBinary(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rdmo")
-	build := exec.Command(goTool(t), "build", "-o", bin,
+	// rdmo_nohost: the flag layer alone, every mode "not built" (see
+	// wire_host.go); host/'s tests run the binary with the modes.
+	build := exec.Command(goTool(t), "build", "-o", bin, "-tags", "rdmo_nohost",
 		"-ldflags", "-X "+cliPkg+".Version=9.9.9-test -X "+cliPkg+".Commit=feedbeef -X "+cliPkg+".BuildDate=2030-01-02",
 		".")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -285,6 +287,10 @@ func saveHooks(t *testing.T) {
 		cli.RunServer, cli.RunClient, cli.RunBench, cli.RunDPU, cli.RunPlugins = rs, rc, rb, rd, rp
 		cli.ValidateDevice, cli.ApplySDKLogLevel, cli.UCXVersion = vd, sdk, ucx
 	})
+	// Start from an empty registry: the test binary links the real hooks
+	// (wire_host.go), which the tests replace one by one.
+	cli.RunServer, cli.RunClient, cli.RunBench, cli.RunDPU, cli.RunPlugins = nil, nil, nil, nil, nil
+	cli.ValidateDevice, cli.ApplySDKLogLevel, cli.UCXVersion = nil, nil, nil
 }
 
 func runInProcess(args ...string) result {

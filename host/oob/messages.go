@@ -86,6 +86,22 @@ type WorkerInfo struct {
 	ClientID      uint64       `msgpack:"client_id"`
 	Regions       []RegionInfo `msgpack:"regions"`
 	Capabilities  []string     `msgpack:"capabilities"`
+	// Workload, if set, is the work the target expects of the initiator
+	// (added after version 1 shipped: older peers ignore it, and a body
+	// without it decodes as nil).
+	Workload *Workload `msgpack:"workload,omitempty"`
+}
+
+// Workload describes a deterministic workload: both sides derive the same
+// operations from it, so the target can check its memory byte for byte
+// without being told what was written. Kind names the generator and its
+// version; a peer that does not know Kind must refuse the workload rather
+// than guess.
+type Workload struct {
+	Kind       string `msgpack:"kind"`
+	Ops        uint64 `msgpack:"ops"`
+	Seed       uint64 `msgpack:"seed"`
+	FlushEvery uint64 `msgpack:"flush_every"`
 }
 
 // InitiatorInfo is what the initiator tells the target: its own UCP worker

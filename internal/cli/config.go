@@ -360,11 +360,11 @@ func (c *DPUConfig) Validate() error {
 	if !c.Log.Level.Valid() || !c.Log.SDKLevel.Valid() {
 		return Usagef("invalid log level; valid levels: %s", validLogLevels())
 	}
-	if err := checkHostPort("--listen", c.Listen); err != nil {
+	if err := checkListenAddr("--listen", c.Listen); err != nil {
 		return err
 	}
 	if c.MetricsAddr != "" {
-		if err := checkHostPort("--metrics-addr", c.MetricsAddr); err != nil {
+		if err := checkListenAddr("--metrics-addr", c.MetricsAddr); err != nil {
 			return err
 		}
 	}
@@ -436,6 +436,17 @@ func checkHostPort(flag, addr string) error {
 		return Usagef("%s: invalid port in %q; want a number from 1 to 65535", flag, addr)
 	}
 	return nil
+}
+
+// checkListenAddr is checkHostPort for an address to listen on, where port 0
+// asks for any free port (an embedding host starts `rdmo dpu --listen
+// 127.0.0.1:0` and reads the address the service announces).
+func checkListenAddr(flag, addr string) error {
+	if host, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		_ = host
+		return nil
+	}
+	return checkHostPort(flag, addr)
 }
 
 func checkFile(flag, path string) error {

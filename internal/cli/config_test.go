@@ -210,7 +210,7 @@ func TestDPUConfig(t *testing.T) {
 		want   string
 	}{
 		{func(c *DPUConfig) { c.Listen = "nope" }, `--listen: invalid address "nope"`},
-		{func(c *DPUConfig) { c.MetricsAddr = ":0" }, `--metrics-addr: invalid port in ":0"`},
+		{func(c *DPUConfig) { c.MetricsAddr = ":70000" }, `--metrics-addr: invalid port in ":70000"`},
 		{func(c *DPUConfig) { c.MaxWorkers = 0 }, "--max-workers: want a whole number"},
 		{func(c *DPUConfig) { c.PluginPath = PathList{filepath.Join(a, "none")} }, "--plugin-path: " + filepath.Join(a, "none") + ": no such file or directory"},
 		{func(c *DPUConfig) { c.SecretFile = a }, "--secret-file: " + a + " is a directory"},

@@ -1,0 +1,341 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// The test binary doubles as every benchmark process (RoleMain).
+func TestMain(m *testing.M) {
+	if code, ok := RoleMain(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func ucxAvailable(t *testing.T) {
+	t.Helper()
+	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("UCX unavailable: %v", err)
+		}
+		t.Skipf("UCX unavailable: %v", err)
+	}
+	ctx.Close()
+}
+
+// runShort runs `rdmo bench --short` between real processes (this test
+// binary in its roles) and checks that every row ran and verified its data.
+// No timing is asserted.
+func runShort(t *testing.T, o Options) *Report {
+	t.Helper()
+	ucxAvailable(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	o.Short = true
+	o.Executable = os.Args[0]
+	o.Stdout, o.Stderr = &out, os.Stderr
+	o.JSON = filepath.Join(dir, "bench.json")
+	o.Plot = filepath.Join(dir, "bench.svg")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	modes, _ := expandModes(o.Modes, o.IOVs)
+	if len(rep.Rows) != len(modes)*len(o.Sizes) {
+		t.Errorf("%d rows, want %d\n%s", len(rep.Rows), len(modes)*len(o.Sizes), out.String())
+	}
+	for _, row := range rep.Rows {
+		if row.Error != "" || !row.Verified || row.Rounds != 1 || row.Ops == 0 {
+			t.Errorf("row %s %d B: verified %v, rounds %d, ops %d, error %q", row.Mode, row.Size, row.Verified, row.Rounds, row.Ops, row.Error)
+		}
+		if row.Strategy != "" && (row.Worker == nil || row.Worker.Failures != 0 || row.WorkerRSSStart == 0) {
+			t.Errorf("row %s: worker figures %+v, RSS %d", row.Mode, row.Worker, row.WorkerRSSStart)
+		}
+		if row.LatSamples == 0 {
+			t.Errorf("row %s: no latency samples", row.Mode)
+		}
+	}
+	if rep.Failed() {
+		t.Errorf("report has failures\n%s", out.String())
+	}
+	text := out.String()
+	for _, m := range modes {
+		if !strings.Contains(text, m) {
+			t.Errorf("output does not mention %s\n%s", m, text)
+		}
+	}
+	b, err := os.ReadFile(o.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(rep.Rows) {
+		t.Errorf("JSON output: %v, %d rows", err, len(back.Rows))
+	}
+	svg, err := os.ReadFile(o.Plot)
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("<polyline")) {
+		t.Errorf("plot: %v\n%.200s", err, svg)
+	}
+	return rep
+}
+
+// TestShortDPU runs every row in the DPU picture: the initiators reach the
+// worker and the target over TCP only.
+func TestShortDPU(t *testing.T) {
+	o := DefaultOptions()
+	o.Topology = TopologyDPU
+	rep := runShort(t, o)
+	if !slices.Equal(rep.InitiatorTransports, []string{"tcp"}) {
+		t.Errorf("initiator reaches the target over %v, want tcp", rep.InitiatorTransports)
+	}
+	if rep.Row(ModeRDMOAppendOwned, 64).XNativeBlocking == 0 || rep.Row(ModeFlushIdle, 64).LatXPingPong == 0 {
+		t.Error("ratios to the baselines missing")
+	}
+}
+
+// TestShortSHM runs every row on shared memory with two initiators and two
+// sizes, so queue checks see interleaved records of several writers.
+func TestShortSHM(t *testing.T) {
+	o := DefaultOptions()
+	o.Topology = TopologySHM
+	o.Initiators = 2
+	o.Sizes = []int{8, 200}
+	o.IOVs = []int{3}
+	o.Modes = []string{"baselines", "rdmo-append", "scatter", "flush"}
+	rep := runShort(t, o)
+	for _, tr := range rep.InitiatorTransports {
+		if tr == "tcp" {
+			t.Errorf("shm topology, but the initiator uses %v", rep.InitiatorTransports)
+		}
+	}
+}
+
+func TestRecords(t *testing.T) {
+	for _, size := range []int{8, 9, 15, 16, 17, 64, 1000} {
+		b := make([]byte, size)
+		fillRecord(b, 3, 70000, 12345)
+		if !recordOK(b, 3, 70000, 12345) {
+			t.Errorf("size %d: record does not check", size)
+		}
+		for _, bad := range [][3]int{{4, 70000, 12345}, {3, 70001, 12345}, {3, 70000, 12346}} {
+			if recordOK(b, bad[0], bad[1], uint32(bad[2])) {
+				t.Errorf("size %d: record checks as %v", size, bad)
+			}
+		}
+		if size > 8 {
+			b[size-1] ^= 1
+			if recordOK(b, 3, 70000, 12345) {
+				t.Errorf("size %d: corrupted last byte not detected", size)
+			}
+		}
+	}
+}
+
+// queue builds a queue of records in the given (initiator, seq) order.
+func queue(size, round int, recs [][2]int) []byte {
+	mem := make([]byte, size*(len(recs)+2))
+	for i, r := range recs {
+		fillRecord(mem[i*size:(i+1)*size], r[0], round, uint32(r[1]))
+	}
+	return mem
+}
+
+func TestCheckQueue(t *testing.T) {
+	const size, round = 24, 7
+	good := [][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}}
+	counts := []uint64{3, 2}
+	if err := checkQueue(queue(size, round, good), uint64(len(good)*size), size, round, counts, true); err != nil {
+		t.Fatalf("good queue: %v", err)
+	}
+	for name, c := range map[string]struct {
+		recs    [][2]int
+		counts  []uint64
+		used    int
+		ordered bool
+		want    string
+	}{
+		"lost":       {good[:4], counts, 4, false, "lost"},
+		"duplicated": {[][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 1}}, counts, 5, false, "twice"},
+		"reordered":  {[][2]int{{0, 1}, {1, 0}, {0, 0}, {1, 1}, {0, 2}}, counts, 5, true, "reordered"},
+		"foreign":    {[][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}}, counts, 5, false, "not a record of this round"},
+		"too many":   {good, counts, 6, false, "more than was sent"},
+	} {
+		mem := queue(size, round, c.recs)
+		err := checkQueue(mem, uint64(c.used*size), size, round, c.counts, c.ordered)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", name, err, c.want)
+		}
+	}
+	// Unordered writers (native appends) may interleave freely.
+	shuffled := [][2]int{{0, 2}, {1, 1}, {0, 0}, {1, 0}, {0, 1}}
+	if err := checkQueue(queue(size, round, shuffled), 5*size, size, round, counts, false); err != nil {
+		t.Errorf("unordered queue: %v", err)
+	}
+	// A record of an earlier round left in place is stale.
+	mem := queue(size, round, good)
+	fillRecord(mem[2*size:3*size], 0, round-1, 1)
+	if err := checkQueue(mem, 5*size, size, round, counts, false); err == nil {
+		t.Error("stale record not detected")
+	}
+}
+
+func TestCheckScatter(t *testing.T) {
+	l := scatterLayout{IOVs: 3, Size: 16, Lane: 16 * 10}
+	mem := make([]byte, 2*l.area())
+	counts := []uint64{4, 10}
+	for id, n := range counts {
+		for op := 0; op < int(n); op++ {
+			for iov := 0; iov < l.IOVs; iov++ {
+				off := l.offset(id, op, iov)
+				fillRecord(mem[off:off+16], id, 5, l.chunkSeq(op, iov))
+			}
+		}
+	}
+	if err := checkScatter(mem, l, 5, counts); err != nil {
+		t.Fatal(err)
+	}
+	off := l.offset(1, 9, 2)
+	mem[off+3] ^= 0xff
+	if err := checkScatter(mem, l, 5, counts); err == nil || !strings.Contains(err.Error(), "initiator 1 scatter 9 chunk 2") {
+		t.Errorf("corrupted chunk: %v", err)
+	}
+	if err := checkScatter(mem, l, 5, []uint64{4, 11}); err == nil {
+		t.Error("more operations than the lanes hold not detected")
+	}
+}
+
+func TestHist(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 1000; i++ {
+		h.Add(time.Duration(i) * time.Microsecond)
+	}
+	for q, want := range map[float64]time.Duration{0.5: 500 * time.Microsecond, 0.99: 990 * time.Microsecond} {
+		got := h.Quantile(q)
+		if d := got - want; d < -want/16 || d > want/16 {
+			t.Errorf("q%v = %v, want %v ± 6.25%%", q, got, want)
+		}
+	}
+	var a, b Hist
+	for i := 0; i < 100; i++ {
+		a.Add(10 * time.Nanosecond)
+		b.Add(time.Millisecond)
+	}
+	a.Merge(&b)
+	if a.N != 200 || a.Quantile(0.25) != 10 || a.Quantile(0.75) < 900*time.Microsecond {
+		t.Errorf("merged: n %d q25 %v q75 %v", a.N, a.Quantile(0.25), a.Quantile(0.75))
+	}
+	jb, _ := json.Marshal(&a)
+	var c Hist
+	if err := json.Unmarshal(jb, &c); err != nil || c.N != 200 || c.Quantile(0.75) != a.Quantile(0.75) {
+		t.Errorf("JSON round trip: %v %+v", err, c)
+	}
+	for v := uint64(0); v < 1<<20; v = v*3/2 + 1 {
+		if b := histBucket(v); histBucket(histValue(b)) != b {
+			t.Fatalf("bucket %d of %d: its value %d falls in bucket %d", b, v, histValue(b), histBucket(histValue(b)))
+		}
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	for _, c := range []struct {
+		args        []string
+		bench, rest string
+		ok          bool
+	}{
+		{[]string{"-m", "server"}, "", "-m server", false},
+		{[]string{"bench", "--topology", "shm", "--ops", "5", "--short"}, "--topology shm --short", "bench --ops 5", true},
+		{[]string{"-l", "60", "bench", "--size=8,64", "--plot", "x.svg", "-j", "p.json"}, "--size=8,64 --plot x.svg", "-l 60 bench -j p.json", true},
+		{[]string{"bench", "--json"}, "--json", "bench", true},
+		{[]string{"bench", "--json", "--short"}, "--json --short", "bench", true},
+		{[]string{"bench", "--json=out.json"}, "--json=out.json", "bench", true},
+		{[]string{"bench", "--json", "params.json"}, "", "bench --json params.json", true},
+		{[]string{"bench", "-h"}, "", "bench -h", true},
+		{[]string{"--urom", "bench", "dpu"}, "", "--urom bench dpu", false},
+	} {
+		b, r, ok := SplitArgs(c.args)
+		if strings.Join(b, " ") != c.bench || strings.Join(r, " ") != c.rest || ok != c.ok {
+			t.Errorf("SplitArgs(%q) = %q, %q, %v; want %q, %q, %v", c.args, b, r, ok, c.bench, c.rest, c.ok)
+		}
+	}
+	o := DefaultOptions()
+	if err := FlagSet(&o).Parse([]string{"--topology", "shm", "--size", "8,4k", "--json", "--modes", "rdmo-append,raw-am", "--queue-mb", "16"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.Topology != TopologySHM || !slices.Equal(o.Sizes, []int{8, 4096}) || o.JSON != "-" || o.QueueBytes != 16<<20 {
+		t.Errorf("parsed %+v", o)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{ModeRawAM, ModeRDMOAppendOwned, ModeRDMOAppendShared}; !slices.Equal(o.Modes, want) {
+		t.Errorf("modes %v, want %v", o.Modes, want)
+	}
+}
+
+func TestExpandModes(t *testing.T) {
+	all, err := expandModes(nil, []int{1, 4, 16})
+	if err != nil || len(all) != 11 {
+		t.Fatalf("all modes: %v %v", all, err)
+	}
+	got, err := expandModes([]string{"scatter/2", "flush", "native-append/blocking"}, []int{1})
+	want := []string{ModeNativeBlocking, "scatter/2", ModeFlushIdle, ModeFlushLoad}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("got %v %v, want %v", got, err, want)
+	}
+	for _, bad := range []string{"rdmo", "scatter/0", "scatter/x"} {
+		if _, err := expandModes([]string{bad}, nil); err == nil {
+			t.Errorf("mode %q accepted", bad)
+		}
+	}
+}
+
+func TestReportRatiosAndPlot(t *testing.T) {
+	r := &Report{Topology: TopologyDPU, Initiators: 1}
+	for _, size := range []int{64, 4096} {
+		r.Rows = append(r.Rows,
+			Row{Mode: ModeRawAM, Size: size, Rate: 1000},
+			Row{Mode: ModePingPong, Size: size, Rate: 100, P50: 10 * time.Microsecond},
+			Row{Mode: ModeNativeBlocking, Size: size, Rate: 50},
+			Row{Mode: ModeNativePipelined, Size: size, Rate: 200},
+			Row{Mode: ModeRDMOAppendOwned, Size: size, Rate: 800, Worker: &WorkerFigures{Requests: 100, PutsPerOp: 0.01}},
+			Row{Mode: ModeFlushIdle, Size: size, Rate: 30, P50: 20 * time.Microsecond},
+			Row{Mode: ModeFlushLoad, Size: size, Error: "lost data"},
+		)
+	}
+	r.finish()
+	a := r.Row(ModeRDMOAppendOwned, 64)
+	if a.XRawAM != 0.8 || a.XNativeBlocking != 16 || a.XNativePipelined != 4 {
+		t.Errorf("ratios %+v", a)
+	}
+	if f := r.Row(ModeFlushIdle, 4096); f.LatXPingPong != 2 {
+		t.Errorf("flush latency ratio %v", f.LatXPingPong)
+	}
+	var out bytes.Buffer
+	r.WriteTable(&out)
+	for _, want := range []string{"16.00× native-append/blocking (goal ≥ 10×): met", "FAILED flush/load 64 B: lost data", "idle flush round trip p50 = 2.00×"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !r.Failed() {
+		t.Error("a failed row does not fail the report")
+	}
+	svg := r.SVG()
+	if strings.Count(svg, "<polyline") != 6 || !strings.Contains(svg, ">4k<") || !strings.HasSuffix(svg, "</svg>\n") {
+		t.Errorf("plot:\n%s", svg)
+	}
+
+}

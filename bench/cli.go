@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/openrdmo/rdmo/internal/cli"
+)
+
+// The rdmo binary's `bench` command registers only the common flags of
+// cli.Config. Until it has a hook for a mode's own flags, cmd/rdmo takes the
+// benchmark's flags (FlagSet) out of the command line before the command
+// parser sees it (TakeArgs), and RunCLI parses them.
+
+var pendingArgs []string
+
+// rootValueFlags are the flags of the rdmo binary that take a value as the
+// next argument; SplitArgs skips those values when it looks for the
+// subcommand.
+var rootValueFlags = map[string]bool{
+	"-l": true, "--log-level": true, "--sdk-log-level": true, "--log-format": true,
+	"-j": true, "--json": true, "-d": true, "--device": true, "-s": true, "--server-name": true,
+	"-m": true, "--mode": true, "--oob-port": true, "--urom": true, "--append-strategy": true,
+	"--ops": true, "--secret-file": true,
+}
+
+// SplitArgs splits an rdmo command line (without the program name) whose
+// subcommand is `bench` into the benchmark's own flags and the rest. ok is
+// false when the subcommand is not bench; rest is then args.
+//
+// `--json` is both the DOCA params file flag (-j/--json <file>) and the
+// benchmark's JSON output switch: followed by a value that is not a flag it
+// stays the params file; bare (or --json=FILE) it is the output switch.
+func SplitArgs(args []string) (benchArgs, rest []string, ok bool) {
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return nil, args, false
+		}
+		if strings.HasPrefix(a, "-") {
+			if rootValueFlags[a] {
+				i++
+			}
+			continue
+		}
+		break
+	}
+	if i >= len(args) || args[i] != "bench" {
+		return nil, args, false
+	}
+	fs := FlagSet(new(Options))
+	rest = append(rest, args[:i+1]...)
+	for j := i + 1; j < len(args); j++ {
+		a := args[j]
+		if a == "--" {
+			rest = append(rest, args[j:]...)
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || fs.Lookup(name) == nil {
+			rest = append(rest, a)
+			continue
+		}
+		f := fs.Lookup(name)
+		switch {
+		case hasValue:
+			benchArgs = append(benchArgs, a)
+		case name == "json":
+			if j+1 < len(args) && !strings.HasPrefix(args[j+1], "-") {
+				rest = append(rest, a, args[j+1]) // the params file
+				j++
+				continue
+			}
+			benchArgs = append(benchArgs, a)
+		case f.NoOptDefVal != "":
+			benchArgs = append(benchArgs, a)
+		case j+1 < len(args):
+			benchArgs = append(benchArgs, a, args[j+1])
+			j++
+		default:
+			benchArgs = append(benchArgs, a) // missing value: Parse reports it
+		}
+	}
+	return benchArgs, rest, true
+}
+
+// TakeArgs is called by cmd/rdmo before the command line is parsed: it
+// keeps the benchmark's flags of `rdmo bench` for RunCLI and returns argv
+// without them. On `rdmo bench -h` it also prints the benchmark's flags to
+// help (before the command's own help).
+func TakeArgs(argv []string, help io.Writer) []string {
+	if len(argv) < 2 {
+		return argv
+	}
+	ba, rest, ok := SplitArgs(argv[1:])
+	if !ok {
+		return argv
+	}
+	pendingArgs = ba
+	for _, a := range rest {
+		if a == "-h" || a == "--help" {
+			o := DefaultOptions()
+			fmt.Fprintf(help, "Benchmark flags of rdmo bench:\n%s\n", FlagSet(&o).FlagUsages())
+			break
+		}
+	}
+	return append([]string{argv[0]}, rest...)
+}
+
+// RunCLI is the cli.RunBench hook: `rdmo bench`. It runs a target, an RDMO
+// worker and initiators as processes of this host and reports the rows.
+func RunCLI(ctx context.Context, cfg cli.Config) error {
+	if cfg.Mode != "" {
+		return cli.Usagef("rdmo bench starts its target, worker and initiator processes itself; -m/--mode does not apply")
+	}
+	o := DefaultOptions()
+	if err := FlagSet(&o).Parse(pendingArgs); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	if cfg.Ops != cli.DefaultOps && o.MaxOps == 0 {
+		o.MaxOps = cfg.Ops
+	}
+	o.UROMAddress = cfg.UROMAddress
+	o.Logger = cfg.Logger
+	if err := o.validate(); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	rep, err := Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	if rep.Failed() {
+		return fmt.Errorf("bench: %d row(s) failed their data check (see above)", rep.failures())
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+// Package bench is `rdmo bench`: one command that runs a target, an RDMO
+// worker and N initiators as separate processes of this host and measures,
+// in the same run and at the same message size, RDMO operations against the
+// ways to do the same work without RDMO, so every figure is read as a ratio
+// to a baseline measured side by side (the machines are shared and noisy;
+// see docs/BENCHMARKS.md).
+//
+// # Processes
+//
+// The driver (the process running Run) runs a UROM service (or uses the one
+// given with --urom) and re-executes its own program in hidden roles chosen
+// by the environment (RoleMain): the target, which owns the memory, starts
+// the RDMO worker through the service (CLIENT_INIT, MR_REG, RQ_CREATE),
+// counts the baselines' active messages and checks its memory after every
+// round; the initiators, which issue the operations; and the worker itself,
+// a UROM worker process with the RDMO component. The driver and its
+// children speak one JSON line per command on standard input and output.
+//
+// # Rows
+//
+//   - raw-am: Size-byte UCX active messages to a counting sink in the
+//     target, through package ucp: the limit for one message per operation.
+//   - am-pingpong: one such message and its echo at a time.
+//   - native-append/blocking and /pipelined: append without RDMO: the
+//     initiator fetch-adds the queue's tail in target memory and puts the
+//     record at the fetched address, with one or Window fetch-adds
+//     outstanding.
+//   - rdmo-append/owned and /shared: RDMO APPEND through the worker, with
+//     either append strategy.
+//   - scatter/N: RDMO SCATTER of N Size-byte chunks to N separate lanes.
+//   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
+//     same connection streams appends.
+//
+// A row runs in rounds (about --interval each): a round ends when its time
+// is up or its queue is full; the initiators flush (or send a fin through
+// the sink), and the target checks that exactly the records sent are in
+// memory, intact, once each (in order for RDMO rows). A row whose data
+// check fails is a failure, not a number. The first round of a row warms up
+// and is not counted. The worker's counters (dpu.Stats) before and after
+// the measured rounds give target puts per request.
+//
+// # Flow control
+//
+// The RDMO worker fails requests past its limit of requests in flight per
+// request queue (TooManyInFlight), and the initiator's send window does not
+// see requests the worker still holds, so a fast stream loses data. RDMO
+// rows therefore keep a flush credit (Options.Credit, --credit): a
+// FlushAsync every credit/4 requests, and never more than credit requests
+// past the last answered flush. --credit 0 shows the loss. --aggregate lets
+// the initiator pack queued requests into BATCH messages.
+//
+// # Topologies
+//
+// --topology dpu: the worker sits next to the target (UCX_TLS=shm,tcp,self
+// for both, so the worker writes target memory through shared memory), the
+// initiators reach worker and target over TCP only (UCX_TLS=tcp,self, on
+// loopback unless UCX_NET_DEVICES says otherwise), as across a DPU's
+// network. --topology shm: everything on shared memory.
+package bench

@@ -1,0 +1,645 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/rdmoworker"
+)
+
+// driver is the `rdmo bench` process: it runs the UROM service (unless an
+// external one is given), starts the target and the initiators, and runs
+// every row round by round, checking after each round that the data
+// landed.
+type driver struct {
+	o   Options
+	log *zap.Logger
+	exe string
+
+	svc      *urom.Service
+	svcStop  context.CancelFunc
+	svcDone  chan struct{}
+	uromAddr string
+
+	target     *child
+	targetAddr []byte
+	inits      []*child
+
+	workers map[string]*workerInfo // by append strategy
+	round   int
+	rep     *Report
+	out     *progress
+}
+
+// Run runs the benchmark: every row of o.Modes at every size, each in the
+// same run against the same processes, so the rows' ratios are taken
+// side by side. It prints progress and the final table, writes the JSON
+// and plot files asked for, and returns the report. A row whose data check
+// fails is reported as failed (Report.Failed), not as a number; an error
+// means the run itself could not go on.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	d := &driver{o: o, log: o.Logger}
+	d.exe = o.Executable
+	if d.exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bench: cannot find this program to start its processes: %w", err)
+		}
+		d.exe = exe
+	}
+	d.rep = newReport(o)
+	out := o.Stdout
+	if o.JSON == "-" {
+		out = o.Stderr
+	}
+	d.out = newProgress(out)
+	err := d.run(ctx)
+	if cerr := d.close(); err == nil && cerr != nil {
+		d.log.Warn("bench: shutting the processes down", zap.Error(cerr))
+	}
+	if err != nil {
+		return d.rep, err
+	}
+	d.rep.finish()
+	d.rep.WriteTable(out)
+	if o.JSON != "" {
+		if err := d.writeJSON(); err != nil {
+			return d.rep, err
+		}
+	}
+	if o.Plot != "" {
+		if err := os.WriteFile(o.Plot, []byte(d.rep.SVG()), 0o644); err != nil {
+			return d.rep, fmt.Errorf("bench: plot: %w", err)
+		}
+		fmt.Fprintf(out, "plot written to %s\n", o.Plot)
+	}
+	return d.rep, nil
+}
+
+func (d *driver) writeJSON() error {
+	b, err := json.MarshalIndent(d.rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if d.o.JSON == "-" {
+		_, err = d.o.Stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(d.o.JSON, b, 0o644); err != nil {
+		return fmt.Errorf("bench: json: %w", err)
+	}
+	return nil
+}
+
+// envs returns the UCX environment of the initiators and of the target
+// and worker for the topology.
+func (o *Options) envs() (initEnv, sideEnv []string) {
+	common := []string{"UCX_WARN_UNUSED_ENV_VARS=n"}
+	switch o.Topology {
+	case TopologyDPU:
+		dev := os.Getenv("UCX_NET_DEVICES")
+		if dev == "" {
+			dev = "lo" // one host: loopback stands for the DPU's network
+		}
+		initEnv = append(common, "UCX_TLS=tcp,self", "UCX_NET_DEVICES="+dev)
+		sideEnv = append(append([]string(nil), common...), "UCX_TLS=shm,tcp,self", "UCX_NET_DEVICES="+dev)
+	default:
+		initEnv = append(common, "UCX_TLS=shm,self")
+		sideEnv = append([]string(nil), initEnv...)
+	}
+	return initEnv, sideEnv
+}
+
+func (d *driver) run(ctx context.Context) error {
+	initEnv, sideEnv := d.o.envs()
+	d.rep.Env = map[string][]string{"initiator": initEnv, "target": sideEnv, "worker": sideEnv}
+	if d.o.UROMAddress != "" {
+		d.uromAddr = d.o.UROMAddress
+	} else {
+		sctx, cancel := context.WithCancel(context.Background())
+		svc, err := urom.NewService(sctx, urom.Config{
+			Listen:           "127.0.0.1:0",
+			Builtins:         rdmoworker.Builtins(),
+			MaxWorkers:       4,
+			WorkerCommand:    []string{d.exe},
+			WorkerEnv:        append(append([]string{roleEnv + "=" + roleWorker}, d.o.ChildEnv...), sideEnv...),
+			ComponentVersion: rdmoworker.ComponentVersion,
+			Logger:           d.log.Named("urom"),
+		})
+		if err != nil {
+			cancel()
+			return err
+		}
+		addr, err := svc.Listen()
+		if err != nil {
+			cancel()
+			svc.Close()
+			return err
+		}
+		d.svc, d.svcStop, d.svcDone, d.uromAddr = svc, cancel, make(chan struct{}), addr
+		go func() { svc.Serve(sctx); close(d.svcDone) }()
+		if d.o.MetricsAddr != "" {
+			maddr, err := urom.ServeMetrics(sctx, svc, d.o.MetricsAddr, d.log.Named("metrics"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(d.out.w, "worker metrics at http://%s/metrics\n", maddr)
+		}
+	}
+	wenv, _ := json.Marshal(append(append([]string(nil), d.o.ChildEnv...), sideEnv...))
+	env := append(append([]string{roleEnv + "=" + roleTarget, envUROM + "=" + d.uromAddr, envWorkerEnv + "=" + string(wenv)}, d.o.ChildEnv...), sideEnv...)
+	t, err := startChild("target", d.exe, d.o.TargetCPUs, env, d.o.Stderr)
+	if err != nil {
+		return err
+	}
+	d.target = t
+	var ta struct {
+		Addr []byte `json:"addr"`
+	}
+	if err := t.expect("TARGET", &ta, time.Minute); err != nil {
+		return err
+	}
+	d.targetAddr = ta.Addr
+	for i := 0; i < d.o.Initiators; i++ {
+		env := append(append([]string{roleEnv + "=" + roleInit, envID + "=" + strconv.Itoa(i)}, d.o.ChildEnv...), initEnv...)
+		c, err := startChild("initiator "+strconv.Itoa(i), d.exe, d.o.InitiatorCPUs, env, d.o.Stderr)
+		if err != nil {
+			return err
+		}
+		d.inits = append(d.inits, c)
+	}
+	for _, c := range d.inits {
+		if err := c.expect("READY", nil, time.Minute); err != nil {
+			return err
+		}
+		var tr struct {
+			Transports []string `json:"transports"`
+		}
+		if err := c.call("target", map[string]any{"addr": d.targetAddr}, "OK", &tr, time.Minute); err != nil {
+			return err
+		}
+		d.rep.InitiatorTransports = tr.Transports
+	}
+	if err := d.checkTransports(); err != nil {
+		return err
+	}
+	for _, m := range d.o.Modes {
+		if s := strategyOf(m); s != "" && d.workers[s] == nil {
+			if err := d.spawn(s); err != nil {
+				return err
+			}
+		}
+	}
+	d.out.header(d.rep)
+
+	// Rows are interleaved: every pass runs one round of every row, so
+	// each row's rounds are spread over the same stretch of time as the
+	// baselines' (the machines are shared: a row measured alone, after
+	// another, sees other weather). The first pass warms up.
+	for _, size := range d.o.Sizes {
+		var rows []*rowState
+		for _, m := range d.o.Modes {
+			rows = append(rows, d.newRow(m, size))
+		}
+		for pass := 0; ; pass++ {
+			active := 0
+			for _, rs := range rows {
+				if rs.done {
+					continue
+				}
+				active++
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := d.runRound(rs, pass == 0); err != nil {
+					return err
+				}
+			}
+			if active == 0 {
+				break
+			}
+		}
+		for _, rs := range rows {
+			d.rep.Rows = append(d.rep.Rows, rs.finish())
+		}
+	}
+	return nil
+}
+
+// checkTransports makes sure the topology is what it claims: UCX picks
+// shared memory between processes of one kernel whenever it may, so a DPU
+// picture must see TCP between initiator and target.
+func (d *driver) checkTransports() error {
+	tr := d.rep.InitiatorTransports
+	if d.o.Topology == TopologyDPU {
+		for _, t := range tr {
+			if t != "tcp" && t != "self" {
+				return fmt.Errorf("bench: dpu topology, but the initiator reaches the target over %v (want tcp only)", tr)
+			}
+		}
+	}
+	return nil
+}
+
+// workerInfo is an RDMO worker the target started for the run.
+type workerInfo struct {
+	ID   uint64 `json:"id"`
+	PID  int    `json:"pid"`
+	Addr []byte `json:"addr"`
+}
+
+// spawn starts an RDMO worker with the strategy and connects every
+// initiator to it (RQ_CREATE for each).
+func (d *driver) spawn(strategy string) error {
+	var w workerInfo
+	if err := d.target.call("spawn", targetReq{Strategy: strategy, CPUs: d.o.WorkerCPUs}, "WORKER", &w, 2*time.Minute); err != nil {
+		return err
+	}
+	if d.workers == nil {
+		d.workers = map[string]*workerInfo{}
+	}
+	d.workers[strategy] = &w
+	for _, c := range d.inits {
+		var a struct {
+			Addr []byte `json:"addr"`
+		}
+		req := rdmoReq{Strategy: strategy, Addr: w.Addr, Client: clientID, Window: d.o.Window, Aggregate: d.o.Aggregate}
+		if err := c.call("rdmo", req, "ADDR", &a, time.Minute); err != nil {
+			return err
+		}
+		if err := d.target.call("rq", targetReq{Strategy: strategy, Addr: a.Addr}, "RQ", nil, time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *driver) close() error {
+	var errs []error
+	// The initiators disconnect first (the worker then drops their
+	// request queues), then the target stops its workers.
+	for s := range d.workers {
+		for _, c := range d.inits {
+			errs = append(errs, c.call("rdmo-close", rdmoReq{Strategy: s}, "OK", nil, time.Minute))
+		}
+		errs = append(errs, d.target.call("stop-worker", targetReq{Strategy: s}, "OK", nil, 2*time.Minute))
+	}
+	for _, c := range d.inits {
+		errs = append(errs, c.stop(20*time.Second))
+	}
+	if d.target != nil {
+		errs = append(errs, d.target.stop(60*time.Second))
+	}
+	if d.svc != nil {
+		d.svcStop()
+		<-d.svcDone
+		d.svc.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func (d *driver) stats(strategy string) (dpu.Stats, error) {
+	var st dpu.Stats
+	err := d.target.call("stats", targetReq{Strategy: strategy}, "STATS", &st, time.Minute)
+	return st, err
+}
+
+// capacity is how many operations of the row fit one initiator's share of
+// target memory in one round (0: unbounded).
+func (d *driver) capacity(mode string, size int) int {
+	n := d.o.Initiators
+	if k, ok := scatterIOVs(mode); ok {
+		return d.o.QueueBytes / (n * k * size)
+	}
+	switch mode {
+	case ModeRawAM, ModePingPong, ModeFlushIdle:
+		return 0
+	}
+	return (d.o.QueueBytes - 8) / size / n
+}
+
+// rowState is a row being measured.
+type rowState struct {
+	row     Row
+	capOps  int
+	layout  scatterLayout
+	scat    queueInfo
+	lat     Hist
+	elapsed time.Duration
+	perInit int // measured operations of the busiest initiator
+	fig     WorkerFigures
+	line    lineAcc
+	done    bool
+}
+
+func (d *driver) newRow(mode string, size int) *rowState {
+	rs := &rowState{row: Row{Mode: mode, Size: size, Strategy: strategyOf(mode)}, capOps: d.capacity(mode, size)}
+	if k, ok := scatterIOVs(mode); ok {
+		rs.layout = scatterLayout{IOVs: k, Size: size, Lane: uint64(rs.capOps * size)}
+	}
+	return rs
+}
+
+func (rs *rowState) fail(err error) {
+	rs.row.Error = err.Error()
+	rs.done = true
+}
+
+// finish computes the row's figures from its measured rounds.
+func (rs *rowState) finish() Row {
+	row := rs.row
+	if row.Error != "" {
+		return row
+	}
+	row.Seconds = rs.elapsed.Seconds()
+	if row.Seconds > 0 {
+		row.Rate = float64(row.Ops) / row.Seconds
+		row.MBps = float64(row.Bytes) / row.Seconds / 1e6
+		row.LoadRate = float64(row.Load) / row.Seconds
+	}
+	row.P50, row.P99, row.Mean, row.LatSamples = rs.lat.Quantile(0.5), rs.lat.Quantile(0.99), rs.lat.Mean(), rs.lat.N
+	if row.Strategy != "" {
+		f := rs.fig
+		f.Requests = row.Ops
+		if row.Mode == ModeFlushLoad {
+			f.Requests = row.Load
+		}
+		f.finish()
+		row.Worker = &f
+	}
+	row.Verified = true
+	return row
+}
+
+// runRound runs one round of a row: prepares target memory, hands the
+// round to every initiator at once, collects their results, checks the
+// data, and (unless warming up) adds the round to the row. A round that
+// loses data fails its row; an error stops the run.
+func (d *driver) runRound(rs *rowState, warm bool) error {
+	row := &rs.row
+	mode, size := row.Mode, row.Size
+	spec := roundSpec{
+		Mode: mode, Strategy: row.Strategy, Size: size, Sample: d.o.Sample, Window: d.o.Window,
+		Credit: d.o.Credit, Layout: rs.layout,
+	}
+	d.round++
+	spec.Round = d.round
+	if d.o.Duration > 0 {
+		spec.Duration = d.o.Interval
+		if !warm && d.o.Duration-rs.elapsed < spec.Duration {
+			spec.Duration = max(d.o.Duration-rs.elapsed, 10*time.Millisecond)
+		}
+	}
+	spec.MaxOps = d.o.MaxOps
+	if !warm && d.o.MaxOps > 0 {
+		spec.MaxOps = d.o.MaxOps - rs.perInit
+	}
+	if rs.capOps > 0 && mode != ModeFlushLoad && (spec.MaxOps == 0 || spec.MaxOps > rs.capOps) {
+		spec.MaxOps = rs.capOps
+	}
+	if mode == ModeFlushLoad {
+		spec.LoadMax = rs.capOps
+	}
+	if isQueueRow(mode) {
+		if err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: row.Strategy}, "QUEUE", &spec.Queue, time.Minute); err != nil {
+			rs.fail(err)
+			return nil
+		}
+	}
+	if rs.layout.IOVs > 0 {
+		if rs.scat.Base == 0 {
+			req := targetReq{Bytes: int(rs.layout.area()) * d.o.Initiators, Strategy: row.Strategy}
+			if err := d.target.call("sregion", req, "SREGION", &rs.scat, time.Minute); err != nil {
+				rs.fail(err)
+				return nil
+			}
+		}
+		spec.Scatter = rs.scat
+		spec.Layout.Base = rs.scat.Base
+	}
+	var before dpu.Stats
+	if row.Strategy != "" {
+		st, err := d.stats(row.Strategy)
+		if err != nil {
+			return err
+		}
+		before = st
+		if !warm && row.Rounds == 0 {
+			m := urom.ReadProcessMemory(d.workers[row.Strategy].PID)
+			row.WorkerRSSStart, row.WorkerAnonStart = m.RSS, m.Anon
+		}
+	}
+	spin := row.Strategy == ""
+	if spin {
+		if err := d.target.call("spin", targetReq{On: true}, "OK", nil, time.Minute); err != nil {
+			return err
+		}
+	}
+	res, err := d.roundTrip(spec)
+	if spin {
+		if serr := d.target.call("spin", targetReq{On: false}, "OK", nil, time.Minute); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	if err == nil {
+		err = d.check(spec, res)
+	}
+	if err != nil {
+		rs.fail(err)
+		d.out.failed(rs.row)
+		return nil
+	}
+	var after dpu.Stats
+	if row.Strategy != "" {
+		st, err := d.stats(row.Strategy)
+		if err != nil {
+			return err
+		}
+		after = st
+	}
+	if warm {
+		return nil
+	}
+	rr := sumRound(res)
+	row.Rounds++
+	row.Ops += rr.ops
+	row.Bytes += rr.bytes
+	row.Load += rr.load
+	rs.elapsed += rr.elapsed
+	rs.perInit += int(rr.maxOps)
+	if rr.elapsed > 0 {
+		r := float64(rr.ops) / rr.elapsed.Seconds()
+		if row.RateMin == 0 || r < row.RateMin {
+			row.RateMin = r
+		}
+		row.RateMax = max(row.RateMax, r)
+	}
+	for i := range res {
+		rs.lat.Merge(&res[i].Lat)
+	}
+	var delta *WorkerFigures
+	if row.Strategy != "" {
+		delta = statsDelta(before, after)
+		rs.fig.add(delta)
+		m := urom.ReadProcessMemory(d.workers[row.Strategy].PID)
+		row.WorkerRSSEnd, row.WorkerAnonEnd = m.RSS, m.Anon
+		row.WorkerRSS = append(row.WorkerRSS, m.RSS)
+		row.WorkerAnon = append(row.WorkerAnon, m.Anon)
+		delta.Requests = rr.ops
+		if mode == ModeFlushLoad {
+			delta.Requests = rr.load
+		}
+		delta.AMs = rr.msgs
+		rs.fig.AMs += rr.msgs
+		delta.finish()
+	}
+	rs.line.add(rr, res, delta)
+	rs.done = d.o.Duration == 0 || rs.elapsed >= d.o.Duration || (d.o.MaxOps > 0 && rs.perInit >= d.o.MaxOps)
+	d.out.interval(*row, rs.elapsed, &rs.line)
+	rs.line = lineAcc{}
+	return nil
+}
+
+func isQueueRow(mode string) bool {
+	switch mode {
+	case ModeRDMOAppendOwned, ModeRDMOAppendShared, ModeNativeBlocking, ModeNativePipelined, ModeFlushLoad:
+		return true
+	}
+	return false
+}
+
+// roundTrip hands the round to every initiator at once and collects their
+// results.
+func (d *driver) roundTrip(spec roundSpec) ([]roundResult, error) {
+	for _, c := range d.inits {
+		if err := c.send("round", spec); err != nil {
+			return nil, err
+		}
+	}
+	res := make([]roundResult, len(d.inits))
+	var errs []error
+	for i, c := range d.inits {
+		if err := c.expect("DONE", &res[i], spec.Duration+5*time.Minute); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// check verifies that what the initiators report as done is in target
+// memory (or, for the AM baselines, reached the sink).
+func (d *driver) check(spec roundSpec, res []roundResult) error {
+	counts := make([]uint64, len(res))
+	for i, r := range res {
+		counts[i] = r.Ops
+		if spec.Mode == ModeFlushLoad {
+			counts[i] = r.Load
+		}
+	}
+	switch {
+	case isQueueRow(spec.Mode):
+		ordered := spec.Mode != ModeNativeBlocking && spec.Mode != ModeNativePipelined
+		return d.target.call("check-queue", targetReq{Size: spec.Size, Round: spec.Round, Counts: counts, Ordered: ordered}, "CHECKED", nil, 5*time.Minute)
+	case spec.Layout.IOVs > 0:
+		return d.target.call("check-scatter", targetReq{Round: spec.Round, Counts: counts, Layout: spec.Layout}, "CHECKED", nil, 5*time.Minute)
+	case spec.Mode == ModeRawAM || spec.Mode == ModePingPong:
+		var st sinkState
+		if err := d.target.call("sink", targetReq{}, "SINK", &st, time.Minute); err != nil {
+			return err
+		}
+		prev := d.rep.sink
+		d.rep.sink = st
+		if st.Errors != prev.Errors {
+			return fmt.Errorf("the sink saw %d messages out of order, malformed or not received", st.Errors-prev.Errors)
+		}
+		for i, n := range counts {
+			var pc, pb uint64
+			if i < len(prev.Counts) {
+				pc, pb = prev.Counts[i], prev.Bytes[i]
+			}
+			if got := st.Counts[i] - pc; got != n {
+				return fmt.Errorf("initiator %d sent %d messages; the sink counted %d", i, n, got)
+			}
+			if got := st.Bytes[i] - pb; got != n*uint64(spec.Size) {
+				return fmt.Errorf("initiator %d sent %d bytes; the sink counted %d", i, n*uint64(spec.Size), got)
+			}
+		}
+	}
+	return nil
+}
+
+type roundSum struct {
+	ops, bytes, load, maxOps, msgs uint64
+	elapsed                        time.Duration
+}
+
+// sumRound adds up the initiators' results: the round lasted as long as
+// its slowest initiator.
+func sumRound(res []roundResult) roundSum {
+	var s roundSum
+	for _, r := range res {
+		s.ops += r.Ops
+		s.bytes += r.Bytes
+		s.load += r.Load
+		s.msgs += r.Msgs
+		s.maxOps = max(s.maxOps, r.Ops)
+		s.elapsed = max(s.elapsed, r.Elapsed)
+	}
+	return s
+}
+
+// statsDelta is the worker's counters over one round. Requests is left to
+// the caller: the operations the initiators sent (the worker's own count
+// depends on how requests were packed).
+func statsDelta(a, b dpu.Stats) *WorkerFigures {
+	f := &WorkerFigures{
+		Flushes:    b.Requests[rdmo.OpFlush] - a.Requests[rdmo.OpFlush],
+		UCXPuts:    b.TargetPuts - a.TargetPuts,
+		MemcpyPuts: b.MemcpyPuts - a.MemcpyPuts,
+		SyncOps:    b.SyncOps - a.SyncOps,
+		Places:     b.Places - a.Places,
+		Batches:    b.Batches - a.Batches,
+		Batched:    b.BatchedRequests - a.BatchedRequests,
+	}
+	for s, n := range b.Failures {
+		f.Failures += n - a.Failures[s]
+	}
+	return f
+}
+
+func (f *WorkerFigures) add(o *WorkerFigures) {
+	f.Flushes += o.Flushes
+	f.UCXPuts += o.UCXPuts
+	f.MemcpyPuts += o.MemcpyPuts
+	f.SyncOps += o.SyncOps
+	f.Places += o.Places
+	f.Batches += o.Batches
+	f.Batched += o.Batched
+	f.Failures += o.Failures
+}
+
+func (f *WorkerFigures) finish() {
+	if f.Requests > 0 {
+		r := float64(f.Requests)
+		f.PutsPerOp = float64(f.UCXPuts+f.MemcpyPuts) / r
+		f.AMsPerOp = float64(f.AMs) / r
+		f.AccessesPerOp = float64(f.UCXPuts+f.MemcpyPuts+f.SyncOps+f.Places) / r
+	}
+	if f.Batches > 0 {
+		f.BatchMean = float64(f.Batched) / float64(f.Batches)
+	}
+}

@@ -1,0 +1,410 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/rdmo/initiator"
+)
+
+// Topology says where the processes sit and which UCX transports they use.
+type Topology string
+
+const (
+	// TopologyDPU: the RDMO worker sits next to the target (shared memory
+	// and TCP between them, as on a DPU beside its host), the initiators
+	// reach both the worker and the target over TCP only (UCX_TLS=tcp,self).
+	TopologyDPU Topology = "dpu"
+	// TopologySHM: every process on shared memory (UCX_TLS=shm,self).
+	TopologySHM Topology = "shm"
+)
+
+// The rows a run can measure. Each is one way to get `size` bytes per
+// operation into target memory (or to a peer, for the baselines).
+const (
+	ModeRawAM            = "raw-am"                  // bare UCX AMs to a counting sink: the limit of one message per operation
+	ModePingPong         = "am-pingpong"             // one AM and its echo at a time: the round-trip baseline
+	ModeNativeBlocking   = "native-append/blocking"  // initiator fetch-adds the tail, waits, puts the data
+	ModeNativePipelined  = "native-append/pipelined" // the same with many fetch-adds outstanding
+	ModeRDMOAppendOwned  = "rdmo-append/owned"       // RDMO APPEND, worker owns the tail
+	ModeRDMOAppendShared = "rdmo-append/shared"      // RDMO APPEND, tail shared (fetch-add per batch)
+	modeScatterPrefix    = "scatter/"                // scatter/<iovs>: RDMO SCATTER of <iovs> chunks of `size` bytes
+	ModeFlushIdle        = "flush/idle"              // RDMO FLUSH round trip with nothing else in flight
+	ModeFlushLoad        = "flush/load"              // the same while the initiator streams appends
+)
+
+// Options configure a benchmark run.
+type Options struct {
+	Topology   Topology
+	Sizes      []int // message sizes in bytes (>= MinSize)
+	Initiators int   // initiator processes
+	// Modes are the rows to measure, by name (see the Mode constants;
+	// scatter rows are "scatter/<iovs>"). Empty: all.
+	Modes []string
+	// IOVs are the scatter iov counts when Modes names "scatter".
+	IOVs []int
+
+	Duration time.Duration // measured time per row (after one warm-up round)
+	Interval time.Duration // length of a round, and of a progress line
+	// MaxOps caps a row's measured operations per initiator (0: none).
+	MaxOps int
+	// Window bounds the operations an initiator has outstanding: the RDMO
+	// initiator's send window, native-pipelined's fetch-adds in flight.
+	Window int
+	// QueueBytes is the target memory per queue (and scatter region). A
+	// round ends early when it is full; the queue is checked and reset.
+	QueueBytes int
+	// Sample: the latency of every Sample-th operation is measured (acks
+	// for RDMO requests, echoes for AMs); round-trip rows measure all.
+	Sample int
+	// Short is the CI form: tiny counts, every check, no timing.
+	Short bool
+	// Credit bounds an initiator's RDMO requests past its last answered
+	// flush (see creditor); 0: no bound.
+	Credit int
+	// Aggregate lets the RDMO initiators pack requests into BATCH
+	// containers (initiator.Options.Aggregate).
+	Aggregate bool
+
+	JSON        string // "" off, "-" standard output, else a file
+	Plot        string // SVG file of rate against size, "" none
+	MetricsAddr string // serve the run's worker metrics here ("" none)
+	UROMAddress string // an external UROM service ("" runs one in this process)
+
+	WorkerCPUs, InitiatorCPUs, TargetCPUs string // taskset CPU lists ("" unpinned)
+	// CPUProfile: every child process writes a CPU profile into this
+	// directory (<role>-<pid>.pprof), for `go tool pprof`.
+	CPUProfile string
+
+	// Executable is the program re-executed in the benchmark's process
+	// roles (default: this program).
+	Executable string
+	// ChildEnv is added to every child process's environment.
+	ChildEnv []string
+	Stdout   io.Writer
+	Stderr   io.Writer
+	Logger   *zap.Logger
+}
+
+// Defaults.
+const (
+	DefaultSize       = 64
+	DefaultInitiators = 1
+	DefaultDuration   = 5 * time.Second
+	DefaultInterval   = time.Second
+	DefaultWindow     = 1024
+	DefaultQueueBytes = 256 << 20
+	DefaultSample     = 128
+	// DefaultCredit stays below the worker's default limit of requests in
+	// flight per request queue, with room for the credit flushes.
+	DefaultCredit = dpu.DefaultMaxInFlightPerRQ * 3 / 4
+)
+
+// DefaultOptions returns the defaults: DPU topology, 64-byte messages, one
+// initiator, every row.
+func DefaultOptions() Options {
+	return Options{
+		Topology:   TopologyDPU,
+		Sizes:      []int{DefaultSize},
+		Initiators: DefaultInitiators,
+		IOVs:       []int{1, 4, 16},
+		Duration:   DefaultDuration,
+		Interval:   DefaultInterval,
+		Window:     DefaultWindow,
+		QueueBytes: DefaultQueueBytes,
+		Sample:     DefaultSample,
+		Credit:     DefaultCredit,
+		Aggregate:  initiator.AggregateSupported(dpu.Capabilities()),
+	}
+}
+
+// AllModes lists every row for the given scatter iov counts, in the order a
+// run measures them.
+func AllModes(iovs []int) []string {
+	m := []string{ModeRawAM, ModePingPong, ModeNativeBlocking, ModeNativePipelined, ModeRDMOAppendOwned}
+	for _, n := range iovs {
+		m = append(m, modeScatterPrefix+strconv.Itoa(n))
+	}
+	return append(m, ModeFlushIdle, ModeFlushLoad, ModeRDMOAppendShared)
+}
+
+// expandModes resolves names and group names ("rdmo-append",
+// "native-append", "scatter", "flush", "baselines", "all") to rows, in
+// run order, without duplicates.
+func expandModes(names []string, iovs []int) ([]string, error) {
+	iovs = append([]int(nil), iovs...)
+	for _, n := range names {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if s, ok := strings.CutPrefix(n, modeScatterPrefix); ok {
+			k, err := strconv.Atoi(s)
+			if err != nil || k < 1 || k > 1024 {
+				return nil, fmt.Errorf("mode %q: want scatter/<iov count from 1 to 1024>", n)
+			}
+			if !slices.Contains(iovs, k) {
+				iovs = append(iovs, k)
+			}
+		}
+	}
+	all := AllModes(iovs)
+	if len(names) == 0 {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		n = strings.ToLower(strings.TrimSpace(n))
+		matched := false
+		for _, m := range all {
+			group, _, _ := strings.Cut(m, "/")
+			baseline := m == ModeRawAM || m == ModePingPong || strings.HasPrefix(m, "native-append/")
+			if n == "all" || n == m || n == group || (n == "baselines" && baseline) {
+				want[m] = true
+				matched = true
+			}
+		}
+		if !matched {
+			return nil, fmt.Errorf("unknown mode %q; modes: %s (or the groups rdmo-append, native-append, scatter, flush, baselines, all)",
+				n, strings.Join(AllModes([]int{1, 4, 16}), ", "))
+		}
+	}
+	var out []string
+	for _, m := range all {
+		if want[m] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func scatterIOVs(mode string) (int, bool) {
+	s, ok := strings.CutPrefix(mode, modeScatterPrefix)
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(s)
+	return k, err == nil
+}
+
+// strategyOf is the append strategy a row's worker runs ("" when the row
+// needs no RDMO worker).
+func strategyOf(mode string) string {
+	switch {
+	case mode == ModeRDMOAppendShared:
+		return "shared"
+	case mode == ModeRDMOAppendOwned, mode == ModeFlushIdle, mode == ModeFlushLoad, strings.HasPrefix(mode, modeScatterPrefix):
+		return "owned"
+	}
+	return ""
+}
+
+// validate checks and completes the options.
+func (o *Options) validate() error {
+	switch o.Topology {
+	case TopologyDPU, TopologySHM:
+	default:
+		return fmt.Errorf("--topology: %q; valid: dpu, shm", o.Topology)
+	}
+	if len(o.Sizes) == 0 {
+		o.Sizes = []int{DefaultSize}
+	}
+	for _, s := range o.Sizes {
+		if s < MinSize || s > 1<<20 {
+			return fmt.Errorf("--size %d: want %d bytes to 1 MiB", s, MinSize)
+		}
+	}
+	if len(o.IOVs) == 0 {
+		o.IOVs = []int{1, 4, 16}
+	}
+	for _, k := range o.IOVs {
+		if k < 1 || k > 1024 {
+			return fmt.Errorf("--iovs %d: want 1 to 1024", k)
+		}
+	}
+	for _, s := range o.Sizes {
+		if s > 65535 {
+			for _, m := range o.Modes {
+				if strings.HasPrefix(m, "scatter") {
+					return fmt.Errorf("--size %d: scatter chunks are at most 65535 bytes", s)
+				}
+			}
+		}
+	}
+	if o.Initiators < 1 || o.Initiators > 64 {
+		return fmt.Errorf("--initiators %d: want 1 to 64", o.Initiators)
+	}
+	modes, err := expandModes(o.Modes, o.IOVs)
+	if err != nil {
+		return err
+	}
+	o.Modes = modes
+	if o.Duration < 0 || o.Interval <= 0 {
+		return fmt.Errorf("--duration must not be negative and --interval must be positive")
+	}
+	if o.Window < 1 {
+		o.Window = DefaultWindow
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
+	}
+	if o.Sample < 1 {
+		o.Sample = 1
+	}
+	if o.Credit < 0 {
+		return fmt.Errorf("--credit must not be negative")
+	}
+	if o.Short {
+		o.Duration = 0
+		if o.QueueBytes > 4<<20 {
+			o.QueueBytes = 4 << 20
+		}
+		if o.MaxOps == 0 {
+			o.MaxOps = 400
+		}
+		if o.Sample > 16 {
+			o.Sample = 16
+		}
+	}
+	maxSize := 0
+	for _, s := range o.Sizes {
+		maxSize = max(maxSize, s)
+	}
+	maxIOVs := 1
+	for _, m := range o.Modes {
+		if k, ok := scatterIOVs(m); ok {
+			maxIOVs = max(maxIOVs, k)
+		}
+	}
+	if need := 8 + o.Initiators*maxIOVs*maxSize*16; o.QueueBytes < need {
+		return fmt.Errorf("--queue-mb: %d bytes hold fewer than 16 operations per initiator of the largest size; want at least %d", o.QueueBytes, need)
+	}
+	if o.CPUProfile != "" {
+		if err := os.MkdirAll(o.CPUProfile, 0o755); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		for _, e := range profileEnv(o.CPUProfile) {
+			if !slices.Contains(o.ChildEnv, e) {
+				o.ChildEnv = append(o.ChildEnv, e)
+			}
+		}
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// FlagSet returns the benchmark's own flags, bound to o. `rdmo bench`
+// accepts them besides its common flags (see SplitArgs).
+func FlagSet(o *Options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("rdmo bench", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Var((*topologyValue)(&o.Topology), "topology", "Where the processes sit: dpu (worker next to the target on shared memory, initiators over TCP) or shm (all on shared memory)")
+	fs.Var((*intsValue)(&o.Sizes), "size", "Message size(s) in bytes, comma-separated (e.g. 8,64,512,4096)")
+	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
+	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default all): raw-am, am-pingpong, native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines")
+	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "Measured time per row (after one warm-up round)")
+	fs.DurationVar(&o.Interval, "interval", o.Interval, "Length of a round and of a progress line")
+	fs.IntVar(&o.MaxOps, "count", o.MaxOps, "Cap on a row's measured operations per initiator (0: none; --ops sets it too)")
+	fs.IntVar(&o.Window, "window", o.Window, "Operations an initiator keeps outstanding (RDMO send window, native-pipelined fetch-adds)")
+	fs.Var((*mibValue)(&o.QueueBytes), "queue-mb", "Target memory per queue in MiB; a round ends early when its queue is full")
+	fs.IntVar(&o.Sample, "sample", o.Sample, "Measure the latency of every N-th operation of the streaming rows")
+	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
+	fs.IntVar(&o.Credit, "credit", o.Credit, "RDMO requests an initiator may have past its last answered flush (0: unbounded; the worker fails requests beyond its in-flight limit)")
+	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
+	fs.StringVar(&o.JSON, "json", o.JSON, "Write the results as JSON to standard output (bare --json) or to a file (--json=FILE)")
+	fs.Lookup("json").NoOptDefVal = "-"
+	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
+	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")
+	fs.StringVar(&o.InitiatorCPUs, "initiator-cpus", o.InitiatorCPUs, "Pin the initiator processes to these CPUs")
+	fs.StringVar(&o.TargetCPUs, "target-cpus", o.TargetCPUs, "Pin the target process to these CPUs")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "Write CPU (and heap) profiles of every process (worker, target, initiators) into this directory, in 5 s segments")
+	return fs
+}
+
+type topologyValue Topology
+
+func (t *topologyValue) String() string { return string(*t) }
+func (t *topologyValue) Type() string   { return "{dpu, shm}" }
+func (t *topologyValue) Set(s string) error {
+	switch v := Topology(strings.ToLower(strings.TrimSpace(s))); v {
+	case TopologyDPU, TopologySHM:
+		*t = topologyValue(v)
+		return nil
+	}
+	return fmt.Errorf("invalid topology %q; valid: dpu, shm", s)
+}
+
+type intsValue []int
+
+func (v *intsValue) String() string {
+	var s []string
+	for _, n := range *v {
+		s = append(s, strconv.Itoa(n))
+	}
+	return strings.Join(s, ",")
+}
+func (v *intsValue) Type() string { return "N[,N...]" }
+func (v *intsValue) Set(s string) error {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := parseSize(f)
+		if err != nil {
+			return err
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("empty list")
+	}
+	*v = out
+	return nil
+}
+
+// parseSize reads "64", "4k", "1m".
+func parseSize(s string) (int, error) {
+	mul := 1
+	switch {
+	case strings.HasSuffix(strings.ToLower(s), "k"):
+		mul, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(strings.ToLower(s), "m"):
+		mul, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid number %q", s)
+	}
+	return n * mul, nil
+}
+
+type mibValue int
+
+func (m *mibValue) String() string { return strconv.Itoa(int(*m) >> 20) }
+func (m *mibValue) Type() string   { return "MiB" }
+func (m *mibValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 || n > 1<<14 {
+		return fmt.Errorf("invalid size %q; want 1 to 16384 MiB", s)
+	}
+	*m = mibValue(n << 20)
+	return nil
+}

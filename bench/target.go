@@ -1,0 +1,517 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/ucp"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/rdmoworker"
+)
+
+// AM ids of the target's sink (the raw-AM baselines).
+const (
+	amSink = 1 // counted (and echoed on request)
+	amEcho = 2 // the sink's echo, to the initiator
+)
+
+// Sink header: [0:2] initiator, [2] flags, [3] unused, [4:8] round, [8:16] seq.
+const (
+	sinkHeaderLen = 16
+	sinkEcho      = 1 << 0 // echo the header back (latency sample, ping)
+	sinkFin       = 1 << 1 // not a payload: the end of a round (echoed, not counted)
+	maxInitiators = 64
+)
+
+const clientID = 1 // the target's client id on every worker it starts
+
+// workerState is one RDMO worker the target started (one per append
+// strategy), with what the target registered there.
+type workerState struct {
+	strategy string
+	w        *urom.Worker
+	remote   rdmoworker.Remote
+	addr     []byte
+	scatReg  uint64 // the scatter region's id here, 0 if not registered
+	rqs      []uint64
+}
+
+// target is the target process: it owns the memory the rows write into,
+// starts the RDMO worker through the UROM service and registers with it
+// (CLIENT_INIT, MR_REG, RQ_CREATE), counts the raw AMs of the baselines,
+// and checks what landed in its memory.
+type target struct {
+	log  *zap.Logger
+	uctx *ucp.Context
+	w    *ucp.Worker
+	addr []byte
+
+	spin     atomic.Bool
+	stopping atomic.Bool
+	done     chan struct{}
+
+	// Sink: written by the progress goroutine.
+	sinkCount [maxInitiators]atomic.Uint64
+	sinkBytes [maxInitiators]atomic.Uint64
+	sinkErrs  atomic.Uint64
+	sinkNext  [maxInitiators]uint64
+	sinkRound [maxInitiators]uint32
+
+	uc        *urom.Client
+	workers   map[string]*workerState // by append strategy
+	workerEnv []string
+
+	queue    *ucp.Memory
+	queueReg uint64 // region id of the queue with queueW, 0 if none
+	queueW   *workerState
+	scat     *ucp.Memory
+
+	scratch *ucp.Memory   // rendezvous payloads of the sink land here
+	old     []*ucp.Memory // earlier scratch memory, freed at the end
+}
+
+func targetMain() error {
+	log := childLogger("target")
+	uctx, err := ucp.NewContext(ucp.ContextOptions{Name: "rdmo-bench-target"})
+	if err != nil {
+		return err
+	}
+	defer uctx.Close()
+	w, err := uctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		return err
+	}
+	addr, err := w.Address()
+	if err != nil {
+		w.Close()
+		return err
+	}
+	t := &target{log: log, uctx: uctx, w: w, addr: addr, done: make(chan struct{}), workers: map[string]*workerState{}}
+	if err := w.SetHandler(amSink, ucp.MessageHandlerFunc(t.sink)); err != nil {
+		w.Close()
+		return err
+	}
+	if s := os.Getenv(envWorkerEnv); s != "" {
+		if err := json.Unmarshal([]byte(s), &t.workerEnv); err != nil {
+			w.Close()
+			return fmt.Errorf("%s: %w", envWorkerEnv, err)
+		}
+	}
+	go t.progress()
+	defer t.close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.uc, err = urom.Dial(ctx, os.Getenv(envUROM), urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Logger: log})
+	cancel()
+	if err != nil {
+		return err
+	}
+	ls := newLineServer()
+	ls.reply("TARGET", map[string]any{"addr": addr})
+	for {
+		verb, body, ok := ls.next()
+		if !ok || verb == "quit" {
+			return t.teardown()
+		}
+		if err := t.handle(ls, verb, body); err != nil {
+			ls.fail(err)
+		}
+	}
+}
+
+func (t *target) progress() {
+	runtime.LockOSThread()
+	defer close(t.done)
+	idle := 0
+	for !t.stopping.Load() {
+		n, err := t.w.Progress()
+		if err != nil {
+			t.log.Error("progress", zap.Error(err))
+			return
+		}
+		if t.spin.Load() {
+			continue
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle > 64 {
+			t.w.Wait(10 * time.Millisecond)
+		}
+	}
+}
+
+func (t *target) close() {
+	t.stopping.Store(true)
+	t.w.Wake()
+	<-t.done
+	if t.queue != nil {
+		t.queue.Close()
+	}
+	if t.scat != nil {
+		t.scat.Close()
+	}
+	t.w.Close()
+	if t.scratch != nil {
+		t.scratch.Close()
+	}
+	for _, m := range t.old {
+		m.Close()
+	}
+	if t.uc != nil {
+		t.uc.Close()
+	}
+}
+
+// sink counts the raw AMs of the baselines (on the progress goroutine).
+func (t *target) sink(w *ucp.Worker, msgs []ucp.Message) {
+	for i := range msgs {
+		m := &msgs[i]
+		if len(m.Header) < sinkHeaderLen {
+			t.sinkErrs.Add(1)
+			continue
+		}
+		id := int(binary.LittleEndian.Uint16(m.Header))
+		flags := m.Header[2]
+		if id >= maxInitiators {
+			t.sinkErrs.Add(1)
+			continue
+		}
+		if flags&sinkFin == 0 {
+			round := binary.LittleEndian.Uint32(m.Header[4:])
+			seq := binary.LittleEndian.Uint64(m.Header[8:])
+			if round != t.sinkRound[id] {
+				t.sinkRound[id], t.sinkNext[id] = round, 0
+			}
+			// One endpoint delivers in order: a gap or a repeat is a
+			// lost or duplicated message. The payload names the same
+			// operation (checked by the record's header).
+			ok := seq == t.sinkNext[id]
+			if m.Length >= MinSize && m.Data != nil {
+				gi, gr, gs := recordID(m.Data)
+				ok = ok && gi == id && gr == int(uint16(round)) && uint64(gs) == seq&0xffffffff
+			}
+			if !ok {
+				t.sinkErrs.Add(1)
+			}
+			t.sinkNext[id] = seq + 1
+			t.sinkCount[id].Add(1)
+			t.sinkBytes[id].Add(uint64(m.Length))
+		}
+		if m.Rendezvous {
+			// Take the payload, as a real receiver would.
+			if err := t.receive(m); err != nil {
+				t.sinkErrs.Add(1)
+			}
+		}
+		if flags&(sinkEcho|sinkFin) != 0 && m.Reply != nil {
+			if err := m.Reply.SendAM(amEcho, m.Header[:sinkHeaderLen], nil, 0, nil, 0); err != nil {
+				t.sinkErrs.Add(1)
+			}
+		}
+	}
+}
+
+// receive fetches a rendezvous payload into scratch memory.
+func (t *target) receive(m *ucp.Message) error {
+	if t.scratch == nil || t.scratch.Len() < m.Length {
+		if t.scratch != nil {
+			t.old = append(t.old, t.scratch) // a receive may still use it
+		}
+		s, err := t.uctx.Allocate(max(m.Length, 1<<20))
+		if err != nil {
+			return err
+		}
+		t.scratch = s
+	}
+	return m.Receive(t.scratch.Bytes()[:m.Length], nil, 0)
+}
+
+// QueueInfo names a queue (or scatter region) to the initiators.
+type queueInfo struct {
+	Region uint64 `json:"region"` // region id with the worker (0: not registered)
+	Base   uint64 `json:"base"`   // address of the tail word (queue) or of the region
+	Len    uint64 `json:"len"`    // bytes from Base
+	Rkey   []byte `json:"rkey"`   // packed remote key, for native access
+}
+
+// targetReq is every command's argument (each uses some fields).
+type targetReq struct {
+	Strategy string        `json:"strategy,omitempty"` // which worker
+	CPUs     string        `json:"cpus,omitempty"`
+	Bytes    int           `json:"bytes,omitempty"`
+	Addr     []byte        `json:"addr,omitempty"`
+	On       bool          `json:"on,omitempty"`
+	Size     int           `json:"size,omitempty"`
+	Round    int           `json:"round,omitempty"`
+	Counts   []uint64      `json:"counts,omitempty"`
+	Ordered  bool          `json:"ordered,omitempty"`
+	Layout   scatterLayout `json:"layout"`
+}
+
+type sinkState struct {
+	Counts []uint64 `json:"counts"`
+	Bytes  []uint64 `json:"bytes"`
+	Errors uint64   `json:"errors"`
+}
+
+func (t *target) handle(ls *lineServer, verb string, body []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var req targetReq
+	if err := json.Unmarshal(body, &req); err != nil {
+		return fmt.Errorf("%s: %w", verb, err)
+	}
+	ws := t.workers[req.Strategy]
+	needWorker := func() error {
+		if ws == nil {
+			return fmt.Errorf("%s: no worker with the %q strategy", verb, req.Strategy)
+		}
+		return nil
+	}
+	switch verb {
+	case "spawn":
+		if ws != nil {
+			if err := t.stopWorker(ctx, ws); err != nil {
+				return err
+			}
+		}
+		w, err := t.uc.Spawn(ctx, urom.SpawnOptions{
+			Env:    t.workerEnv,
+			CPUs:   req.CPUs,
+			Config: map[string]string{rdmoworker.ConfigAppendStrategy: req.Strategy},
+		})
+		if err != nil {
+			return fmt.Errorf("spawn RDMO worker: %w", err)
+		}
+		ws = &workerState{strategy: req.Strategy, w: w, remote: rdmoworker.Remote{W: w}}
+		n, err := ws.remote.Do(ctx, dpu.ClientInit{ID: clientID, Addr: t.addr})
+		if err != nil {
+			w.Stop(ctx)
+			return fmt.Errorf("CLIENT_INIT: %w", err)
+		}
+		ws.addr = n.Addr
+		t.workers[req.Strategy] = ws
+		ls.reply("WORKER", map[string]any{"id": w.ID, "pid": w.PID, "addr": n.Addr})
+	case "stop-worker":
+		if ws != nil {
+			if err := t.stopWorker(ctx, ws); err != nil {
+				return err
+			}
+		}
+		ls.reply("OK", struct{}{})
+	case "queue":
+		var reg *workerState
+		if req.Strategy != "" {
+			if err := needWorker(); err != nil {
+				return err
+			}
+			reg = ws
+		}
+		info, err := t.resetQueue(ctx, req.Bytes, reg)
+		if err != nil {
+			return err
+		}
+		ls.reply("QUEUE", info)
+	case "sregion":
+		if err := needWorker(); err != nil {
+			return err
+		}
+		info, err := t.scatterRegion(ctx, req.Bytes, ws)
+		if err != nil {
+			return err
+		}
+		ls.reply("SREGION", info)
+	case "rq":
+		if err := needWorker(); err != nil {
+			return err
+		}
+		n, err := ws.remote.Do(ctx, dpu.RQCreate{Client: clientID, Addr: req.Addr})
+		if err != nil {
+			return fmt.Errorf("RQ_CREATE: %w", err)
+		}
+		ws.rqs = append(ws.rqs, n.RQ)
+		ls.reply("RQ", map[string]any{"rq": n.RQ})
+	case "check-queue":
+		if t.queue == nil {
+			return errors.New("check-queue: no queue")
+		}
+		mem := t.queue.Bytes()
+		tail := binary.LittleEndian.Uint64(mem)
+		start := t.queue.Address() + 8
+		if tail < start || tail > t.queue.Address()+uint64(len(mem)) {
+			return fmt.Errorf("queue tail %#x outside the queue [%#x, %#x)", tail, start, t.queue.Address()+uint64(len(mem)))
+		}
+		if err := checkQueue(mem[8:], tail-start, req.Size, req.Round, req.Counts, req.Ordered); err != nil {
+			return err
+		}
+		ls.reply("CHECKED", map[string]any{"bytes": tail - start})
+	case "check-scatter":
+		if t.scat == nil {
+			return errors.New("check-scatter: no scatter region")
+		}
+		if err := checkScatter(t.scat.Bytes(), req.Layout, req.Round, req.Counts); err != nil {
+			return err
+		}
+		ls.reply("CHECKED", struct{}{})
+	case "sink":
+		st := sinkState{Errors: t.sinkErrs.Load()}
+		for i := range t.sinkCount {
+			st.Counts = append(st.Counts, t.sinkCount[i].Load())
+			st.Bytes = append(st.Bytes, t.sinkBytes[i].Load())
+		}
+		ls.reply("SINK", st)
+	case "spin":
+		t.spin.Store(req.On)
+		t.w.Wake()
+		ls.reply("OK", struct{}{})
+	case "stats":
+		if err := needWorker(); err != nil {
+			return err
+		}
+		st, err := ws.remote.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("worker stats: %w", err)
+		}
+		ls.reply("STATS", st)
+	default:
+		return fmt.Errorf("unknown command %q", verb)
+	}
+	return nil
+}
+
+// resetQueue (re)initialises the queue: the tail points just past itself.
+// With a worker, the queue is (re)registered there: a region whose tail a
+// worker owns must be deregistered (which writes the cached tail back and
+// forgets it) before the target may move the tail.
+func (t *target) resetQueue(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
+	if err := t.deregQueue(ctx); err != nil {
+		return queueInfo{}, err
+	}
+	if t.queue != nil && t.queue.Len() != bytes {
+		t.queue.Close()
+		t.queue = nil
+	}
+	if t.queue == nil {
+		m, err := t.uctx.Allocate(bytes)
+		if err != nil {
+			return queueInfo{}, fmt.Errorf("allocate a %d-byte queue: %w", bytes, err)
+		}
+		t.queue = m
+	}
+	binary.LittleEndian.PutUint64(t.queue.Bytes(), t.queue.Address()+8)
+	rkey, err := t.queue.PackRkey()
+	if err != nil {
+		return queueInfo{}, err
+	}
+	if ws != nil {
+		id, err := t.reg(ctx, ws, t.queue, rkey)
+		if err != nil {
+			return queueInfo{}, err
+		}
+		t.queueReg, t.queueW = id, ws
+	}
+	return queueInfo{Region: t.queueReg, Base: t.queue.Address(), Len: uint64(t.queue.Len()), Rkey: rkey}, nil
+}
+
+func (t *target) deregQueue(ctx context.Context) error {
+	if t.queueW == nil {
+		return nil
+	}
+	ws, id := t.queueW, t.queueReg
+	t.queueW, t.queueReg = nil, 0
+	return t.dereg(ctx, ws, id)
+}
+
+// scatterRegion makes sure the scatter region has at least bytes and is
+// registered with the worker.
+func (t *target) scatterRegion(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
+	if t.scat != nil && t.scat.Len() < bytes {
+		for _, o := range t.workers {
+			if o.scatReg != 0 {
+				if err := t.dereg(ctx, o, o.scatReg); err != nil {
+					return queueInfo{}, err
+				}
+				o.scatReg = 0
+			}
+		}
+		t.scat.Close()
+		t.scat = nil
+	}
+	if t.scat == nil {
+		m, err := t.uctx.Allocate(bytes)
+		if err != nil {
+			return queueInfo{}, fmt.Errorf("allocate a %d-byte scatter region: %w", bytes, err)
+		}
+		t.scat = m
+	}
+	rkey, err := t.scat.PackRkey()
+	if err != nil {
+		return queueInfo{}, err
+	}
+	if ws.scatReg == 0 {
+		if ws.scatReg, err = t.reg(ctx, ws, t.scat, rkey); err != nil {
+			return queueInfo{}, err
+		}
+	}
+	return queueInfo{Region: ws.scatReg, Base: t.scat.Address(), Len: uint64(t.scat.Len()), Rkey: rkey}, nil
+}
+
+func (t *target) reg(ctx context.Context, ws *workerState, m *ucp.Memory, rkey []byte) (uint64, error) {
+	n, err := ws.remote.Do(ctx, dpu.MRReg{Client: clientID, VA: m.Address(), Len: uint64(m.Len()), PackedRkey: rkey})
+	if err != nil {
+		return 0, fmt.Errorf("MR_REG: %w", err)
+	}
+	return n.Region, nil
+}
+
+func (t *target) dereg(ctx context.Context, ws *workerState, id uint64) error {
+	if _, err := ws.remote.Do(ctx, dpu.MRDereg{Client: clientID, Region: id}); err != nil {
+		return fmt.Errorf("MR_DEREG: %w", err)
+	}
+	return nil
+}
+
+// stopWorker tears a worker down: request queues, regions, the process.
+func (t *target) stopWorker(ctx context.Context, ws *workerState) error {
+	var errs []error
+	for _, rq := range ws.rqs {
+		// An initiator that disconnected first took its queue with it:
+		// a failure here is no teardown failure.
+		if _, err := ws.remote.Do(ctx, dpu.RQDestroy{Client: clientID, RQ: rq}); err != nil {
+			t.log.Debug("RQ_DESTROY", zap.Uint64("rq", rq), zap.Error(err))
+		}
+	}
+	ws.rqs = nil
+	if t.queueW == ws {
+		errs = append(errs, t.deregQueue(ctx))
+	}
+	if ws.scatReg != 0 {
+		errs = append(errs, t.dereg(ctx, ws, ws.scatReg))
+		ws.scatReg = 0
+	}
+	errs = append(errs, ws.w.Stop(ctx))
+	delete(t.workers, ws.strategy)
+	return errors.Join(errs...)
+}
+
+func (t *target) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, ws := range t.workers {
+		errs = append(errs, t.stopWorker(ctx, ws))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,642 @@
+package host
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/host/oob"
+	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/rdmoworker"
+)
+
+// Timeouts of the server side.
+const (
+	cmdTimeout           = 30 * time.Second // one UROM command
+	initiatorInfoTimeout = 30 * time.Second // after WorkerInfo
+	seedTimeout          = 60 * time.Second // from the start barrier to the seed append
+	teardownTimeout      = 30 * time.Second
+	embeddedStartTimeout = 30 * time.Second
+)
+
+// doneTimeout bounds the wait for Done: generous, growing with the work.
+func doneTimeout(ops uint64) time.Duration {
+	return 10*time.Minute + time.Duration(ops)*time.Millisecond
+}
+
+type region struct {
+	name string
+	id   uint64
+	mem  *ucp.Memory
+	reg  bool // MR_REG succeeded
+}
+
+func (r *region) info() oob.RegionInfo {
+	return oob.RegionInfo{ID: r.id, Base: r.mem.Address(), Len: uint64(r.mem.Len()), Name: r.name}
+}
+
+// failure is a condition that ends the run from outside its main flow
+// (the worker died, the embedded service exited): ch is closed once.
+type failure struct {
+	once sync.Once
+	ch   chan struct{}
+	err  error
+}
+
+func newFailure() *failure { return &failure{ch: make(chan struct{})} }
+
+func (f *failure) set(err error) {
+	f.once.Do(func() { f.err = err; close(f.ch) })
+}
+
+func (f *failure) get() error { return f.err }
+
+// server is the target side of one run.
+type server struct {
+	cfg cli.Config
+	log *zap.Logger
+
+	fail *failure
+
+	ln     *oob.Listener
+	emb    *urom.Embedded
+	uc     *urom.Client
+	worker *urom.Worker
+	remote rdmoworker.Remote
+	tgt    *targetUCX
+
+	clientID uint64
+	seed     *region
+	queue    *region
+	scatter  *region
+	workload oob.Workload
+	plan     plan
+
+	remoteAddr []byte // the RDMO worker's UCP address, from CLIENT_INIT
+
+	accepted chan acceptResult // the first initiator, from acceptOne
+	peer     *peer
+	told     bool // the initiator has the verdict
+	initInfo oob.InitiatorInfo
+	rq       uint64
+	rqMade   bool
+	verified bool
+}
+
+// RunServer runs -m server, the target (the cli.RunServer hook): it gets
+// an RDMO worker from a UROM service, registers its memory, hands the
+// worker to one initiator over the out-of-band channel, and when the
+// initiator reports Done checks its memory byte for byte.
+func RunServer(ctx context.Context, cfg cli.Config) error {
+	s := &server{cfg: cfg, log: cfg.Logger, fail: newFailure()}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	err := s.run(ctx)
+	if err != nil && s.peer == nil && s.accepted != nil {
+		// An initiator may have connected while the set-up failed: it
+		// must not wait for a WorkerInfo that never comes.
+		select {
+		case r := <-s.accepted:
+			if r.c != nil {
+				s.peer = newPeer(r.c, "initiator")
+			}
+		default:
+		}
+	}
+	// Tell the initiator why this side stops (unless it knows), once its
+	// request queue is gone: what it sends then is dropped quietly.
+	var tell func()
+	var re *RemoteError
+	if err != nil && s.peer != nil && !s.told && !errors.As(err, &re) {
+		msg := err.Error()
+		if ctx.Err() != nil {
+			msg = "target interrupted"
+		}
+		tell = func() { s.peer.abort(codeAborted, msg) }
+	}
+	s.teardown(tell)
+	if err != nil && ctx.Err() != nil && !s.verified {
+		return fmt.Errorf("interrupted before verification: %w", ctx.Err())
+	}
+	return err
+}
+
+func (s *server) run(ctx context.Context) error {
+	cfg := s.cfg
+	secret, err := loadSecret(cfg.SecretFile)
+	if err != nil {
+		return err
+	}
+	if w := secretWarning(cfg.SecretFile); w != "" {
+		s.log.Warn(w)
+	}
+	devCfg, err := DeviceConfig(cfg.Device)
+	if err != nil {
+		return cli.Usagef("-d/--device: %v", err)
+	}
+
+	// Listen first, so a busy port fails at once; the initiator may
+	// connect (and authenticate) while the rest is set up.
+	s.ln, err = oob.Listen(net.JoinHostPort("", strconv.Itoa(int(cfg.OOBPort))), oob.Options{
+		Secret: secret, Role: oob.RoleTarget, Logger: s.log.Named("oob"),
+	})
+	if err != nil {
+		return fmt.Errorf("out-of-band channel: %w", err)
+	}
+	accepted := make(chan acceptResult, 1)
+	s.accepted = accepted
+	go s.acceptOne(ctx, accepted)
+
+	if err := s.startWorker(ctx, devCfg); err != nil {
+		return err
+	}
+	if err := s.setupMemory(ctx, devCfg); err != nil {
+		return err
+	}
+
+	s.log.Info("waiting for the initiator", zap.String("oob", s.ln.Addr().String()), zap.Bool("authenticated", secret != nil))
+	var conn *oob.Conn
+	select {
+	case r := <-accepted:
+		if r.err != nil {
+			return r.err
+		}
+		conn = r.c
+	case <-s.fail.ch:
+		return s.fail.get()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.ln.Close() // one initiator per run
+	s.peer = newPeer(conn, "initiator")
+	s.log.Info("initiator connected", zap.Stringer("from", conn.RemoteAddr()), zap.Bool("authenticated", conn.Authenticated()))
+
+	var regions []oob.RegionInfo
+	for _, r := range []*region{s.seed, s.queue, s.scatter} {
+		regions = append(regions, r.info())
+	}
+	wl := s.workload
+	if err := s.peer.send(ctx, oob.WorkerInfo{
+		WorkerAddress: s.remoteAddr,
+		ClientID:      s.clientID,
+		Regions:       regions,
+		// The worker runs the same RDMO component version as this binary
+		// (the UROM handshake checked it), so its capabilities are ours.
+		Capabilities: append([]string{"append", "scatter", "flush"}, dpu.Capabilities()...),
+		Workload:     &wl,
+	}); err != nil {
+		return err
+	}
+	m, err := s.next(ctx, "InitiatorInfo", initiatorInfoTimeout)
+	if err != nil {
+		return err
+	}
+	ii, ok := m.(oob.InitiatorInfo)
+	if !ok {
+		return fmt.Errorf("initiator sent %T, want InitiatorInfo", m)
+	}
+	s.initInfo = ii
+	n, err := s.do(ctx, dpu.RQCreate{Client: s.clientID, Addr: ii.WorkerAddress})
+	if err != nil {
+		return fmt.Errorf("RQ_CREATE for initiator %q: %w", ii.Name, err)
+	}
+	s.rq, s.rqMade = n.RQ, true
+	s.log.Info("request queue created", zap.String("initiator", ii.Name), zap.Uint64("rq", s.rq))
+	if err := s.peer.send(ctx, oob.Barrier{ID: barrierStart}); err != nil {
+		return err
+	}
+	start := time.Now()
+
+	// Seed flow: the initiator flushed its 8-byte append.
+	if err := s.expectBarrier(ctx, barrierSeedAppend, seedTimeout); err != nil {
+		return err
+	}
+	if err := checkSeedAppend(s.seed.mem.Bytes(), s.seed.mem.Address()); err != nil {
+		s.sendVerdict(false, err.Error())
+		return fmt.Errorf("verification FAILED: %w", err)
+	}
+	s.log.Info("seed append verified: 8 bytes of 0x33 at base+8, tail at base+16")
+	if err := s.peer.send(ctx, oob.Barrier{ID: barrierSeedAppend}); err != nil {
+		return err
+	}
+
+	// The rest: the initiator reports Done after its final flush returned,
+	// so everything it did is visible; the target never polls its memory.
+	m, err = s.next(ctx, "Done", doneTimeout(wl.Ops))
+	if err != nil {
+		return err
+	}
+	done, ok := m.(oob.Done)
+	if !ok {
+		return fmt.Errorf("initiator sent %T, want Done", m)
+	}
+	elapsed := time.Since(start)
+	s.log.Info("initiator done", zap.Uint64("ops", done.Ops), zap.Uint64("bytes", done.Bytes), zap.Uint64("errors", done.Errors), zap.Duration("elapsed", elapsed))
+	// The initiator's work is over: close its request queue now, while it
+	// still waits for the verdict (so nothing can race the teardown), and
+	// so that nothing it might still send can touch memory being checked.
+	if _, err := s.do(ctx, dpu.RQDestroy{Client: s.clientID, RQ: s.rq}); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("RQ_DESTROY after Done", zap.Error(err))
+	}
+	s.rqMade = false
+
+	verr := checkSeed(s.seed.mem.Bytes(), s.seed.mem.Address())
+	var res workloadResult
+	if verr == nil {
+		res, verr = newVerifier(wl.Seed).checkWorkload(wl, s.queue.mem.Bytes(), s.queue.mem.Address(), s.scatter.mem.Bytes())
+	}
+	var detail string
+	if verr == nil {
+		detail = fmt.Sprintf("%d records (%s) exactly once, intact, in order; %d scatters (%d chunks, %s) intact; seed flow intact",
+			res.Records, sizeStr(res.RecordBytes), res.Scatters, res.Chunks, sizeStr(res.ChunkBytes))
+	} else {
+		detail = verr.Error()
+	}
+	s.verified = verr == nil
+	if err := s.sendVerdict(verr == nil, detail); err != nil {
+		s.log.Warn("could not send the verdict to the initiator", zap.Error(err))
+	}
+	s.printSummary(done, res, verr, elapsed, ctx)
+	if verr != nil {
+		return fmt.Errorf("verification FAILED: %w", verr)
+	}
+	return nil
+}
+
+func (s *server) sendVerdict(ok bool, detail string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.told = true
+	return s.peer.send(ctx, oob.Verified{OK: ok, Detail: detail})
+}
+
+func (s *server) next(ctx context.Context, what string, timeout time.Duration) (oob.Message, error) {
+	return s.peer.next(ctx, s.fail.ch, s.fail.get, what, timeout)
+}
+
+func (s *server) expectBarrier(ctx context.Context, id uint64, timeout time.Duration) error {
+	m, err := s.next(ctx, fmt.Sprintf("Barrier %d", id), timeout)
+	if err != nil {
+		return err
+	}
+	if b, ok := m.(oob.Barrier); !ok || b.ID != id {
+		return fmt.Errorf("initiator sent %#v, want Barrier %d", m, id)
+	}
+	return nil
+}
+
+type acceptResult struct {
+	c   *oob.Conn
+	err error
+}
+
+// acceptOne accepts the first initiator that completes the handshake. A
+// peer that fails authentication (or speaks another version or role) ends
+// the run; other failed handshakes (a port scan, a peer that hung up) are
+// logged and the wait goes on.
+func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
+	for {
+		c, err := s.ln.Accept(ctx)
+		if err == nil {
+			out <- acceptResult{c: c}
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, oob.ErrClosed) {
+			out <- acceptResult{err: err}
+			return
+		}
+		if errors.Is(err, oob.ErrAuth) || errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
+			out <- acceptResult{err: fmt.Errorf("initiator refused: %w", authHint(err))}
+			return
+		}
+		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err))
+	}
+}
+
+// startWorker gets a UROM service (the one at --urom, or an embedded one
+// started from this binary), checks versions and spawns the RDMO worker.
+func (s *server) startWorker(ctx context.Context, devCfg map[string]string) error {
+	addr := s.cfg.UROMAddress
+	var env []string
+	if addr == "" {
+		exe, err := executable()
+		if err != nil {
+			return err
+		}
+		// The embedded service logs only warnings unless asked for more:
+		// this process reports what matters.
+		lc := s.cfg.Log
+		if lc.Level > cli.LogWarning && lc.Level < cli.LogDebug {
+			lc.Level = cli.LogWarning
+		}
+		emb, err := startEmbedded(ctx, exe, logArgs(lc))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("embedded UROM service: %w", err)
+		}
+		s.emb, addr = emb, emb.Addr
+		s.log.Info("embedded UROM service started", zap.String("addr", addr), zap.Int("pid", emb.PID()))
+		go func() {
+			<-emb.Done()
+			s.fail.set(errors.New("the embedded UROM service exited"))
+		}()
+		// The worker runs on this machine: -d applies to it too.
+		env = configEnv(devCfg)
+	}
+	dctx, cancel := context.WithTimeout(ctx, cmdTimeout)
+	defer cancel()
+	uc, err := urom.Dial(dctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Logger: s.log.Named("urom")})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return uromError(addr, err)
+	}
+	s.uc = uc
+	w, err := uc.Spawn(dctx, urom.SpawnOptions{
+		Env:    env,
+		Config: map[string]string{rdmoworker.ConfigAppendStrategy: s.cfg.AppendStrategy.String()},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("spawning the RDMO worker on the UROM service at %s: %w", addr, err)
+	}
+	s.worker, s.remote = w, rdmoworker.Remote{W: w}
+	s.log.Info("RDMO worker started", zap.Uint64("worker", w.ID), zap.Int("pid", w.PID), zap.String("append_strategy", s.cfg.AppendStrategy.String()))
+	go func() {
+		<-w.Gone()
+		s.fail.set(fmt.Errorf("the RDMO worker died: %s", w.Reason()))
+	}()
+	return nil
+}
+
+// startEmbedded starts `rdmo dpu` on a free loopback port. (rdmo dpu's
+// --listen does not take port 0, so the port is chosen here; should another
+// process take it first, the next attempt picks another.)
+func startEmbedded(ctx context.Context, exe string, logArgs []string) (*urom.Embedded, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var port int
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+		argv := append([]string{exe, "dpu", "--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, logArgs...)
+		sctx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
+		var emb *urom.Embedded
+		emb, err = urom.StartEmbedded(sctx, argv, nil)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return emb, err
+		}
+	}
+	return nil, err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// do sends one command to the RDMO worker, bounded, and fails fast when
+// the worker is gone.
+func (s *server) do(ctx context.Context, cmd dpu.Command) (dpu.Notification, error) {
+	cctx, cancel := context.WithTimeout(ctx, cmdTimeout)
+	defer cancel()
+	n, err := s.remote.Do(cctx, cmd)
+	if err != nil {
+		select {
+		case <-s.fail.ch:
+			return n, s.fail.get()
+		default:
+		}
+	}
+	return n, err
+}
+
+// setupMemory makes the target's UCX and memory, chooses the workload,
+// and registers the client and its regions with the RDMO worker.
+func (s *server) setupMemory(ctx context.Context, devCfg map[string]string) error {
+	tgt, err := newTargetUCX(devCfg, s.log)
+	if err != nil {
+		return fmt.Errorf("target UCX: %w", err)
+	}
+	s.tgt = tgt
+	s.clientID = randomID()
+	s.workload = oob.Workload{Kind: WorkloadKind, Ops: uint64(s.cfg.Ops), Seed: randomID(), FlushEvery: DefaultFlushEvery}
+	s.plan = makePlan(s.workload)
+
+	alloc := func(name string, n int) (*region, error) {
+		m, err := tgt.allocate(n)
+		if err != nil {
+			return nil, fmt.Errorf("allocating the %s region (%s): %w", name, sizeStr(uint64(n)), err)
+		}
+		return &region{name: name, mem: m}, nil
+	}
+	if s.seed, err = alloc(RegionSeed, SeedQueueSize); err != nil {
+		return err
+	}
+	if s.queue, err = alloc(RegionQueue, s.plan.QueueSize); err != nil {
+		return err
+	}
+	if s.scatter, err = alloc(RegionScatter, s.plan.ScatterSize); err != nil {
+		return err
+	}
+	// Each queue's first word is its tail, pointing just after itself.
+	for _, q := range []*region{s.seed, s.queue} {
+		binary.LittleEndian.PutUint64(q.mem.Bytes(), q.mem.Address()+8)
+	}
+	tgt.start()
+
+	n, err := s.do(ctx, dpu.ClientInit{ID: s.clientID, Addr: tgt.addr})
+	if err != nil {
+		return fmt.Errorf("CLIENT_INIT: %w", err)
+	}
+	s.remoteAddr = n.Addr
+	for _, r := range []*region{s.seed, s.queue, s.scatter} {
+		rkey, err := r.mem.PackRkey()
+		if err != nil {
+			return fmt.Errorf("packing the %s region's rkey: %w", r.name, err)
+		}
+		memh, err := r.mem.PackExported()
+		if err != nil {
+			memh = nil // UCX < 1.14, or transports that cannot export
+		}
+		n, err := s.do(ctx, dpu.MRReg{Client: s.clientID, VA: r.mem.Address(), Len: uint64(r.mem.Len()), PackedRkey: rkey, PackedMemh: memh})
+		if err != nil {
+			return fmt.Errorf("MR_REG of the %s region: %w", r.name, err)
+		}
+		r.id, r.reg = n.Region, true
+	}
+	s.log.Info("target memory registered",
+		zap.Uint64("client", s.clientID),
+		zap.String("seed", sizeStr(uint64(s.seed.mem.Len()))),
+		zap.String("queue", sizeStr(uint64(s.queue.mem.Len()))),
+		zap.String("scatter", sizeStr(uint64(s.scatter.mem.Len()))),
+		zap.Uint64("ops", s.workload.Ops),
+		zap.String("seed_value", fmt.Sprintf("%#x", s.workload.Seed)))
+	return nil
+}
+
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		crand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// teardown undoes whatever run did, in order, also after a failure or an
+// interrupt: RQ_DESTROY, MR_DEREG, stop the worker, end the UROM session,
+// stop the embedded service, then release the target's UCX (only once no
+// worker can write into it any more).
+func (s *server) teardown(tell func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	defer cancel()
+	warn := func(what string, err error) {
+		if err != nil {
+			s.log.Warn("teardown: "+what, zap.Error(err))
+		}
+	}
+	gone := func(err error) bool {
+		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker)
+	}
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	alive := s.worker != nil
+	if alive {
+		select {
+		case <-s.worker.Gone():
+			alive = false
+		default:
+		}
+	}
+	if alive {
+		if s.rqMade {
+			_, err := s.remote.Do(ctx, dpu.RQDestroy{Client: s.clientID, RQ: s.rq})
+			alive = !gone(err)
+			if alive {
+				warn("RQ_DESTROY", err)
+			}
+		}
+		if tell != nil {
+			tell()
+			tell = nil
+		}
+		for _, r := range []*region{s.scatter, s.queue, s.seed} {
+			if alive && r != nil && r.reg {
+				_, err := s.remote.Do(ctx, dpu.MRDereg{Client: s.clientID, Region: r.id})
+				alive = !gone(err)
+				if alive {
+					warn("MR_DEREG "+r.name, err)
+				}
+			}
+		}
+	}
+	if tell != nil {
+		tell()
+	}
+	if s.worker != nil {
+		err := s.worker.Stop(ctx)
+		if !alive {
+			err = nil
+		}
+		warn("stopping the RDMO worker", err)
+	}
+	if s.uc != nil {
+		warn("closing the UROM session", s.uc.Close())
+	}
+	if s.emb != nil {
+		warn("stopping the embedded UROM service", s.emb.Stop())
+	}
+	if s.tgt != nil {
+		warn("releasing target memory", s.tgt.close())
+	}
+	if s.peer != nil {
+		// The initiator closes first once it has the verdict.
+		s.peer.closeAfterPeer(2 * time.Second)
+	}
+	s.log.Debug("teardown complete")
+}
+
+func (s *server) printSummary(done oob.Done, res workloadResult, verr error, elapsed time.Duration, ctx context.Context) {
+	out := Stdout
+	verdict := "PASSED"
+	if verr != nil {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(out, "rdmo server: verification %s\n", verdict)
+	fmt.Fprintf(out, "  initiator     %s (%s)\n", s.initInfo.Name, s.peer.c.RemoteAddr())
+	if verr != nil {
+		fmt.Fprintf(out, "  problem       %v\n", verr)
+	} else {
+		fmt.Fprintf(out, "  seed flow     8-byte append (tail base+16) and 16 scattered 8-byte chunks: intact\n")
+		fmt.Fprintf(out, "  queue         %d records, %s: exactly once, intact, in order; tail correct\n", res.Records, sizeStr(res.RecordBytes))
+		fmt.Fprintf(out, "  scatter       %d scatters, %d chunks, %s: intact, nothing else written\n", res.Scatters, res.Chunks, sizeStr(res.ChunkBytes))
+	}
+	fmt.Fprintf(out, "  workload      %d ops, seed %#x, %s\n", s.workload.Ops, s.workload.Seed, s.workload.Kind)
+	fmt.Fprintf(out, "  reported      %d ops, %s, %d errors; %s from start to Done\n", done.Ops, sizeStr(done.Bytes), done.Errors, elapsed.Round(time.Millisecond))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if st, err := s.remote.Stats(sctx); err == nil {
+		fmt.Fprintf(out, "  worker        %s\n", workerStats(st))
+	}
+}
+
+func workerStats(st dpu.Stats) string {
+	var total uint64
+	for _, n := range st.Requests {
+		total += n
+	}
+	appends := st.Requests[rdmo.OpAppend]
+	puts := st.TargetPuts + st.MemcpyPuts + st.Places
+	s := fmt.Sprintf("%d requests (%d append, %d scatter, %d flush)", total, appends, st.Requests[rdmo.OpScatter], st.Requests[rdmo.OpFlush])
+	s += fmt.Sprintf("; %d target writes (%d UCX puts, %d memcpy, %d placed)", puts, st.TargetPuts, st.MemcpyPuts, st.Places)
+	if st.Batches > 0 {
+		s += fmt.Sprintf("; %.1f requests/batch", float64(st.BatchedRequests)/float64(st.Batches))
+	}
+	var failed uint64
+	for _, n := range st.Failures {
+		failed += n
+	}
+	s += fmt.Sprintf("; %d failed", failed)
+	return s
+}
+
+func sizeStr(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,163 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/rdmoworker"
+)
+
+// WorkerSubcommand is the hidden rdmo subcommand a UROM service starts
+// worker processes with: `rdmo __urom-worker`, which runs urom.ServeWorker
+// with the RDMO component (rdmoworker.Factory).
+const WorkerSubcommand = "__urom-worker"
+
+// Stdout is where the host modes print their results (summaries, the
+// plugin table, the service's announce line). Tests may replace it.
+var Stdout io.Writer = os.Stdout
+
+// logArgs passes a log configuration on to a child rdmo process.
+func logArgs(l cli.LogConfig) []string {
+	return []string{"--log-level", l.Level.String(), "--sdk-log-level", l.SDKLevel.String(), "--log-format", l.Format.String()}
+}
+
+func executable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cannot find this program's executable (to start worker processes): %w", err)
+	}
+	return exe, nil
+}
+
+func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.LogConfig, logger *zap.Logger) (urom.Config, error) {
+	exe, err := executable()
+	if err != nil {
+		return urom.Config{}, err
+	}
+	return urom.Config{
+		Listen:           listen,
+		PluginPath:       pluginPath,
+		Builtins:         rdmoworker.Builtins(),
+		Probe:            rdmoworker.Probe,
+		MaxWorkers:       maxWorkers,
+		WorkerCommand:    append([]string{exe, WorkerSubcommand}, logArgs(log)...),
+		ComponentVersion: rdmoworker.ComponentVersion,
+		Logger:           logger,
+	}, nil
+}
+
+// RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends (the
+// cli.RunDPU hook). Once it listens it prints the announce line
+// (urom.Announce) on standard output, so a host that started it as its
+// embedded service finds its address.
+func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.SecretFile != "" {
+		return cli.Usagef("--secret-file: the UROM service does not authenticate hosts yet; " +
+			"bind --listen to an address only trusted hosts reach (loopback, a management network) instead")
+	}
+	uc, err := serviceConfig(cfg.Listen, cfg.PluginPath, cfg.MaxWorkers, cfg.Log, log.Named("urom"))
+	if err != nil {
+		return err
+	}
+	svc, err := urom.NewService(ctx, uc)
+	if err != nil {
+		return err
+	}
+	if cfg.MetricsAddr != "" {
+		maddr, err := urom.ServeMetrics(ctx, svc, cfg.MetricsAddr, log.Named("metrics"))
+		if err != nil {
+			svc.Close()
+			return err
+		}
+		log.Info("serving metrics", zap.String("url", "http://"+maddr+"/metrics"))
+	}
+	addr, err := svc.Listen()
+	if err != nil {
+		svc.Close()
+		return err
+	}
+	urom.Announce(Stdout, addr)
+	err = svc.Serve(ctx)
+	if ctx.Err() != nil {
+		log.Info("UROM service stopped")
+		return nil
+	}
+	return err
+}
+
+// RunPlugins runs `rdmo plugins` (the cli.RunPlugins hook): it lists the
+// plugins of the UROM service at cfg.UROMAddress, or of the service built
+// into this binary when it is empty, as a table on standard output.
+func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	var plugins []urom.PluginInfo
+	source := "built into this binary"
+	if cfg.UROMAddress == "" {
+		uc, err := serviceConfig("127.0.0.1:0", nil, 1, cfg.Log, log.Named("urom"))
+		if err != nil {
+			return err
+		}
+		svc, err := urom.NewService(ctx, uc)
+		if err != nil {
+			return err
+		}
+		plugins = svc.Plugins()
+		svc.Close()
+	} else {
+		source = "of the UROM service at " + cfg.UROMAddress
+		dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Logger: log.Named("urom")})
+		if err != nil {
+			return uromError(cfg.UROMAddress, err)
+		}
+		defer c.Close()
+		if plugins, err = c.Plugins(dctx); err != nil {
+			return fmt.Errorf("UROM service at %s: listing plugins: %w", cfg.UROMAddress, err)
+		}
+	}
+	fmt.Fprintf(Stdout, "Plugins %s (RDMO component %s):\n", source, rdmoworker.ComponentVersion)
+	tw := tabwriter.NewWriter(Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tVERSION\tKIND\tOPS\tPATH")
+	for _, p := range plugins {
+		kind, path := "builtin", "-"
+		if !p.Builtin {
+			kind, path = "plugin", p.Path
+		}
+		var ops []string
+		for _, op := range p.Ops {
+			ops = append(ops, fmt.Sprintf("%s(%d)", rdmo.OpName(op), op))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, p.Version, kind, strings.Join(ops, ","), path)
+	}
+	return tw.Flush()
+}
+
+// uromError explains a failure to reach or use a UROM service.
+func uromError(addr string, err error) error {
+	switch {
+	case errors.Is(err, urom.ErrVersion):
+		return fmt.Errorf("UROM service at %s is incompatible with this host (RDMO component %s): %w", addr, rdmoworker.ComponentVersion, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("UROM service at %s did not answer in time: %w", addr, err)
+	}
+	return fmt.Errorf("UROM service at %s: %w", addr, err)
+}
