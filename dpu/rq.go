@@ -234,7 +234,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 			w.countFailure(q, q.nextSeq, rdmo.OpBatch, st)
 			q.nextSeq++
 		}
-		if ce := w.log.Check(zap.WarnLevel, "rdmo batch container malformed"); ce != nil {
+		if ce := w.reqLog.Check(zap.WarnLevel, "rdmo batch container malformed"); ce != nil {
 			ce.Write(zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id), zap.Uint64("first_seq", first),
 				zap.Uint64("count", count), zap.String("status", st.Name()), zap.String("detail", err.Error()))
 		}
@@ -323,7 +323,7 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, p
 
 func (w *Worker) drop(m *ucp.Message, why string) {
 	w.stats.dropped.Add(1)
-	if ce := w.log.Check(zap.WarnLevel, "rdmo message dropped"); ce != nil {
+	if ce := w.reqLog.Check(zap.WarnLevel, "rdmo message dropped"); ce != nil {
 		ce.Write(zap.String("reason", why), zap.Int("header_len", len(m.Header)), zap.Int("length", m.Length))
 	}
 }
@@ -492,7 +492,7 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 
 func (w *Worker) recordFailure(q *rq, seq uint64, op uint32, st rdmo.Status, detail string, short bool) {
 	w.countFailure(q, seq, op, st)
-	if ce := w.log.Check(zap.WarnLevel, "rdmo request failed"); ce != nil {
+	if ce := w.reqLog.Check(zap.WarnLevel, "rdmo request failed"); ce != nil {
 		opName := rdmo.OpName(op)
 		if short {
 			opName = "unknown"

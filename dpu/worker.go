@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
@@ -19,11 +20,13 @@ import (
 // driven by one goroutine (the loop), and one executor goroutine per
 // client that runs the operation handlers. See ARCHITECTURE-dpu.md.
 type Worker struct {
-	cfg  Config
-	log  *zap.Logger
-	uctx *ucp.Context
-	uw   *ucp.Worker
-	addr []byte
+	cfg Config
+	log *zap.Logger
+	// reqLog logs rejected and dropped requests, sampled (see sampled).
+	reqLog *zap.Logger
+	uctx   *ucp.Context
+	uw     *ucp.Worker
+	addr   []byte
 
 	handlers []*handlerEntry
 	byOp     [rdmo.OpUserBase]*handlerEntry
@@ -112,6 +115,15 @@ type inboxItem struct {
 	err  error
 }
 
+// sampled logs the first 20 lines of each message per second and every
+// 1000th after that: a flood of bad requests (or a peer that died with
+// thousands in flight) cannot flood the log; Stats counts every one.
+func sampled(log *zap.Logger) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, 20, 1000)
+	}))
+}
+
 // New creates the worker's UCP context and worker and starts the goroutine
 // that owns them.
 func New(cfg Config) (*Worker, error) {
@@ -121,6 +133,7 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg:        cfg,
 		log:        cfg.Logger,
+		reqLog:     sampled(cfg.Logger),
 		userOps:    map[uint32]*handlerEntry{},
 		done:       make(chan struct{}),
 		allRegions: map[uint64]*region{},
