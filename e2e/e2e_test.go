@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,20 @@ func forEachMode(t *testing.T, fn func(t *testing.T, tr ucptest.Transport, s app
 			forEach(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy) { fn(t, tr, s, mode) })
 		})
 	}
+}
+
+// forEachModeAggregate is forEachMode plus, for the in-process worker only
+// (to keep CI's time), initiators that aggregate requests into BATCH
+// containers: the target hands them the worker's capabilities (env for
+// startInitiator), as host/oob.WorkerInfo does.
+func forEachModeAggregate(t *testing.T, fn func(t *testing.T, tr ucptest.Transport, s appendop.Strategy, mode workerMode, env []string)) {
+	forEachMode(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy, mode workerMode) {
+		fn(t, tr, s, mode, nil)
+	})
+	t.Run(modeInProcess.String()+"-aggregate", func(t *testing.T) {
+		env := []string{"E2E_CAPABILITIES=" + strings.Join(dpu.Capabilities(), ",")}
+		forEach(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy) { fn(t, tr, s, modeInProcess, env) })
+	})
 }
 
 // The reference demo (SPEC §5): an 8-byte append and a flush, then 16
@@ -98,7 +113,7 @@ func recordsPerInitiator() int {
 // queue through one worker; afterwards the queue holds every record exactly
 // once, intact, each initiator's in its order, and the tail is the total.
 func TestExactlyOnceUnderConcurrency(t *testing.T) {
-	forEachMode(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy, mode workerMode) {
+	forEachModeAggregate(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy, mode workerMode, env []string) {
 		n := recordsPerInitiator()
 		if mode != modeInProcess {
 			n /= 5 // the same paths, fewer records: the suite must fit CI's time
@@ -107,7 +122,7 @@ func TestExactlyOnceUnderConcurrency(t *testing.T) {
 		q := tg.queue(n*4*700 + (1 << 20))
 		var ps []*initiatorProc
 		for i := 0; i < 4; i++ {
-			ps = append(ps, tg.startInitiator(tr))
+			ps = append(ps, tg.startInitiator(tr, env...))
 		}
 		start := time.Now()
 		for i, p := range ps {
@@ -127,6 +142,9 @@ func TestExactlyOnceUnderConcurrency(t *testing.T) {
 		}
 		st := tg.worker.Stats()
 		t.Logf("%d appends in %v (%.0f/s); %s", 4*n, el.Round(time.Millisecond), float64(4*n)/el.Seconds(), coalescing(st))
+		if env != nil && st.Requests[rdmo.OpBatch] == 0 {
+			t.Errorf("aggregating initiators under load sent no batch container")
+		}
 		for _, p := range ps {
 			p.send("quit")
 		}
@@ -140,9 +158,9 @@ func coalescing(st dpu.Stats) string {
 	if appends == 0 {
 		return "no appends"
 	}
-	return fmt.Sprintf("%d appends, %d target puts (%d via UCX, %d memcpy, %d placed): %.3f puts/append, %.1f requests/batch",
+	return fmt.Sprintf("%d appends, %d target puts (%d via UCX, %d memcpy, %d placed): %.3f puts/append, %.1f requests/batch, %d batch containers",
 		appends, puts, st.TargetPuts, st.MemcpyPuts, st.Places, float64(puts)/float64(appends),
-		float64(st.BatchedRequests)/float64(max(st.Batches, 1)))
+		float64(st.BatchedRequests)/float64(max(st.Batches, 1)), st.Requests[rdmo.OpBatch])
 }
 
 // Random sequences of appends (some fenced), scatters (some adjacent, some
@@ -155,7 +173,7 @@ func TestModelBased(t *testing.T) {
 	if testing.Short() {
 		steps = 600
 	}
-	forEachMode(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy, mode workerMode) {
+	forEachModeAggregate(t, func(t *testing.T, tr ucptest.Transport, s appendop.Strategy, mode workerMode, env []string) {
 		steps := steps
 		if mode != modeInProcess {
 			steps /= 3
@@ -166,7 +184,7 @@ func TestModelBased(t *testing.T) {
 		const seed = 7
 		var ps []*initiatorProc
 		for i := 0; i < 3; i++ {
-			ps = append(ps, tg.startInitiator(tr))
+			ps = append(ps, tg.startInitiator(tr, env...))
 		}
 		for i, p := range ps {
 			p.send(fmt.Sprintf("model %d %d %d %d %d %d %d", i, seed, steps, q.base(), q.id, sr.id, sr.base()+uint64(i*scatterArea)))

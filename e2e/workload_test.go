@@ -166,7 +166,12 @@ func applyModel(ops []modelOp) ([]byte, int) {
 func initiatorMain() int {
 	addr, _ := hex.DecodeString(os.Getenv("E2E_WORKER"))
 	client, _ := strconv.ParseUint(os.Getenv("E2E_CLIENT"), 10, 64)
-	in, err := initiator.New(initiator.Options{WorkerAddress: addr, ClientID: client})
+	// E2E_CAPABILITIES plays the worker's capabilities as the target passes
+	// them out of band: the initiator aggregates when the worker can unpack
+	// containers.
+	caps := strings.Split(os.Getenv("E2E_CAPABILITIES"), ",")
+	in, err := initiator.New(initiator.Options{WorkerAddress: addr, ClientID: client,
+		Aggregate: initiator.AggregateSupported(caps)})
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
