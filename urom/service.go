@@ -397,6 +397,9 @@ func (ss *session) worker(id uint64) *workerProc {
 
 // spawn starts a worker process for the session.
 func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) (*workerProc, error) {
+	if err := checkSpawnEnv(opts.Env); err != nil {
+		return nil, err
+	}
 	plugins, err := s.resolve(opts.Plugins)
 	if err != nil {
 		return nil, err
@@ -429,6 +432,28 @@ func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) 
 	owner.mu.Unlock()
 	s.log.Info("worker started", zap.Uint64("worker", w.id), zap.Int("pid", w.pid), zap.Strings("plugins", w.plugins))
 	return w, nil
+}
+
+// SpawnEnvAllowed lists the variables a host may set in a worker's
+// environment (SpawnOptions.Env): UCX transport tuning. Everything else is
+// refused, because a worker runs as the service's user: variables such as
+// LD_PRELOAD, UCX_MODULE_DIR or UCX_LOG_FILE would let a host load code or
+// write files of its choosing there.
+var SpawnEnvAllowed = map[string]bool{
+	"UCX_TLS": true, "UCX_NET_DEVICES": true, "UCX_RNDV_THRESH": true, "UCX_RNDV_SCHEME": true,
+	"UCX_IB_GID_INDEX": true, "UCX_MM_FIFO_SIZE": true, "UCX_MAX_EAGER_LANES": true,
+	"UCX_MAX_RNDV_LANES": true, "UCX_WARN_UNUSED_ENV_VARS": true, "UCX_LOG_LEVEL": true,
+	"UCX_TCP_CM_REUSEADDR": true, "UCX_SOCKADDR_TLS_PRIORITY": true,
+}
+
+func checkSpawnEnv(env []string) error {
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !SpawnEnvAllowed[name] {
+			return errorf(codeBadRequest, "worker environment entry %q is not allowed (allowed: UCX transport settings such as UCX_TLS, UCX_NET_DEVICES)", name)
+		}
+	}
+	return nil
 }
 
 // workerProc is the service's side of a worker process.

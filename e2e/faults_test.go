@@ -1,0 +1,698 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/dpu"
+	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/ucp"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+	"github.com/openrdmo/rdmo/urom"
+)
+
+// The fault tests need processes the harness's TestMain does not know:
+// they are started with E2E_FAULT_ROLE and take over before TestMain.
+func init() {
+	switch os.Getenv("E2E_FAULT_ROLE") {
+	case "target":
+		os.Exit(faultTargetMain())
+	case "targetworker":
+		os.Exit(faultTargetWorkerMain())
+	case "loader":
+		os.Exit(faultLoaderMain())
+	}
+}
+
+// ---- child processes ----
+
+// child is a child process that talks in lines. Its output is kept whole,
+// so a child that prints a lot never blocks on a test that does not read.
+type child struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	mu   sync.Mutex
+	out  []string
+	next int
+	more chan struct{}
+	done chan struct{} // closed when the process has exited and was reaped
+}
+
+func startChild(t testing.TB, cmd *exec.Cmd, env ...string) *child {
+	t.Helper()
+	cmd.Env = append(append(os.Environ(), env...), "UCX_WARN_UNUSED_ENV_VARS=n")
+	cmd.Stderr = os.Stderr
+	in, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{t: t, cmd: cmd, in: in, more: make(chan struct{}, 1), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.out = append(c.out, sc.Text())
+			c.mu.Unlock()
+			c.signal()
+		}
+		cmd.Wait()
+		close(c.done)
+		c.signal()
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			c.kill()
+		}
+	})
+	return c
+}
+
+func (c *child) signal() {
+	select {
+	case c.more <- struct{}{}:
+	default:
+	}
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) send(line string) { fmt.Fprintln(c.in, line) }
+
+// kill ends the process with SIGKILL and waits until it is reaped.
+func (c *child) kill() {
+	c.cmd.Process.Kill()
+	<-c.done
+}
+
+// await returns the fields after prefix of the next line starting with it.
+// An ERR line is returned as an error (with its fields).
+func (c *child) await(prefix string, timeout time.Duration) ([]string, error) {
+	deadline := time.After(timeout)
+	for {
+		c.mu.Lock()
+		for c.next < len(c.out) {
+			l := c.out[c.next]
+			c.next++
+			if strings.HasPrefix(l, "ERR") {
+				c.mu.Unlock()
+				return strings.Fields(l), errors.New(l)
+			}
+			if strings.HasPrefix(l, prefix) {
+				c.mu.Unlock()
+				return strings.Fields(l)[1:], nil
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.more:
+		case <-c.done:
+			c.mu.Lock()
+			left := c.next < len(c.out)
+			c.mu.Unlock()
+			if !left {
+				return nil, fmt.Errorf("process %d exited before %s", c.pid(), prefix)
+			}
+		case <-deadline:
+			return nil, fmt.Errorf("no %s from process %d within %v", prefix, c.pid(), timeout)
+		}
+	}
+}
+
+func (c *child) must(prefix string, timeout time.Duration) []string {
+	c.t.Helper()
+	f, err := c.await(prefix, timeout)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return f
+}
+
+// descendants lists the live or unreaped processes below pid.
+func descendants(pid int) []string {
+	type proc struct {
+		ppid  int
+		state string
+		cmd   string
+	}
+	procs := map[int]proc{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		procs[p] = proc{ppid: ppid, state: f[0], cmd: strings.ReplaceAll(string(cmd), "\x00", " ")}
+	}
+	var out []string
+	for p, pr := range procs {
+		for q, hops := pr.ppid, 0; q > 1 && hops < 64; q, hops = procs[q].ppid, hops+1 {
+			if q == pid {
+				out = append(out, fmt.Sprintf("pid %d (state %s): %s", p, pr.state, pr.cmd))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// checkNoLeftoverProcesses fails the test if, once everything else was
+// cleaned up, a process it started (or their children) is still around.
+// Call it before anything else so its cleanup runs last.
+func checkNoLeftoverProcesses(t testing.TB) {
+	t.Cleanup(func() {
+		var left []string
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if left = descendants(os.Getpid()); len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for _, p := range left {
+			t.Errorf("process left over: %s", p)
+		}
+	})
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// ---- child roles ----
+
+// faultTargetMain is a target process: it allocates a queue (tail set),
+// prints "TARGET addr va len rkey" and progresses its worker until stdin
+// closes (or it is killed).
+func faultTargetMain() int {
+	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	const size = 64 << 20
+	mem, err := ctx.Allocate(size)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	binary.LittleEndian.PutUint64(mem.Bytes(), mem.Address()+8)
+	addr, _ := w.Address()
+	rk, _ := mem.PackRkey()
+	fmt.Printf("TARGET %x %d %d %x\n", addr, mem.Address(), size, rk)
+	stdin := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stdin) }()
+	for {
+		select {
+		case <-stdin:
+			mem.Close()
+			w.Close()
+			ctx.Close()
+			return 0
+		default:
+		}
+		if n, _ := w.Progress(); n == 0 {
+			w.Wait(time.Millisecond)
+		}
+	}
+}
+
+// faultTargetWorkerMain is a target with an in-process RDMO worker (client
+// 1, one queue region): "READY waddr client qbase qid", then commands on
+// stdin: "rq <hex addr>" (RQ_CREATE), "rqs", "tail", "destroy <rq>",
+// "quit".
+func faultTargetWorkerMain() int {
+	w, err := dpu.New(dpu.Config{Handlers: handlers(appendop.Owned), DrainTimeout: 2 * time.Second})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	uw, _ := ctx.NewWorker(ucp.WorkerOptions{})
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n, _ := uw.Progress(); n == 0 {
+				uw.Wait(time.Millisecond)
+			}
+		}
+	}()
+	const size = 256 << 20
+	mem, err := ctx.Allocate(size)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	binary.LittleEndian.PutUint64(mem.Bytes(), mem.Address()+8)
+	addr, _ := uw.Address()
+	rk, _ := mem.PackRkey()
+	bg := context.Background()
+	n, err := w.Do(bg, dpu.ClientInit{ID: 1, Addr: addr})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	reg, err := w.Do(bg, dpu.MRReg{Client: 1, VA: mem.Address(), Len: size, PackedRkey: rk})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Printf("READY %x 1 %d %d\n", n.Addr, mem.Address(), reg.Region)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "rq":
+			a, _ := hex.DecodeString(f[1])
+			n, err := w.Do(bg, dpu.RQCreate{Client: 1, Addr: a})
+			if err != nil {
+				fmt.Println("ERR", err)
+				continue
+			}
+			fmt.Println("RQ", n.RQ)
+		case "rqs":
+			fmt.Println("RQS", w.Stats().RQs)
+		case "tail":
+			fmt.Println("TAIL", binary.LittleEndian.Uint64(mem.Bytes())-mem.Address())
+		case "destroy":
+			rq, _ := strconv.ParseUint(f[1], 10, 64)
+			start := time.Now()
+			_, err := w.Do(bg, dpu.RQDestroy{Client: 1, RQ: rq})
+			fmt.Println("DESTROYED", time.Since(start).Milliseconds(), err)
+		case "quit":
+			start := time.Now()
+			err := closeWithin(w, time.Minute)
+			fmt.Println("CLOSED", time.Since(start).Milliseconds(), err)
+			close(stop)
+			<-stopped
+			mem.Close()
+			uw.Close()
+			ctx.Close()
+			return 0
+		}
+	}
+	return 0
+}
+
+// faultLoaderMain is an initiator that appends records as fast as it can,
+// flushing every 64 with a deadline of E2E_FLUSH_TIMEOUT ms, once "go"
+// arrived on stdin. It prints "FLUSHED n" now and then, and "FAIL ms err"
+// when a call fails (ms: since the call started); then it waits for
+// "quit".
+func faultLoaderMain() int {
+	addr, _ := hex.DecodeString(os.Getenv("E2E_WORKER"))
+	client, _ := strconv.ParseUint(os.Getenv("E2E_CLIENT"), 10, 64)
+	ptr, _ := strconv.ParseUint(os.Getenv("E2E_PTR"), 10, 64)
+	region, _ := strconv.ParseUint(os.Getenv("E2E_REGION"), 10, 64)
+	ms, _ := strconv.Atoi(os.Getenv("E2E_FLUSH_TIMEOUT"))
+	timeout := time.Duration(ms) * time.Millisecond
+	in, err := initiator.New(initiator.Options{WorkerAddress: addr, ClientID: client})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Printf("ADDR %x\n", in.Address())
+	sc := bufio.NewScanner(os.Stdin)
+	if !sc.Scan() || sc.Text() != "go" {
+		in.Close()
+		return 0
+	}
+	flushes := 0
+	for seq := 0; ; seq++ {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		start := time.Now()
+		_, err := in.With(ctx, 0).Append(ptr, region, region, makeRecord(0, seq, 16+seq%112))
+		if err == nil && seq%64 == 63 {
+			start = time.Now()
+			_, err = in.Flush(ctx)
+			if flushes++; err == nil && flushes%16 == 1 {
+				fmt.Println("FLUSHED", seq+1)
+			}
+		}
+		cancel()
+		if err != nil {
+			fmt.Println("FAIL", time.Since(start).Milliseconds(), err)
+			break
+		}
+	}
+	for sc.Scan() {
+		if sc.Text() == "quit" {
+			break
+		}
+	}
+	start := time.Now()
+	in.Close()
+	fmt.Println("CLOSED", time.Since(start).Milliseconds())
+	return 0
+}
+
+// ---- the faults ----
+
+// An initiator process killed with SIGKILL mid-stream. Over TCP the worker
+// notices (peer failure) and frees the request queue by itself; over
+// shared memory UCX 1.13 cannot notice, and the target's RQ_DESTROY frees
+// it within the drain timeout. Another initiator appending all along loses
+// nothing.
+func TestFaultInitiatorKilled(t *testing.T) {
+	for _, tr := range ucptest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			checkNoLeftoverProcesses(t)
+			ucptest.CheckLeaks(t)
+			const drain = 3 * time.Second
+			tg := newTargets(t, tr, inProc(t, tr, dpu.Config{Handlers: handlers(appendop.Owned), DrainTimeout: drain}), 1)[0]
+			qv := tg.fencedQueue(128<<20, 8)
+			qs := tg.fencedQueue(16<<20, 8)
+			victim := tg.startInitiator(tr)
+			survivor := tg.startInitiator(tr)
+			victim.send(fmt.Sprintf("records 0 1000000 %d %d 200 11", qv.base, qv.id))
+			bg := startAppender(survivor, qs, 300, 40)
+			if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().Requests[rdmo.OpAppend] >= 5000 }) {
+				t.Fatal("no load")
+			}
+			if st := tg.worker.Stats(); st.RQs != 2 {
+				t.Fatalf("%d request queues before the kill", st.RQs)
+			}
+			victim.cmd.Process.Kill()
+			killed := time.Now()
+			if tr.Name == "tcp" {
+				if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().RQs == 1 }) {
+					t.Fatalf("the worker did not free the dead initiator's queue within 30 s")
+				}
+				t.Logf("worker freed the dead initiator's request queue %v after the kill", time.Since(killed).Round(time.Millisecond))
+			} else {
+				// UCX on shared memory cannot tell: the target does.
+				tg.do(dpu.RQDestroy{Client: 1, RQ: victim.rq})
+				if el := time.Since(killed); el > drain+5*time.Second {
+					t.Errorf("RQ_DESTROY of the dead initiator's queue took %v (drain timeout %v)", el, drain)
+				} else {
+					t.Logf("RQ_DESTROY freed the dead initiator's queue in %v", el.Round(time.Millisecond))
+				}
+				if st := tg.worker.Stats(); st.RQs != 1 {
+					t.Fatalf("%d request queues after RQ_DESTROY", st.RQs)
+				}
+			}
+			if _, ok := tg.worker.Stats().InFlight[victim.rq]; ok {
+				t.Errorf("the dead initiator's queue still has an in-flight gauge")
+			}
+			if err := bg.stop(qs); err != nil {
+				t.Fatalf("the other initiator: %v", err)
+			}
+			if err := qv.guardsOK(); err != nil {
+				t.Error(err)
+			}
+			t.Logf("the other initiator appended %d records, all there exactly once", bg.records())
+			survivor.send("quit")
+		})
+	}
+}
+
+// The target process killed with SIGKILL while an initiator streams into
+// its memory. Over TCP the worker notices by itself and the initiator's
+// flush fails with TargetUnreachable. Either way, when told (RemoveClient,
+// as the target's host or the UROM service would), the worker drops the
+// client, its queues and regions within a bounded time, without hanging on
+// the dead endpoint, and another client loses nothing.
+func TestFaultTargetKilled(t *testing.T) {
+	for _, tr := range ucptest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			checkNoLeftoverProcesses(t)
+			ucptest.CheckLeaks(t)
+			var w *dpu.Worker
+			tgB := newTargets(t, tr, func() rdmoWorker {
+				rw := inProc(t, tr, dpu.Config{Handlers: handlers(appendop.Owned), DrainTimeout: 2 * time.Second})()
+				w = rw.(inProcess).Worker
+				return rw
+			}, clientB)[0]
+			qB := tgB.fencedQueue(16<<20, 8)
+			pB := tgB.startInitiator(tr)
+			bg := startAppender(pB, qB, 300, 40)
+
+			vt := startChild(t, exec.Command(os.Args[0], "-test.run=^$"), append([]string{"E2E_FAULT_ROLE=target"}, tr.Env()...)...)
+			f := vt.must("TARGET", 30*time.Second)
+			taddr, _ := hex.DecodeString(f[0])
+			va, _ := strconv.ParseUint(f[1], 10, 64)
+			size, _ := strconv.ParseUint(f[2], 10, 64)
+			rk, _ := hex.DecodeString(f[3])
+			const victimID = 7
+			wAddr := tgB.do(dpu.ClientInit{ID: victimID, Addr: taddr}).Addr
+			reg := tgB.do(dpu.MRReg{Client: victimID, VA: va, Len: size, PackedRkey: rk}).Region
+			vtg := &target{t: t, worker: tgB.worker, client: victimID, wAddr: wAddr}
+			pv := vtg.startInitiator(tr)
+			pv.send(fmt.Sprintf("records 0 1000000 %d %d 100 13", va, reg))
+			if !waitFor(30*time.Second, func() bool { return w.Stats().Requests[rdmo.OpAppend] >= 10000 }) {
+				t.Fatal("no load")
+			}
+			before := w.Stats()
+			vt.kill()
+			killed := time.Now()
+			if tr.Name == "tcp" {
+				_, err := awaitLine(pv.lines, "DONE", 30*time.Second)
+				if err == nil || !strings.Contains(err.Error(), rdmo.StatusTargetUnreachable.Err().Error()) {
+					t.Fatalf("the initiator of the dead target: %v, want a TargetUnreachable report", err)
+				}
+				t.Logf("the initiator's flush reported the dead target %v after the kill", time.Since(killed).Round(time.Millisecond))
+			}
+			start := time.Now()
+			errc := make(chan error, 1)
+			go func() { errc <- w.RemoveClient(victimID) }()
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Fatalf("RemoveClient: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("RemoveClient of a dead target did not return within 30 s")
+			}
+			t.Logf("RemoveClient took %v", time.Since(start).Round(time.Millisecond))
+			after := w.Stats()
+			if after.Clients != before.Clients-1 || after.Regions != before.Regions-1 || after.RQs != before.RQs-1 {
+				t.Errorf("clients %d->%d, regions %d->%d, RQs %d->%d; want each one fewer",
+					before.Clients, after.Clients, before.Regions, after.Regions, before.RQs, after.RQs)
+			}
+			if _, err := w.Do(context.Background(), dpu.MRReg{Client: victimID, VA: va, Len: 8, PackedRkey: rk}); !errors.Is(err, dpu.ErrUnknownClient) {
+				t.Errorf("MR_REG for the removed client: %v, want ErrUnknownClient", err)
+			}
+			pv.cmd.Process.Kill() // on shm its last flush may wait forever: nobody told it
+			if err := bg.stop(qB); err != nil {
+				t.Fatalf("the other client: %v", err)
+			}
+			t.Logf("the other client appended %d records, all there exactly once", bg.records())
+			pB.send("quit")
+		})
+	}
+}
+
+// The UROM worker process killed with SIGKILL under load: the host is told
+// (Worker.Gone, with a reason), commands in flight and later ones fail with
+// ErrWorkerDied, and the initiator's Flush returns an error within a
+// bounded time: over TCP UCX notices the dead peer; on shared memory it
+// cannot, and the host's PeerFailed does it.
+func TestFaultWorkerProcessKilled(t *testing.T) {
+	for _, tr := range ucptest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			checkNoLeftoverProcesses(t)
+			ucptest.CheckLeaks(t)
+			var rw remote
+			tg := newTargets(t, tr, func() rdmoWorker {
+				rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
+				return rw
+			}, 1)[0]
+			q := tg.fencedQueue(128<<20, 8)
+			in, err := initiator.New(initiator.Options{WorkerAddress: tg.wAddr, ClientID: 1, UCX: tr.Config()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg.do(dpu.RQCreate{Client: 1, Addr: in.Address()})
+
+			loadErr := make(chan error, 1)
+			go func() {
+				for seq := 0; ; seq++ {
+					err := in.Append(q.base, q.id, q.id, makeRecord(0, seq, 16+seq%200))
+					if err == nil && seq%100 == 99 {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+						_, err = in.Flush(ctx)
+						cancel()
+					}
+					if err != nil {
+						loadErr <- err
+						return
+					}
+				}
+			}()
+			cmdErr := make(chan error, 1)
+			go func() {
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					_, err := rw.Remote.Stats(ctx)
+					cancel()
+					if err != nil {
+						cmdErr <- err
+						return
+					}
+				}
+			}()
+			if !waitFor(30*time.Second, func() bool { return q.tail() > q.base+1<<20 }) {
+				t.Fatal("no load")
+			}
+			syscall.Kill(rw.W.PID, syscall.SIGKILL)
+			killed := time.Now()
+			select {
+			case <-rw.W.Gone():
+				t.Logf("host told %v after the kill: %s", time.Since(killed).Round(time.Millisecond), rw.W.Reason())
+			case <-time.After(10 * time.Second):
+				t.Fatal("the host was not told that its worker died")
+			}
+			if !strings.Contains(rw.W.Reason(), "killed") {
+				t.Errorf("reason %q does not say the worker was killed", rw.W.Reason())
+			}
+			select {
+			case err := <-cmdErr:
+				if !errors.Is(err, urom.ErrWorkerDied) {
+					t.Errorf("command in flight: %v, want ErrWorkerDied", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a command to the dead worker did not fail")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := tg.worker.Do(ctx, dpu.MRReg{Client: 1, VA: q.base, Len: 8, PackedRkey: []byte{1}}); !errors.Is(err, urom.ErrWorkerDied) {
+				t.Errorf("command after the death: %v, want ErrWorkerDied", err)
+			}
+			if !in.PeerFailureDetection() {
+				in.PeerFailed(fmt.Errorf("UROM: the worker died: %s", rw.W.Reason()))
+			}
+			select {
+			case err := <-loadErr:
+				var pf *initiator.PeerFailedError
+				if !in.PeerFailureDetection() && !errors.As(err, &pf) {
+					t.Errorf("initiator on shm: %v, want a PeerFailedError", err)
+				}
+				t.Logf("initiator (peer failure detection %v) failed %v after the kill: %v",
+					in.PeerFailureDetection(), time.Since(killed).Round(time.Millisecond), err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the initiator did not notice the dead worker within 30 s of the kill")
+			}
+			start := time.Now()
+			in.Close()
+			if el := time.Since(start); el > 10*time.Second {
+				t.Errorf("initiator Close took %v", el)
+			}
+		})
+	}
+}
+
+// A plugin killed while another op's initiator runs at full load: the
+// built-in append keeps working and its flushes keep succeeding (the dead
+// plugin keeps no state for anyone), scatters fail only with HandlerFailed
+// while it is down, and it comes back.
+func TestFaultPluginKilledUnderLoad(t *testing.T) {
+	tr := ucptest.Transports[0]
+	checkNoLeftoverProcesses(t)
+	ucptest.CheckLeaks(t)
+	var rw remote
+	tg := newTargets(t, tr, func() rdmoWorker {
+		rw = startUROMWorker(t, tr, []string{"append", "flush", "plugin:scatter"}, nil)
+		return rw
+	}, 1)[0]
+	q := tg.fencedQueue(32<<20, 8)
+	sr := tg.fenced(1<<16, 0)
+	p := tg.startInitiator(tr)
+	bg := startAppender(p, q, 300, 60)
+	raw := tg.raw(t, tr)
+	plugin := childOf(rw.W.PID, "rdmo-plugin-scatter")
+	if plugin == 0 {
+		t.Fatal("scatter plugin process not found")
+	}
+	acks := map[rdmo.Status]int{}
+	scatterSome := func(n int) {
+		for i := 0; i < n; i++ {
+			mustSend(t, raw, scatterReq(1, ack, 1), iovs(t, sr.base+uint64(i%1000)*8, sr.id, []byte("scattred")))
+		}
+		for i := 0; i < n; i++ {
+			b, err := recvRaw(raw, 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := rdmo.ParseAck(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks[a.Status]++
+		}
+	}
+	scatterSome(200)
+	syscall.Kill(plugin, syscall.SIGKILL)
+	scatterSome(200)
+	if !waitFor(20*time.Second, func() bool { p := childOf(rw.W.PID, "rdmo-plugin-scatter"); return p != 0 && p != plugin }) {
+		t.Fatal("scatter plugin was not restarted")
+	}
+	okBefore := acks[rdmo.StatusOK]
+	if !waitFor(20*time.Second, func() bool { scatterSome(1); return acks[rdmo.StatusOK] > okBefore }) {
+		t.Fatalf("scatters still fail after the restart: %v", acks)
+	}
+	for s := range acks {
+		if s != rdmo.StatusOK && s != rdmo.StatusHandlerFailed {
+			t.Errorf("scatter failed with %v, want HandlerFailed", s)
+		}
+	}
+	if err := bg.stop(q); err != nil {
+		t.Fatalf("appends and flushes of the built-in ops while the scatter plugin was down: %v", err)
+	}
+	t.Logf("scatter acks %v; %d records appended meanwhile", acks, bg.records())
+	p.send("quit")
+}
