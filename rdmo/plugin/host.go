@@ -310,6 +310,11 @@ func (h *Handler) Fence(t rdmo.Target) error {
 	}
 	resp, inv, err := h.invoke(callFence, t, client, 0, nil)
 	if err != nil {
+		if h.nothingCached(client) {
+			// The plugin failed (or was down) with nothing of this
+			// client to lose: its fence has nothing to write back.
+			return nil
+		}
 		return err
 	}
 	if err := resp.Err.err(); err != nil {
@@ -329,6 +334,11 @@ func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
 	}
 	resp, inv, err := h.invoke(callRegionRemoved, t, client, region, nil)
 	if err != nil {
+		if h.nothingCached(client) {
+			// The plugin failed (or was down) with nothing of this
+			// client to lose: its fence has nothing to write back.
+			return nil
+		}
 		return err
 	}
 	if err := resp.Err.err(); err != nil {
@@ -360,14 +370,20 @@ func (h *Handler) errf(format string, args ...any) error {
 // current returns the running instance, or the error a call gets while
 // there is none.
 // downWithNothingCached reports whether the plugin is down (restarting)
-// while it holds no cached state of client: the handler is stateless, or
-// no batch of the client succeeded since its state was last written back.
+// while it holds no cached state of client.
 func (h *Handler) downWithNothingCached(client uint64) bool {
 	h.mu.Lock()
+	down := h.inst == nil && !h.closed
+	h.mu.Unlock()
+	return down && h.nothingCached(client)
+}
+
+// nothingCached reports whether the plugin can hold no cached state of
+// client: the handler is stateless, or no batch of the client succeeded
+// since its state was last written back.
+func (h *Handler) nothingCached(client uint64) bool {
+	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.inst != nil || h.closed {
-		return false
-	}
 	_, dirty := h.dirty[client]
 	return h.opts.NoCachedState || !dirty
 }
