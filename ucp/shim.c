@@ -110,15 +110,37 @@ static void shim_complete(shim_slot_t *s, ucs_status_t status, uint64_t length)
 
 static void shim_send_cb(void *request, ucs_status_t status, void *user_data)
 {
-    shim_complete(user_data, status, 0);
+    shim_slot_t *s = user_data;
+    if (s->abandoned) {
+        return; /* already released by shim_abandon_pending */
+    }
+    s->req = NULL;
+    shim_complete(s, status, 0);
     ucp_request_free(request);
 }
 
 static void shim_recv_cb(void *request, ucs_status_t status, size_t length,
                          void *user_data)
 {
-    shim_complete(user_data, status, length);
+    shim_slot_t *s = user_data;
+    if (s->abandoned) {
+        return;
+    }
+    s->req = NULL;
+    shim_complete(s, status, length);
     ucp_request_free(request);
+}
+
+void shim_abandon_pending(shim_worker_t *w)
+{
+    for (uint32_t i = 0; i < w->nslots; i++) {
+        shim_slot_t *s = &w->slots[i];
+        if (s->req != NULL) {
+            s->abandoned = 1;
+            ucp_request_free(s->req);
+            s->req = NULL;
+        }
+    }
 }
 
 static ucs_status_t shim_am_cb(void *arg, const void *header, size_t header_length,
@@ -290,8 +312,10 @@ void shim_submit(shim_worker_t *w, uint32_t n)
             op->result = SHIM_RES_DONE;
             op->status = UCS_PTR_STATUS(sp);
         } else {
-            op->result = SHIM_RES_PENDING;
-            op->status = UCS_INPROGRESS;
+            op->result   = SHIM_RES_PENDING;
+            op->status   = UCS_INPROGRESS;
+            s->req       = sp;
+            s->abandoned = 0;
         }
     }
 }

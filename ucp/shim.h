@@ -105,7 +105,9 @@ typedef struct shim_slot {
     uint64_t       operand;
     uint64_t       reply;
     shim_worker_t *w;
-    uint64_t       pad;
+    void          *req;       /* the UCX request while it is pending       */
+    uint32_t       abandoned; /* freed by shim_abandon_pending: ignore it */
+    uint32_t       pad;
     uint8_t        inl[SHIM_INLINE];
 } shim_slot_t;
 
@@ -159,6 +161,10 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
 
 /* Issue ops[0..n) in order. Each op's result/status is filled in. */
 void shim_submit(shim_worker_t *w, uint32_t n);
+
+/* Releases every request still pending (before ucp_worker_destroy, which
+ * asserts that requests were released); their late callbacks are ignored. */
+void shim_abandon_pending(shim_worker_t *w);
 
 ucs_status_t shim_set_am_handler(shim_worker_t *w, uint16_t id);
 ucs_status_t shim_clear_am_handler(shim_worker_t *w, uint16_t id);

@@ -593,6 +593,10 @@ func (w *Worker) Close() error {
 		C.shim_progress(w.sw, 0, (*C.uintptr_t)(unsafe.Pointer(&w.release[0])), C.uint32_t(len(w.release)), 0)
 		w.release = w.release[:0]
 	}
+	// UCX asserts at destroy that every request was released; those still
+	// pending (a peer that never answers) are released here and complete
+	// with ErrClosed below.
+	C.shim_abandon_pending(w.sw)
 	for tok := range w.slots {
 		if w.slots[tok].busy {
 			w.failSlot(uint32(tok))
