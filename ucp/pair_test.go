@@ -87,29 +87,14 @@ func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport))
 
 // closeEndpoint closes an endpoint of a gracefully while b keeps
 // progressing on another goroutine (a graceful close needs the peer).
-func (p *pair) closeEndpoint(ep *ucp.Endpoint) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				p.b.Progress()
-			}
-		}
-	}()
-	if err := ep.Close(); err != nil {
-		p.t.Errorf("close %s: %v", ep.Name(), err)
-	}
-	close(stop)
-	<-done
-}
+func (p *pair) closeEndpoint(ep *ucp.Endpoint) { p.closeWhile(ep, p.b) }
 
 // closeEndpointB closes an endpoint of b while a keeps progressing.
-func (p *pair) closeEndpointB(ep *ucp.Endpoint) {
+func (p *pair) closeEndpointB(ep *ucp.Endpoint) { p.closeWhile(ep, p.a) }
+
+// closeWhile closes ep on the test goroutine while peer, the other worker,
+// is progressed on a goroutine of its own until the close returned.
+func (p *pair) closeWhile(ep *ucp.Endpoint, peer *ucp.Worker) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -119,7 +104,7 @@ func (p *pair) closeEndpointB(ep *ucp.Endpoint) {
 			case <-stop:
 				return
 			default:
-				p.a.Progress()
+				peer.Progress()
 			}
 		}
 	}()
