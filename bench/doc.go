@@ -42,11 +42,12 @@
 // # Flow control
 //
 // The RDMO worker fails requests past its limit of requests in flight per
-// request queue (TooManyInFlight), and the initiator's send window does not
-// see requests the worker still holds, so a fast stream loses data. RDMO
-// rows therefore keep a flush credit (Options.Credit, --credit): a
-// FlushAsync every credit/4 requests, and never more than credit requests
-// past the last answered flush. --credit 0 shows the loss. --aggregate lets
+// request queue (TooManyInFlight); the initiator's own flow control
+// (initiator.Options.Credits) keeps its unconfirmed requests below that
+// limit with flushes of its own, which the RDMO rows pay for like any
+// application. --credit N adds the older application-level pacing on top
+// (a FlushAsync every N/4 requests, never more than N past the last
+// answered flush), to compare the two. --aggregate lets
 // the initiator pack queued requests into BATCH messages.
 //
 // # Topologies

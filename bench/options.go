@@ -104,9 +104,9 @@ const (
 	DefaultWindow     = 1024
 	DefaultQueueBytes = 256 << 20
 	DefaultSample     = 128
-	// DefaultCredit stays below the worker's default limit of requests in
-	// flight per request queue, with room for the credit flushes.
-	DefaultCredit = dpu.DefaultMaxInFlightPerRQ * 3 / 4
+	// DefaultCredit 0 leaves flow control to the initiator
+	// (initiator.Options.Credits).
+	DefaultCredit = 0
 )
 
 // DefaultOptions returns the defaults: DPU topology, 64-byte messages, one
@@ -324,7 +324,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Var((*mibValue)(&o.QueueBytes), "queue-mb", "Target memory per queue in MiB; a round ends early when its queue is full")
 	fs.IntVar(&o.Sample, "sample", o.Sample, "Measure the latency of every N-th operation of the streaming rows")
 	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
-	fs.IntVar(&o.Credit, "credit", o.Credit, "RDMO requests an initiator may have past its last answered flush (0: unbounded; the worker fails requests beyond its in-flight limit)")
+	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
 	fs.StringVar(&o.JSON, "json", o.JSON, "Write the results as JSON to standard output (bare --json) or to a file (--json=FILE)")
 	fs.Lookup("json").NoOptDefVal = "-"

@@ -110,6 +110,13 @@ const (
 	knownFlags = FlagFence | FlagAck
 )
 
+// DefaultMaxInFlightPerRQ is how many requests of one request queue our
+// worker accepts before they complete, unless configured otherwise
+// (dpu.Config.MaxInFlightPerRQ); more fail with StatusTooManyInFlight. An
+// initiator keeps its unconfirmed requests below it (rdmo/initiator
+// Options.Credits).
+const DefaultMaxInFlightPerRQ = 1024
+
 // Response ids (rsp_id).
 const (
 	RspFlush uint32 = 0 // reference: the answer to a FLUSH

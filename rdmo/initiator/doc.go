@@ -37,6 +37,22 @@
 // flight. A call that finds the window full blocks until it has room, its
 // context ends, the Initiator is closed or the peer fails.
 //
+// # Flow control
+//
+// The window frees a request's slot when its send completes locally, which
+// says nothing about the worker: our worker holds a request until it
+// completes and refuses requests past its in-flight limit per request queue
+// (rdmo.DefaultMaxInFlightPerRQ unless configured). Options.Credits keeps
+// the requests sent and not known to be complete below that limit. A
+// fenced FLUSH is answered only once every request before it completed, so
+// its answer confirms them; when half the credits went out since the last
+// FLUSH (the caller's or its own) the Initiator queues a fenced FLUSH of
+// its own, and a call that would exceed the credits waits, like a call
+// that finds the window full. One credit is kept back so that a waiting
+// call can always queue the flush that returns credits: flow control never
+// waits for a flush nobody sent. Failures reported to its own flushes are
+// added to the next Flush's report (Stats.CreditFlushes, CreditWaits).
+//
 // # Flushes and failures
 //
 // Flush sends FLUSH with rdmo.FlagFence and a fresh flush id and waits for

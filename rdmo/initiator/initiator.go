@@ -23,7 +23,14 @@ const (
 	DefaultErrorBuffer         = 256
 	DefaultCloseTimeout        = 5 * time.Second
 	DefaultMaxAggregate        = 8 << 10
+	// DefaultCredits is the in-flight limit of a request queue of our
+	// worker with its default configuration.
+	DefaultCredits = rdmo.DefaultMaxInFlightPerRQ
 )
+
+// minCredits is the fewest credits flow control works with: one request,
+// the flush that confirms it, and the credit kept back for a flush.
+const minCredits = 3
 
 // amID is the active message id of every RDMO request and response.
 const amID = 0
@@ -47,6 +54,19 @@ type Options struct {
 	// flight. A single request larger than WindowBytes is sent when
 	// nothing else is in flight. Default DefaultWindowBytes.
 	WindowBytes int
+	// Credits is end-to-end flow control: the most requests the
+	// Initiator has sent that the worker may not have completed yet. It
+	// must not exceed the worker's in-flight limit per request queue
+	// (dpu.Config.MaxInFlightPerRQ), or requests past the limit fail with
+	// TooManyInFlight. The Initiator learns that requests completed from
+	// flush responses: when half the credits went out since the last
+	// FLUSH it queues one of its own (fenced, like Flush), and a call that
+	// would exceed the credits waits, as for window space, until a flush
+	// answers. Failures reported to those internal flushes are carried
+	// into the response of the next Flush, so Flush still reports every
+	// failure since the previous Flush. Default DefaultCredits; at least
+	// 3; negative: no flow control (a reference worker has no limit).
+	Credits int
 	// RendezvousThreshold: APPEND and user-op payloads longer than this
 	// many bytes are sent with the rendezvous protocol, shorter ones eager.
 	// SCATTER is always eager, because the reference worker refuses
@@ -143,6 +163,12 @@ func New(opts Options) (*Initiator, error) {
 	if opts.WindowBytes <= 0 {
 		opts.WindowBytes = DefaultWindowBytes
 	}
+	switch {
+	case opts.Credits == 0:
+		opts.Credits = DefaultCredits
+	case opts.Credits > 0 && opts.Credits < minCredits:
+		return nil, fmt.Errorf("initiator: Options.Credits is %d, at least %d (or negative for no flow control)", opts.Credits, minCredits)
+	}
 	if opts.RendezvousThreshold == 0 {
 		opts.RendezvousThreshold = DefaultRendezvousThreshold
 	}
@@ -174,7 +200,7 @@ func New(opts Options) (*Initiator, error) {
 	// Flush ids start at a random point so that a response meant for an
 	// earlier initiator on the same worker never matches one of ours.
 	in.flushID.Store(rand.Uint64())
-	in.q.init(opts.Window, opts.WindowBytes)
+	in.q.init(opts.Window, opts.WindowBytes, opts.Credits)
 	ready := make(chan error, 1)
 	go in.run(ready)
 	if err := <-ready; err != nil {
@@ -332,6 +358,8 @@ func (s Sender) User(op uint32, sub, payload []byte) (uint64, error) {
 // FlushWait is an outstanding flush.
 type FlushWait struct {
 	id   uint64
+	seq  uint64 // the FLUSH's arrival sequence number
+	auto bool   // queued by flow control: nobody waits, failures carry over
 	done chan struct{}
 	rsp  rdmo.FlushResponse
 	err  error

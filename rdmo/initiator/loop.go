@@ -34,6 +34,13 @@ type loop struct {
 	freedBytes int
 	counts     batchCounts
 
+	// confirmed is the flow-control mark the last flush answer gave (see
+	// queue.confirmed), handed to the queue at the next settle; carry
+	// holds the failures reported to flow control's own flushes until the
+	// next Flush of the caller's.
+	confirmed, settledConfirmed uint64
+	carry                       rdmo.FlushResponse
+
 	failed error // the peer failed (*PeerFailedError)
 	fatal  bool  // the UCP worker is unusable (events lost)
 	idle   int
@@ -420,13 +427,15 @@ func (lp *loop) release(cost int) {
 // settle returns the window space freed in the last round to the queue, in
 // one lock round trip, and wakes producers waiting for it.
 func (lp *loop) settle() {
-	if lp.freedSlots == 0 {
+	if lp.freedSlots == 0 && lp.confirmed == lp.settledConfirmed {
 		return
 	}
 	q := &lp.in.q
 	q.mu.Lock()
+	q.confirmed = lp.confirmed
 	q.release(lp.freedSlots, lp.freedBytes)
 	q.mu.Unlock()
+	lp.settledConfirmed = lp.confirmed
 	lp.freedSlots, lp.freedBytes = 0, 0
 }
 
@@ -467,13 +476,48 @@ func (lp *loop) flushResponse(m *ucp.Message) {
 	}
 	delete(lp.flushes, rsp.FlushID)
 	lp.release(rdmo.FlushHeaderLen)
+	// A fenced FLUSH is answered once every request before it completed.
+	lp.confirmed = max(lp.confirmed, fw.seq+1)
 	in.stats.flushesDone.Add(1)
+	if fw.auto {
+		if rsp.Failed > 0 {
+			in.stats.failuresReported.Add(uint64(rsp.Failed))
+			lp.carry = carryFailures(lp.carry, rsp)
+		}
+		fw.finish(rsp, nil)
+		return
+	}
+	if lp.carry.Failed > 0 {
+		if rsp.Failed > 0 {
+			in.stats.failuresReported.Add(uint64(rsp.Failed))
+		}
+		rsp = carryFailures(lp.carry, rsp)
+		lp.carry = rdmo.FlushResponse{}
+	} else if rsp.Failed > 0 {
+		in.stats.failuresReported.Add(uint64(rsp.Failed))
+	}
 	var ferr error
 	if rsp.Failed > 0 {
-		in.stats.failuresReported.Add(uint64(rsp.Failed))
 		ferr = &FlushError{Response: rsp}
 	}
 	fw.finish(rsp, ferr)
+}
+
+// carryFailures adds the failures of a later flush response to those of an
+// earlier one: the counts add up (saturating, as the worker's do) and the
+// first failure stays the earlier one's. The result carries the later
+// response's flush id.
+func carryFailures(earlier, later rdmo.FlushResponse) rdmo.FlushResponse {
+	out := later
+	if earlier.Failed == 0 {
+		return out
+	}
+	out.FirstOp, out.FirstStatus, out.FirstSeq = earlier.FirstOp, earlier.FirstStatus, earlier.FirstSeq
+	out.Failed = earlier.Failed + later.Failed
+	if out.Failed < earlier.Failed {
+		out.Failed = ^uint32(0)
+	}
+	return out
 }
 
 func (lp *loop) ackResponse(m *ucp.Message) {

@@ -28,14 +28,21 @@ type queue struct {
 	// wakes it (and clears the flag, so nobody else does).
 	sleeping bool
 
-	seq     uint64 // arrival sequence number of the next request
-	closed  bool   // Close was called: no new requests
-	failed  error  // the peer failed: every call fails with this
-	failReq bool   // PeerFailed was called: the worker goroutine must act
+	seq uint64 // arrival sequence number of the next request
+	// Flow control (Options.Credits): every request with a sequence
+	// number below confirmed has completed at the worker (a flush
+	// answered); flushEnd is the sequence number after the last FLUSH
+	// queued, ours or the caller's.
+	credits   int
+	confirmed uint64
+	flushEnd  uint64
+	closed    bool  // Close was called: no new requests
+	failed    error // the peer failed: every call fails with this
+	failReq   bool  // PeerFailed was called: the worker goroutine must act
 }
 
-func (q *queue) init(window, windowBytes int) {
-	q.window, q.windowBytes = window, windowBytes
+func (q *queue) init(window, windowBytes, credits int) {
+	q.window, q.windowBytes, q.credits = window, windowBytes, credits
 	q.space = make(chan struct{})
 	q.cur = &batch{}
 }
@@ -185,7 +192,8 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 	}
 	q := &in.q
 	q.mu.Lock()
-	waited := false
+	waited, creditWaited := false, false
+	var flushFirst bool
 	for {
 		if q.closed {
 			q.mu.Unlock()
@@ -198,10 +206,20 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 			putBuf(own)
 			return 0, err
 		}
-		if q.inflight < q.window && (q.inflightBytes == 0 || q.inflightBytes+cost <= q.windowBytes) {
+		var creditsOK bool
+		flushFirst, creditsOK = q.credit(r.op)
+		if !creditsOK {
+			// Only a flush answer returns credits: make sure one is coming.
+			if q.seq > q.flushEnd {
+				in.queueCreditFlush()
+			}
+			if !creditWaited {
+				creditWaited = true
+				in.stats.creditWaits.Add(1)
+			}
+		} else if q.inflight < q.window && (q.inflightBytes == 0 || q.inflightBytes+cost <= q.windowBytes) {
 			break
-		}
-		if !waited {
+		} else if !waited {
 			waited = true
 			in.stats.windowWaits.Add(1)
 		}
@@ -220,6 +238,9 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 			return 0, ctx.Err()
 		}
 	}
+	if flushFirst {
+		in.queueCreditFlush()
+	}
 	q.inflight++
 	q.inflightBytes += cost
 	seq := q.seq
@@ -228,6 +249,10 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 	wake := q.sleeping && len(b.ents) == 0
 	if wake {
 		q.sleeping = false
+	}
+	if r.op == rdmo.OpFlush {
+		r.flush.seq = seq
+		q.flushEnd = seq + 1
 	}
 	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, own: own}
 	e.hdrOff = uint32(len(b.hdr))
@@ -256,6 +281,51 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		in.w.Wake()
 	}
 	return seq, nil
+}
+
+// credit reports whether a request of op fits the credits now, and whether
+// flow control wants a FLUSH of its own queued before it (half the credits
+// went out since the last one). One credit is always kept back, so that a
+// producer that has to wait can still queue the flush that will return
+// credits. Called with mu held.
+func (q *queue) credit(op uint32) (flushFirst, ok bool) {
+	if q.credits <= 0 {
+		return false, true
+	}
+	need := uint64(1)
+	if op != rdmo.OpFlush && q.seq-q.flushEnd >= uint64(q.credits/2) {
+		flushFirst, need = true, 2
+	}
+	return flushFirst, q.seq+need-q.confirmed <= uint64(q.credits-1)
+}
+
+// queueCreditFlush puts a fenced FLUSH of flow control's own into the
+// current batch: its answer confirms every request before it, returning
+// their credits. Called with mu held.
+func (in *Initiator) queueCreditFlush() {
+	q := &in.q
+	fw := &FlushWait{id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
+	seq := q.seq
+	q.seq++
+	q.flushEnd = q.seq
+	fw.seq = seq
+	q.inflight++
+	q.inflightBytes += rdmo.FlushHeaderLen
+	b := q.cur
+	if q.sleeping && len(b.ents) == 0 {
+		// The producer that queued it wakes the worker goroutine after
+		// its own request; a producer that has to wait does so here.
+		q.sleeping = false
+		in.stats.wakes.Add(1)
+		in.w.Wake()
+	}
+	e := entry{op: rdmo.OpFlush, flags: rdmo.FlagFence, seq: seq, cost: rdmo.FlushHeaderLen, flush: fw}
+	e.hdrOff = uint32(len(b.hdr))
+	b.hdr = rdmo.AppendFlushRequest(b.hdr, rdmo.Header{ClientID: in.opts.ClientID, Op: rdmo.OpFlush, Flags: rdmo.FlagFence},
+		rdmo.FlushHeader{FlushID: fw.id})
+	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
+	b.ents = append(b.ents, e)
+	in.stats.creditFlushes.Add(1)
 }
 
 // Pools of payload buffers by power-of-two size class, from ownBufferMin

@@ -42,6 +42,10 @@ type standIn struct {
 	messages     atomic.Uint64
 	containers   atomic.Uint64
 	maxContainer atomic.Int64 // bytes, header and data
+	// overLimit counts arrivals past cfg.limit; maxPending is the most
+	// requests found not completed by an arrival.
+	overLimit  atomic.Uint64
+	maxPending atomic.Int64
 
 	// worker goroutine only
 	seq      uint64
@@ -69,6 +73,10 @@ type standInConfig struct {
 	reference bool
 	// countOnly records nothing and copies nothing (benchmarks).
 	countOnly bool
+	// limit, if set, is a worker's in-flight limit per request queue: an
+	// arrival that finds limit requests not yet completed is counted in
+	// overLimit (our worker would fail it with TooManyInFlight).
+	limit int
 }
 
 // arrival is one recorded request.
@@ -217,6 +225,13 @@ func (s *standIn) handle(w *ucp.Worker, msgs []ucp.Message) {
 // request of the container m (container > 0).
 func (s *standIn) accept(m *ucp.Message, header []byte, rh rdmo.RequestHeader, perr error, data []byte, container uint64) {
 	s.arrived.Add(1)
+	pending := len(s.fifo) - s.head
+	if int64(pending) > s.maxPending.Load() {
+		s.maxPending.Store(int64(pending))
+	}
+	if s.cfg.limit > 0 && pending >= s.cfg.limit {
+		s.overLimit.Add(1)
+	}
 	p := s.newPending()
 	p.seq = s.seq
 	s.seq++

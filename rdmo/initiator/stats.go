@@ -37,9 +37,13 @@ type Stats struct {
 	SendErrors         uint64 // sends UCX failed (locally or at completion)
 
 	WindowWaits uint64 // calls that found the send window full and waited
-	Batches     uint64 // batches the worker goroutine took from the queue
-	Wakes       uint64 // ucp.Worker.Wake calls made by producers
-	Sleeps      uint64 // times the worker goroutine slept in ucp.Worker.Wait
+	// CreditWaits counts calls that waited for flow-control credits (see
+	// Options.Credits), CreditFlushes the FLUSHes flow control queued.
+	CreditWaits   uint64
+	CreditFlushes uint64
+	Batches       uint64 // batches the worker goroutine took from the queue
+	Wakes         uint64 // ucp.Worker.Wake calls made by producers
+	Sleeps        uint64 // times the worker goroutine slept in ucp.Worker.Wait
 }
 
 type counters struct {
@@ -50,6 +54,7 @@ type counters struct {
 	acks, ackFailures, errorsDropped        atomic.Uint64
 	unknownResponses, malformed, sendErrors atomic.Uint64
 	windowWaits, batches, wakes, sleeps     atomic.Uint64
+	creditWaits, creditFlushes              atomic.Uint64
 }
 
 // batchCounts accumulates per-batch counts on the worker goroutine, so a
@@ -113,6 +118,8 @@ func (c *counters) snapshot() Stats {
 		MalformedResponses: c.malformed.Load(),
 		SendErrors:         c.sendErrors.Load(),
 		WindowWaits:        c.windowWaits.Load(),
+		CreditWaits:        c.creditWaits.Load(),
+		CreditFlushes:      c.creditFlushes.Load(),
 		Batches:            c.batches.Load(),
 		Wakes:              c.wakes.Load(),
 		Sleeps:             c.sleeps.Load(),

@@ -1,38 +1,37 @@
-//go:build knownbugs
-
 package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/initiator"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
-// Tests that reproduce known bugs not fixed yet, kept so the next session
-// starts from a failing test instead of a description. They run with
-// `go test -tags knownbugs ./e2e` and are excluded from make test until
-// their fix lands (then the tag goes and they join the suite):
-//
-//   - TestLimitsDefaultInitiatorStaysWithinInFlightLimit: no end-to-end flow
-//     control; the initiator's window frees a slot at local send completion,
-//     the worker refuses past MaxInFlightPerRQ. Fix: credits in
-//     rdmo/initiator (count requests since the last confirmed flush, auto
-//     flush, block at the limit).
-
 // An initiator with default options never trips a worker's default
 // in-flight limit, even when target memory is slow to reach: the limit is
 // there against initiators that ignore flow control, and a well-behaved
 // one must never lose requests to it. Here the target progresses its UCX
-// worker only every 2 ms (a busy host), over TCP, and one initiator sends
-// 20000 appends, then flushes.
+// worker only every 2 ms (a busy host) and one initiator sends 20000
+// appends, then flushes: flow control (initiator.Options.Credits) makes the
+// initiator wait for its own flushes instead of overrunning the worker.
 func TestLimitsDefaultInitiatorStaysWithinInFlightLimit(t *testing.T) {
-	tr := ucptest.Transports[1]
+	for _, tr := range ucptest.Transports {
+		for _, aggregate := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/aggregate=%v", tr.Name, aggregate), func(t *testing.T) {
+				defaultInitiatorWithinLimit(t, tr, aggregate)
+			})
+		}
+	}
+}
+
+func defaultInitiatorWithinLimit(t *testing.T, tr ucptest.Transport, aggregate bool) {
 	ucptest.CheckLeaks(t)
 	ctx := ucptest.NewContext(t, tr)
 	w, err := ctx.NewWorker(ucp.WorkerOptions{})
@@ -56,7 +55,7 @@ func TestLimitsDefaultInitiatorStaysWithinInFlightLimit(t *testing.T) {
 	tg.worker = inProc(t, tr, dpu.Config{Handlers: handlers(appendop.Owned)})()
 	tg.wAddr = tg.do(dpu.ClientInit{ID: 1, Addr: addr}).Addr
 	q := tg.fencedQueue(16<<20, 8)
-	in, err := initiator.New(initiator.Options{WorkerAddress: tg.wAddr, ClientID: 1, UCX: tr.Config()})
+	in, err := initiator.New(initiator.Options{WorkerAddress: tg.wAddr, ClientID: 1, UCX: tr.Config(), Aggregate: aggregate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,4 +76,12 @@ func TestLimitsDefaultInitiatorStaysWithinInFlightLimit(t *testing.T) {
 	if err := checkQueue(q.data()[8:q.tail()-q.base], map[int]int{0: n}); err != nil {
 		t.Fatal(err)
 	}
+	if f := tg.worker.Stats().Failures[rdmo.StatusTooManyInFlight]; f != 0 {
+		t.Errorf("the worker refused %d requests past its in-flight limit", f)
+	}
+	st := in.Stats()
+	if st.CreditFlushes == 0 {
+		t.Errorf("no flow-control flush in %d appends", n)
+	}
+	t.Logf("%d appends: %d flow-control flushes, %d calls waited for credits", n, st.CreditFlushes, st.CreditWaits)
 }
