@@ -16,6 +16,7 @@ const (
 	DefaultMaxRQsPerClient     = 64
 	DefaultMaxRegionsPerClient = 1024
 	DefaultMaxRendezvousFetch  = 1 << 20
+	DefaultMaxEagerPayload     = 1 << 20
 	DefaultMaxBatch            = 1024
 	DefaultDrainTimeout        = 5 * time.Second
 	DefaultIdleWait            = time.Millisecond
@@ -42,6 +43,15 @@ type Config struct {
 	// brings into its own memory (Target.Fetch, and the bounce buffer of
 	// Target.Place when target memory is not mapped into the worker).
 	MaxRendezvousFetch int
+	// MaxEagerPayload is the largest eager payload (the AM data of a plain
+	// request, or of a BATCH container as a whole) the worker accepts. UCX
+	// has received the message by then; a larger one fails at once with
+	// LengthOverflow and its buffer goes back to UCX, so a queue never
+	// holds more than MaxInFlightPerRQ payloads of at most this size. Our
+	// initiator sends eager only appends and user ops up to its
+	// RendezvousThreshold (8 KiB), containers up to MaxAggregate (8 KiB)
+	// and scatters (always eager: 24 bytes per iov plus its chunk).
+	MaxEagerPayload int
 	// MaxBatch bounds the requests handed to one HandleBatch call.
 	MaxBatch int
 
@@ -70,6 +80,7 @@ func (c *Config) setDefaults() error {
 		{"MaxRQsPerClient", &c.MaxRQsPerClient, DefaultMaxRQsPerClient},
 		{"MaxRegionsPerClient", &c.MaxRegionsPerClient, DefaultMaxRegionsPerClient},
 		{"MaxRendezvousFetch", &c.MaxRendezvousFetch, DefaultMaxRendezvousFetch},
+		{"MaxEagerPayload", &c.MaxEagerPayload, DefaultMaxEagerPayload},
 		{"MaxBatch", &c.MaxBatch, DefaultMaxBatch},
 	} {
 		switch {

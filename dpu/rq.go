@@ -215,6 +215,8 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 			", the queue is client "+utoa(q.c.id)
 	case m.Rendezvous:
 		st, detail = rdmo.StatusRendezvousRefused, "a batch container must be sent eager"
+	case m.Length > w.cfg.MaxEagerPayload:
+		st, detail = rdmo.StatusLengthOverflow, w.eagerDetail("batch container", m.Length)
 	case !rdmo.CountPlausible(m.Data, rh.Batch.Count):
 		st, detail = rdmo.StatusPayloadMismatch, "batch count "+utoa(rh.Batch.Count)+" does not fit "+
 			strconv.Itoa(len(m.Data))+" bytes of entries"
@@ -279,6 +281,12 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, p
 		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusUnknownOp, "no handler serves the op")
 		return
 	}
+	if !rndv && length > w.cfg.MaxEagerPayload {
+		// UCX has received it whole; refusing it here hands the buffer
+		// back when the AM handler returns instead of keeping it.
+		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusLengthOverflow, w.eagerDetail("eager payload", length))
+		return
+	}
 	if rndv {
 		if op == rdmo.OpFlush {
 			w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
@@ -319,6 +327,12 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, p
 	q.inflight.Add(1)
 	q.queue = append(q.queue, p)
 	w.markDirty(q.c)
+}
+
+// eagerDetail says why an eager payload of n bytes was refused.
+func (w *Worker) eagerDetail(what string, n int) string {
+	return what + " of " + strconv.Itoa(n) + " bytes exceeds the limit of " + strconv.Itoa(w.cfg.MaxEagerPayload) +
+		" (dpu.Config.MaxEagerPayload)"
 }
 
 func (w *Worker) drop(m *ucp.Message, why string) {

@@ -552,6 +552,18 @@ func badInputs(t testing.TB) []badInput {
 			send: func(e *badEnv) {
 				e.sendFlags(scatterReq(clientA, ack, 1), make([]byte, dpu.DefaultMaxRendezvousFetch+rdmo.IOVDescLen), ucp.SendRendezvous)
 			}},
+		{name: "eager scatter over the eager payload limit (16 full chunks)", ack: true, want: st(rdmo.StatusLengthOverflow),
+			send: func(e *badEnv) {
+				var elems []any
+				for i := 0; i < 16; i++ {
+					elems = append(elems, e.sA.base, e.sA.id, make([]byte, rdmo.MaxIOVLen))
+				}
+				p := iovs(t, elems...)
+				if len(p) <= dpu.DefaultMaxEagerPayload {
+					t.Fatalf("payload of %d bytes is within the limit", len(p))
+				}
+				e.sendFlags(scatterReq(clientA, ack, 16), p, ucp.SendEager)
+			}},
 		{name: "rendezvous scatter (refused by configuration)", ack: true, want: st(rdmo.StatusRendezvousRefused),
 			only: func(e *badEnv) bool { return e.refuseRndv },
 			send: func(e *badEnv) {
@@ -574,6 +586,11 @@ func badInputs(t testing.TB) []badInput {
 			send: func(e *badEnv) {
 				d := batchEntry(t, nil, appendReq(clientA, e.qA.base, e.qA.id, e.qA.id, 0), x)
 				e.sendFlags(batchReq(clientA, 0, 1), d, ucp.SendRendezvous)
+			}},
+		{name: "batch container over the eager payload limit (its entry alone would fit)", want: st(rdmo.StatusLengthOverflow),
+			send: func(e *badEnv) {
+				d := batchEntry(t, nil, appendReq(clientA, e.qA.base, e.qA.id, e.qA.id, ack), make([]byte, dpu.DefaultMaxEagerPayload))
+				e.sendFlags(batchReq(clientA, 0, 1), d, ucp.SendEager)
 			}},
 		{name: "batch entries with broken framing (a good entry does not run)", fails: 2,
 			want: st(rdmo.StatusPayloadMismatch, rdmo.StatusLengthOverflow),

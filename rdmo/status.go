@@ -88,7 +88,7 @@ var statusCatalog = [...]StatusInfo{
 	{StatusPayloadMismatch, "PayloadMismatch", "payload does not match the header",
 		"A FLUSH carries a payload; a SCATTER payload holds fewer or more bytes than its `count` iovs describe, or ends inside an iov descriptor; a BATCH container's data does not hold exactly `count` well-framed entries.", ErrPayloadMismatch},
 	{StatusLengthOverflow, "LengthOverflow", "length exceeds the bytes present or the allowed maximum",
-		"A scatter iov's `len`, or a batch entry's `hdr_len` + `payload_len`, runs past the end of the payload, or an encoder was given more than 65535 bytes for one iov.", ErrLengthOverflow},
+		"A scatter iov's `len`, or a batch entry's `hdr_len` + `payload_len`, runs past the end of the payload, or an encoder was given more than 65535 bytes for one iov; also an eager payload (a request's, or a BATCH container's as a whole) larger than the worker accepts (`dpu.Config.MaxEagerPayload`, 1 MiB by default).", ErrLengthOverflow},
 	{StatusClientMismatch, "ClientMismatch", "client id does not match the connection",
 		"The request header's client id is not the client that owns the connection (request queue) the request arrived on.", ErrClientMismatch},
 	{StatusUnknownRegion, "UnknownRegion", "unknown region id",

@@ -109,8 +109,12 @@ func (o LoadOptions) withDefaults() LoadOptions {
 //     Region answers are kept for the rest of the call.
 //   - Put and Place are pipelined: they return without a round trip, and
 //     travel with the next waiting call, or with the call's response, or
-//     on their own once 1 MiB of Put data waits. Their data must stay
+//     on their own once 1 MiB of them waits. Their data must stay
 //     unchanged until the call returns (the rdmo.Target contract).
+//   - Messages are at most 64 MiB either way: a Put of more than 32 MiB,
+//     and a Sync reading more than 32 MiB, fail with LengthOverflow and
+//     nothing sent; a batch too large for one message reaches the plugin
+//     as several HandleBatch calls.
 //   - If the region of a Put or Place was looked up with Region during the
 //     call, its range is checked at once in the plugin and the worker's
 //     error (UnknownRegion, RegionNotOwned, OutOfBounds) is returned with
@@ -270,8 +274,45 @@ func (h *Handler) Close() error {
 	return nil
 }
 
-// HandleBatch implements rdmo.Handler: one call into the plugin per batch.
+// HandleBatch implements rdmo.Handler: one call into the plugin per batch,
+// or, for a batch whose requests would not fit one message (maxMsgSize),
+// one per run of requests that fits. A request that cannot fit a message
+// on its own fails with LengthOverflow.
 func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	for len(reqs) > 0 {
+		n := fitBatch(reqs, maxMsgSize)
+		if n == 0 {
+			results[0] = rdmo.Fail(rdmo.StatusLengthOverflow, "request of %d header and %d payload bytes exceeds the plugin message limit of %d bytes",
+				len(reqs[0].Header), len(reqs[0].Payload), maxMsgSize)
+			reqs, results = reqs[1:], results[1:]
+			continue
+		}
+		h.handleBatch(t, reqs[:n], results[:n])
+		reqs, results = reqs[n:], results[n:]
+	}
+}
+
+// Bounds of the encoded size of a callReq (wire.go): the message without
+// its requests, and each request without its header and payload.
+const (
+	maxCallReqOverhead = 1 + 3*9 + 5
+	maxRequestOverhead = 1 + 2*9 + 2*5 + 2*5 + 9 + 1
+)
+
+// fitBatch returns how many of reqs, from the first, fit one callReq of at
+// most limit bytes.
+func fitBatch(reqs []rdmo.Request, limit int) int {
+	size := maxCallReqOverhead
+	for i := range reqs {
+		size += maxRequestOverhead + len(reqs[i].Header) + len(reqs[i].Payload)
+		if size > limit {
+			return i
+		}
+	}
+	return len(reqs)
+}
+
+func (h *Handler) handleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	client := t.ClientID()
 	resp, inv, err := h.invoke(callBatch, t, client, 0, reqs)
 	if err == nil && len(resp.Results) != len(reqs) {
@@ -790,6 +831,30 @@ func (inv *invocation) drain() error {
 	}
 }
 
+// syncFits checks a plugin's Sync against the bounds its answer must keep
+// (maxGetLen, maxSyncOpLen).
+func syncFits(ops []syncOp) error {
+	if len(ops) > maxGetLen/maxSyncOpLen {
+		return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
+			Detail: fmt.Sprintf("Sync of %d ops: at most %d at once", len(ops), maxGetLen/maxSyncOpLen)}
+	}
+	gets := uint64(0)
+	for i := range ops {
+		if ops[i].Kind != rdmo.RemoteGet {
+			continue
+		}
+		if gets += min(ops[i].Len, maxGetLen+1); gets > maxGetLen {
+			return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
+				Detail: fmt.Sprintf("Sync reading more than %d bytes at once", maxGetLen)}
+		}
+	}
+	return nil
+}
+
+// maxAnswerOverhead bounds the encoded size of an answer without its data
+// and Sync results.
+const maxAnswerOverhead = 64
+
 var errNoTarget = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "no Target in ClientRemoved"}
 
 // exec runs one target call against the worker's Target and answers it if
@@ -823,22 +888,22 @@ func (inv *invocation) exec(o *op) error {
 		r, err := t.Region(o.Region)
 		a = &answer{Region: r, Err: toWireErr(err)}
 	case opSync:
-		ops := make([]rdmo.RemoteOp, len(o.Sync))
-		var err error
-		for i, s := range o.Sync {
-			ops[i] = rdmo.RemoteOp{Kind: s.Kind, Region: s.Region, Addr: s.Addr, Operand: s.Operand, Compare: s.Compare}
-			if s.Kind == rdmo.RemoteGet {
-				if s.Len > maxMsgSize/2 {
-					err = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("remote get of %d bytes", s.Len)}
-					break
-				}
-				ops[i].Buf = make([]byte, s.Len)
-			}
-		}
-		a = &answer{}
+		// The answer must fit a message: the ops and the bytes they read
+		// are bounded (as the plugin's Sync does) before anything is
+		// allocated.
+		err := syncFits(o.Sync)
+		var ops []rdmo.RemoteOp
 		if err == nil {
+			ops = make([]rdmo.RemoteOp, len(o.Sync))
+			for i, s := range o.Sync {
+				ops[i] = rdmo.RemoteOp{Kind: s.Kind, Region: s.Region, Addr: s.Addr, Operand: s.Operand, Compare: s.Compare}
+				if s.Kind == rdmo.RemoteGet {
+					ops[i].Buf = make([]byte, s.Len)
+				}
+			}
 			err = t.Sync(ops)
 		}
+		a = &answer{}
 		if a.Err = toWireErr(err); err == nil {
 			a.Sync = make([]syncRes, len(ops))
 			for i := range ops {
@@ -853,6 +918,11 @@ func (inv *invocation) exec(o *op) error {
 		var data []byte
 		if err == nil {
 			data, err = t.Fetch(r)
+		}
+		if err == nil && len(data) > maxMsgSize-maxAnswerOverhead {
+			// The worker's MaxRendezvousFetch is above the message limit.
+			data, err = nil, &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
+				Detail: fmt.Sprintf("Fetch of %d bytes exceeds the plugin message limit of %d bytes", len(data), maxMsgSize)}
 		}
 		a = &answer{Data: data, Err: toWireErr(err)}
 	case opFlush:

@@ -294,8 +294,8 @@ func (r *dec) bin() []byte {
 }
 
 // arr reads an array header: its length, or -1 for nil. A length beyond
-// the bytes left is an error (every element takes at least one byte), so
-// corrupt input cannot make the decoder allocate without bound.
+// the bytes left is an error (errCount: every element takes at least one
+// byte); count checks the smallest encoding of the elements too.
 func (r *dec) arr() int {
 	c := r.code()
 	n := 0
@@ -314,12 +314,46 @@ func (r *dec) arr() int {
 		r.typeErr(c, "an array")
 		return 0
 	}
-	if n > len(r.b)-r.off {
-		r.fail(errShort)
+	if left := len(r.b) - r.off; n > left {
+		r.fail(fmt.Errorf("%w: %d elements, %d bytes left", errCount, n, left))
 		return 0
 	}
 	return n
 }
+
+// errCount: an array claims more elements than the rest of the message can
+// hold. Every count of a message is checked against it before the decoder
+// allocates for the elements.
+var errCount = errors.New("rdmo plugin wire: array count exceeds what the message can hold")
+
+// count reads the header of an array whose elements take at least min
+// bytes each when encoded: its length, or -1 for nil. A length the bytes
+// left cannot hold is an error (errCount), so what the decoder allocates
+// for the elements is bounded by the message's size times the ratio of an
+// element's memory to its smallest encoding (at most about 11, see
+// TestPluginWireAllocationBound), whatever the counts claim.
+func (r *dec) count(min int) int {
+	n := r.arr()
+	if r.err == nil && n > 0 {
+		if left := len(r.b) - r.off; n > left/min {
+			r.fail(fmt.Errorf("%w: %d elements of at least %d bytes, %d bytes left", errCount, n, min, left))
+			return 0
+		}
+	}
+	return n
+}
+
+// The smallest encodings of the elements of the wire's arrays (wire.go): a
+// struct is an array header and one byte per field at least (a fixint, nil,
+// a bool or an empty string).
+const (
+	minOpLen      = 1     // an op id (u32) of infoResp.Ops
+	minRequestLen = 1 + 8 // rdmo.Request: 8 fields
+	minResultLen  = 1 + 3 // rdmo.Result: 3 fields
+	minTargetOp   = 1 + 7 // op: 7 fields
+	minSyncOpLen  = 1 + 6 // syncOp: 6 fields
+	minSyncResLen = 1 + 3 // syncRes: 3 fields
+)
 
 // fields opens a struct (an array) of at least want fields and returns how
 // many more there are, for skipN after the known ones.

@@ -38,8 +38,44 @@ var Handshake = goplugin.HandshakeConfig{
 // pluginKey is the name the handler is dispensed under.
 const pluginKey = "handler"
 
-// maxMsgSize bounds one gRPC message either way (a batch, an answer).
-const maxMsgSize = 256 << 20
+// maxMsgSize bounds one gRPC message between the worker and a plugin,
+// either way, and both sides enforce it (the plugin's server options, the
+// worker's dial options): a peer cannot make the other receive more. The
+// messages are kept under it by construction:
+//
+//   - a batch (callReq) carries its requests' headers and eager payloads
+//     (rendezvous payloads stay in the worker). A dpu worker's batch is at
+//     most MaxBatch requests of at most MaxEagerPayload each (1024 × 1 MiB
+//     by default), so Handler.HandleBatch splits a batch that would not fit
+//     into consecutive calls, and fails a single request that cannot fit
+//     one (only possible with MaxEagerPayload configured near this bound)
+//     with LengthOverflow;
+//   - a frame of target calls holds less than flushBytes of pipelined
+//     calls (their data and maxOpOverhead each) plus one call: a Put of at
+//     most maxPutLen bytes, or a waiting call (a Sync's gets total at most
+//     maxGetLen bytes);
+//   - an answer carries a Fetch's payload (at most the worker's
+//     MaxRendezvousFetch, 1 MiB by default; a larger one fails with
+//     LengthOverflow) or a Sync's gets.
+const maxMsgSize = 64 << 20
+
+// maxPutLen bounds the data of one Put of a plugin, and maxGetLen the bytes
+// one Sync of a plugin reads (its RemoteGets together): larger ones fail
+// with LengthOverflow, nothing sent. Half a message leaves room for the
+// pipelined calls that travel with them.
+const (
+	maxPutLen = maxMsgSize / 2
+	maxGetLen = maxMsgSize / 2
+)
+
+// maxOpOverhead is the encoded size of a target call without its data or
+// its Sync ops (at most 45 bytes); maxSyncOpLen that of one Sync op (at
+// most 56). Pipelined calls count it against flushBytes, so a frame of
+// small or empty Puts stays small too.
+const (
+	maxOpOverhead = 48
+	maxSyncOpLen  = 56
+)
 
 // flushBytes is how much pipelined Put data the plugin holds before it sends
 // a frame without waiting for a waiting call or the end of the call.
@@ -124,6 +160,8 @@ func serverOptions() []grpc.ServerOption {
 
 func dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
+		// After go-plugin's own options (2 GiB), so these apply.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		grpc.WithWriteBufferSize(128 << 10), grpc.WithReadBufferSize(128 << 10),
 		grpc.WithSharedWriteBuffer(true),
@@ -366,17 +404,22 @@ func (t *ptarget) pipeline(o op, n int) error {
 		// Most handlers Put about once per request: size for that.
 		t.pending = make([]op, 0, max(8, len(t.reqs)))
 	}
+	if o.Kind == opPut && n > maxPutLen {
+		return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
+			Detail: fmt.Sprintf("Put of %d bytes: a plugin Puts at most %d bytes at once", n, maxPutLen)}
+	}
 	t.pending = append(t.pending, o)
+	t.pendingBytes += maxOpOverhead
 	if o.Kind == opPut {
 		t.pendingBytes += n
-		if t.pendingBytes >= flushBytes {
-			f := &frame{Inv: t.inv, Ops: t.pending}
-			t.pending, t.pendingBytes = nil, 0
-			if err := t.s.sendFrame(f); err != nil {
-				return err
-			}
-			t.frames++
+	}
+	if t.pendingBytes >= flushBytes {
+		f := &frame{Inv: t.inv, Ops: t.pending}
+		t.pending, t.pendingBytes = nil, 0
+		if err := t.s.sendFrame(f); err != nil {
+			return err
 		}
+		t.frames++
 	}
 	return nil
 }
@@ -469,6 +512,9 @@ func (t *ptarget) Sync(ops []rdmo.RemoteOp) error {
 		if o.Kind == rdmo.RemoteGet {
 			so[i].Len = uint64(len(o.Buf))
 		}
+	}
+	if err := syncFits(so); err != nil {
+		return err
 	}
 	a, err := t.wait(op{Kind: opSync, Sync: so})
 	if err != nil {

@@ -326,7 +326,7 @@ func (m *infoResp) appendTo(b []byte) []byte {
 func (m *infoResp) decode(r *dec) {
 	x := r.fields(4)
 	m.Name, m.Version = r.s(), r.s()
-	if n := r.arr(); n >= 0 && r.err == nil {
+	if n := r.count(minOpLen); n >= 0 && r.err == nil {
 		m.Ops = make([]uint32, n)
 		for i := range m.Ops {
 			m.Ops[i] = r.u32()
@@ -368,7 +368,7 @@ func (m *callReq) appendTo(b []byte) []byte {
 func (m *callReq) decode(r *dec) {
 	x := r.fields(4)
 	m.Inv, m.Client, m.Region = r.u(), r.u(), r.u()
-	if n := r.arr(); n >= 0 && r.err == nil {
+	if n := r.count(minRequestLen); n >= 0 && r.err == nil {
 		m.Reqs = make([]rdmo.Request, n)
 		for i := range m.Reqs {
 			q := &m.Reqs[i]
@@ -409,7 +409,7 @@ func (m *callResp) appendTo(b []byte) []byte {
 }
 func (m *callResp) decode(r *dec) {
 	x := r.fields(5)
-	if n := r.arr(); n >= 0 && r.err == nil {
+	if n := r.count(minResultLen); n >= 0 && r.err == nil {
 		m.Results = make([]rdmo.Result, n)
 		for i := range m.Results {
 			res := &m.Results[i]
@@ -463,7 +463,7 @@ func appendOps(b []byte, ops []op) []byte {
 }
 
 func (r *dec) ops() []op {
-	n := r.arr()
+	n := r.count(minTargetOp)
 	if n <= 0 || r.err != nil {
 		return nil
 	}
@@ -474,7 +474,7 @@ func (r *dec) ops() []op {
 		o.ID, o.Kind = r.u(), r.u8()
 		o.Region, o.Addr, o.Req = r.u(), r.u(), r.i()
 		o.Data = r.bin()
-		if m := r.arr(); m > 0 && r.err == nil {
+		if m := r.count(minSyncOpLen); m > 0 && r.err == nil {
 			o.Sync = make([]syncOp, m)
 			for j := range o.Sync {
 				s := &o.Sync[j]
@@ -539,7 +539,7 @@ func (m *answer) decode(r *dec) {
 	m.Region = rdmo.Region{ID: r.u(), Base: r.u(), Len: r.u()}
 	r.skipN(y)
 	m.Data = r.bin()
-	if n := r.arr(); n > 0 && r.err == nil {
+	if n := r.count(minSyncResLen); n > 0 && r.err == nil {
 		m.Sync = make([]syncRes, n)
 		for i := range m.Sync {
 			s := &m.Sync[i]

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"errors"
 	"runtime"
 	"testing"
 
@@ -65,41 +66,101 @@ func FuzzPluginWire(f *testing.F) {
 	})
 }
 
-// The decoder bounds every count by the bytes left, so a hostile count
-// cannot make it allocate without limit; but each element costs far more
-// in memory than its one byte on the wire. This measures the worst
-// amplification, a message that is all element headers: the plugin wire's
-// messages may be up to 256 MiB (serve.go maxMsgSize) from the plugin, and
-// the worker side of go-plugin accepts up to 2 GiB.
+// arr32 is a MessagePack array32 header claiming n elements.
+func arr32(n uint32) []byte { return []byte{0xdd, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} }
+
+// cat concatenates byte strings.
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// allocBytes is how many bytes f allocates, on average over runs.
+func allocBytes(runs int, f func()) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / float64(runs)
+}
+
+// TestPluginWireAllocationBound: the decoder checks every count against
+// the bytes left times the smallest encoding of an element, so what a
+// message makes it allocate is bounded by a small multiple of its size.
+// The worst case is a message made of elements at their smallest encoding:
+// each costs its Go struct in memory (88 bytes for a request or an op, on
+// 8 or 9 bytes of wire). Messages are at most maxMsgSize either way.
 func TestPluginWireAllocationBound(t *testing.T) {
 	const n = 1 << 16
+	const maxRatio = 16
 	for _, c := range []struct {
 		name string
 		msg  func() wireMsg
 		body []byte
 	}{
-		// A frame whose op array claims n elements, each a bare fixarray.
+		// A frame of n ops, each 7 fields of one byte.
 		{"frame ops", func() wireMsg { return new(frame) },
-			append([]byte{0x92, 0x01, 0xdd, 0, 1, 0, 0}, bytes.Repeat([]byte{0x90}, n)...)},
-		// A callResp whose result array claims n elements.
+			cat([]byte{0x92, 0x01}, arr32(n), bytes.Repeat([]byte{0x97, 0, 0, 0, 0, 0, 0xc0, 0x90}, n))},
+		// A frame of one op with n Sync ops.
+		{"frame sync ops", func() wireMsg { return new(frame) },
+			cat([]byte{0x92, 0x01, 0x91, 0x97, 0, 0, 0, 0, 0, 0xc0}, arr32(n), bytes.Repeat([]byte{0x96, 0, 0, 0, 0, 0, 0}, n))},
+		// A callResp of n results (plugin to worker).
 		{"callResp results", func() wireMsg { return new(callResp) },
-			append([]byte{0x95, 0xdd, 0, 1, 0, 0}, bytes.Repeat([]byte{0x90}, n)...)},
-		// A callReq (worker to plugin) with n requests.
+			cat([]byte{0x95}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0xa0, 0}, n), []byte{0x92, 0, 0xa0, 0, 0x90, 0xa0})},
+		// An infoResp of n op ids.
+		{"infoResp ops", func() wireMsg { return new(infoResp) },
+			cat([]byte{0x94, 0xa0, 0xa0}, arr32(n), bytes.Repeat([]byte{0x10}, n), []byte{0})},
+		// A callReq of n requests (worker to plugin).
 		{"callReq requests", func() wireMsg { return new(callReq) },
-			append([]byte{0x94, 0, 0, 0, 0xdd, 0, 1, 0, 0}, bytes.Repeat([]byte{0x90}, n)...)},
+			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
+		// An answer with n Sync results.
+		{"answer sync results", func() wireMsg { return new(answer) },
+			cat([]byte{0x95, 0, 0x92, 0, 0xa0, 0x93, 0, 0, 0, 0xc0}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0, 0xc0}, n))},
 	} {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		err := unmarshal(c.body, c.msg())
-		runtime.ReadMemStats(&after)
-		ratio := float64(after.TotalAlloc-before.TotalAlloc) / float64(len(c.body))
-		t.Logf("%s: %d-byte message allocated %.0f× its size before failing (%v)", c.name, len(c.body), ratio, err)
-		if err == nil {
-			t.Errorf("%s: accepted", c.name)
+		if err := unmarshal(c.body, c.msg()); err != nil {
+			t.Fatalf("%s: the worst case is a valid message: %v", c.name, err)
 		}
-		if ratio > 128 {
-			t.Errorf("%s: decoding allocates %.0f× the message size", c.name, ratio)
+		ratio := allocBytes(4, func() { _ = unmarshal(c.body, c.msg()) }) / float64(len(c.body))
+		t.Logf("%s: a %d-byte message allocates %.1f× its size", c.name, len(c.body), ratio)
+		if ratio > maxRatio {
+			t.Errorf("%s: decoding allocates %.1f× the message size, want at most %d×", c.name, ratio, maxRatio)
+		}
+	}
+}
+
+// TestPluginWireHostileCounts: a small message whose arrays claim more
+// elements than its bytes can hold fails with errCount before anything is
+// allocated for them. Before the counts were checked against the smallest
+// element, a count up to the bytes left was taken at its word: a message
+// of element headers made the decoder allocate up to 88× its size.
+func TestPluginWireHostileCounts(t *testing.T) {
+	pad := bytes.Repeat([]byte{0x90}, 64) // one byte per claimed element, as the old check wanted
+	for _, c := range []struct {
+		name string
+		msg  func() wireMsg
+		body []byte
+	}{
+		{"frame ops: 2^32-1", func() wireMsg { return new(frame) }, cat([]byte{0x92, 0x01}, arr32(1<<32-1), pad)},
+		{"frame ops: one per byte", func() wireMsg { return new(frame) }, cat([]byte{0x92, 0x01}, arr32(64), pad)},
+		{"frame sync ops: one per byte", func() wireMsg { return new(frame) },
+			cat([]byte{0x92, 0x01, 0x91, 0x97, 0, 0, 0, 0, 0, 0xc0}, arr32(64), pad)},
+		{"callResp results: one per byte", func() wireMsg { return new(callResp) }, cat([]byte{0x95}, arr32(64), pad)},
+		{"callResp tail: 2^32-1", func() wireMsg { return new(callResp) },
+			cat([]byte{0x95, 0x90, 0x92, 0, 0xa0, 0}, arr32(1<<32-1), pad)},
+		{"infoResp ops: 2^32-1", func() wireMsg { return new(infoResp) }, cat([]byte{0x94, 0xa0, 0xa0}, arr32(1<<32-1), pad)},
+		{"callReq requests: one per byte", func() wireMsg { return new(callReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(64), pad)},
+		{"callReq requests: 2^32-1", func() wireMsg { return new(callReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(1<<32-1), pad)},
+		{"answer sync results: one per byte", func() wireMsg { return new(answer) },
+			cat([]byte{0x95, 0, 0x92, 0, 0xa0, 0x93, 0, 0, 0, 0xc0}, arr32(64), pad)},
+	} {
+		if err := unmarshal(c.body, c.msg()); !errors.Is(err, errCount) {
+			t.Errorf("%s: %v, want errCount", c.name, err)
+		}
+		// The error itself is all that is allocated: a few small objects.
+		allocs := testing.AllocsPerRun(10, func() { _ = unmarshal(c.body, c.msg()) })
+		bytesPer := allocBytes(10, func() { _ = unmarshal(c.body, c.msg()) })
+		if allocs > 8 || bytesPer > 1024 {
+			t.Errorf("%s: a %d-byte message allocated %.0f objects, %.0f bytes before failing", c.name, len(c.body), allocs, bytesPer)
 		}
 	}
 }

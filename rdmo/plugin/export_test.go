@@ -1,0 +1,4 @@
+package plugin
+
+// MaxMsgSize exports maxMsgSize to the external tests.
+const MaxMsgSize = maxMsgSize
