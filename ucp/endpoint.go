@@ -94,11 +94,12 @@ const (
 type AtomicOp uint32
 
 const (
-	AtomicAdd          AtomicOp = C.SHIM_AMO_ADD   // add, no result
-	AtomicFetchAdd     AtomicOp = C.SHIM_AMO_FADD  // add, result: old value
-	AtomicSwap         AtomicOp = C.SHIM_AMO_SWAP  // store, result: old value
-	AtomicCompareSwap  AtomicOp = C.SHIM_AMO_CSWAP // store if equal, result: old value
-	defaultCloseTimout          = 10 * time.Second
+	AtomicAdd         AtomicOp = C.SHIM_AMO_ADD   // add, no result
+	AtomicFetchAdd    AtomicOp = C.SHIM_AMO_FADD  // add, result: old value
+	AtomicSwap        AtomicOp = C.SHIM_AMO_SWAP  // store, result: old value
+	AtomicCompareSwap AtomicOp = C.SHIM_AMO_CSWAP // store if equal, result: old value
+	// DefaultCloseTimeout bounds a graceful Close waiting for UCX.
+	DefaultCloseTimeout = 10 * time.Second
 )
 
 func (w *Worker) newEndpoint(ep C.ucp_ep_h, name string, owned bool, onError func(*Endpoint, error)) *Endpoint {
@@ -398,13 +399,25 @@ func (e *Endpoint) FlushSync(timeout time.Duration) error {
 
 // Close closes the endpoint: gracefully (flushing outstanding operations)
 // while it is healthy, forcibly once it failed. Outside Progress it waits for
-// the close to finish; from a handler or completer it only starts it.
-func (e *Endpoint) Close() error { return e.closeWith(e.err != nil) }
+// the close to finish, at most DefaultCloseTimeout (ErrTimeout); from a
+// handler or completer it only starts it.
+func (e *Endpoint) Close() error { return e.closeWith(e.err != nil, DefaultCloseTimeout) }
+
+// CloseWithin is Close with its own bound on the wait. A graceful close
+// waits for the peer to take what was sent, which over a cut network UCX
+// may not give up on for a long time: a caller with a deadline of its own
+// passes what is left of it. When the time is up CloseWithin returns
+// ErrTimeout; the close stays pending in UCX until Worker.Close, which
+// releases it (UCX allows one close per endpoint, so it cannot be forced
+// on top).
+func (e *Endpoint) CloseWithin(timeout time.Duration) error {
+	return e.closeWith(e.err != nil, timeout)
+}
 
 // CloseForce closes the endpoint at once, failing its outstanding operations.
-func (e *Endpoint) CloseForce() error { return e.closeWith(true) }
+func (e *Endpoint) CloseForce() error { return e.closeWith(true, DefaultCloseTimeout) }
 
-func (e *Endpoint) closeWith(force bool) error {
+func (e *Endpoint) closeWith(force bool, timeout time.Duration) error {
 	if !e.owned {
 		delete(e.w.eps, e.ep)
 		if e.w.lastEP == e {
@@ -427,7 +440,7 @@ func (e *Endpoint) closeWith(force bool) error {
 	sw := &syncWaiter{}
 	tok, op, err := w.acquire(sw, 0)
 	if err == ErrTooManyOutstanding && !w.inProgress {
-		if perr := w.progressUntil(func() bool { return len(w.free) > 0 }, defaultCloseTimout); perr == nil {
+		if perr := w.progressUntil(func() bool { return len(w.free) > 0 }, timeout); perr == nil {
 			tok, op, err = w.acquire(sw, 0)
 		}
 	}
@@ -447,7 +460,7 @@ func (e *Endpoint) closeWith(force bool) error {
 		})
 		return nil
 	}
-	err = w.progressUntil(func() bool { return sw.done }, defaultCloseTimout)
+	err = w.progressUntil(func() bool { return sw.done }, timeout)
 	if err != nil {
 		return fmt.Errorf("ucp: close endpoint %s: %w", e.name, err)
 	}

@@ -578,7 +578,7 @@ func (w *Worker) Close() error {
 	}
 	for _, ep := range w.eps {
 		if ep.owned {
-			ep.closeWith(true)
+			ep.closeWith(true, DefaultCloseTimeout)
 		}
 	}
 	// Give UCX a bounded time to finish what the closes started.

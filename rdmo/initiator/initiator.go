@@ -120,8 +120,10 @@ type Options struct {
 	// (ucp.ErrorHandlingPrefer by default: on where a transport can).
 	ErrorHandling ucp.ErrorHandling
 
-	// CloseTimeout bounds how long Close waits for queued and in-flight
-	// sends to complete locally (default DefaultCloseTimeout).
+	// CloseTimeout bounds Close: waiting for queued and in-flight sends to
+	// complete locally, then for the endpoint's graceful close (default
+	// DefaultCloseTimeout). Destroying the UCP worker afterwards gives UCX
+	// up to 2 s more when it still holds operations (a cut network).
 	CloseTimeout time.Duration
 	// Name names the endpoint in logs and errors (default "rdmo-initiator").
 	Name string

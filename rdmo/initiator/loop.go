@@ -59,6 +59,9 @@ const (
 	// complete (about a millisecond) before it sleeps anyway, so a peer
 	// that stopped reading does not cost a spinning core.
 	pendingSpins = 2048
+	// minCloseWait is the least a graceful endpoint close is given at
+	// Close, however much of CloseTimeout the drain used.
+	minCloseWait = 100 * time.Millisecond
 	// pollInterval bounds a sleep while something is outstanding, in case
 	// a transport does not signal a completion or arrival.
 	pollInterval = 2 * time.Millisecond
@@ -666,7 +669,9 @@ func (lp *loop) shutdown() error {
 	var errs []error
 	var err error
 	if drained && lp.failed == nil {
-		err = lp.ep.Close()
+		// A graceful close waits for the worker to take what was sent;
+		// over a cut network UCX would wait far longer than CloseTimeout.
+		err = lp.ep.CloseWithin(max(time.Until(deadline), minCloseWait))
 	} else {
 		err = lp.ep.CloseForce()
 	}
