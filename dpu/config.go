@@ -66,8 +66,22 @@ type Config struct {
 	Logger *zap.Logger
 	// UCXConfig overrides UCX configuration entries for the worker's
 	// context, named without the UCX_ prefix, e.g. {"TLS": "shm,self"}.
+	// RNDV_SCHEME defaults to SafeRendezvousScheme, whatever the
+	// environment says; setting it here overrides that (see there).
 	UCXConfig map[string]string
 }
+
+// SafeRendezvousScheme is the UCX rendezvous scheme of the worker's
+// context: payloads an initiator sends by rendezvous come as active-message
+// fragments the initiator pushes after the worker's ready-to-receive. The
+// zero-copy schemes make one process read (get) or write (put) the other's
+// memory with CMA over shared memory, and UCX 1.13 treats a CMA call that
+// finds the peer process gone as fatal on endpoints without peer-failure
+// handling, which shared-memory endpoints cannot have in 1.13: an initiator
+// killed mid-rendezvous aborted the whole worker (every client with it).
+// With "am" the worker never touches an initiator's memory and no
+// initiator touches the worker's.
+const SafeRendezvousScheme = "am"
 
 func (c *Config) setDefaults() error {
 	for _, f := range []struct {
@@ -101,6 +115,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if _, set := c.UCXConfig["RNDV_SCHEME"]; !set {
+		ucx := make(map[string]string, len(c.UCXConfig)+1)
+		for k, v := range c.UCXConfig {
+			ucx[k] = v
+		}
+		ucx["RNDV_SCHEME"] = SafeRendezvousScheme
+		c.UCXConfig = ucx
 	}
 	return nil
 }
