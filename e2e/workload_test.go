@@ -215,24 +215,11 @@ func initiatorMain() int {
 		case "model": // id seed steps ptr qregion sregion sbase
 			result, err = runModel(in, int(n[0]), n[1], int(n[2]), n[3], n[4], n[5], n[6])
 		case "burst": // id n ptr region size: n appends of one size
-			// The worker refuses requests past its in-flight limit per
-			// connection (1024 by default), so the sender keeps at most
-			// two flush periods unconfirmed (770 requests with the flushes): a pipelined flush every 384
-			// appends, waiting for the previous one before sending on.
-			var pending *initiator.FlushWait
+			// No flushes of the workload's own until the end: the
+			// initiator's flow control keeps the stream within the
+			// worker's in-flight limit.
 			for seq := 0; seq < int(n[1]) && err == nil; seq++ {
 				err = in.Append(n[2], n[3], n[3], makeRecord(int(n[0]), seq, int(n[4])))
-				if err == nil && seq%384 == 383 {
-					if pending != nil {
-						_, err = pending.Wait(context.Background())
-					}
-					if err == nil {
-						pending, err = in.FlushAsync(context.Background())
-					}
-				}
-			}
-			if err == nil && pending != nil {
-				_, err = pending.Wait(context.Background())
 			}
 			if err == nil {
 				_, err = in.Flush(context.Background())
