@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -160,7 +161,7 @@ func (s *server) run(ctx context.Context) error {
 	s.accepted = accepted
 	go s.acceptOne(ctx, accepted)
 
-	if err := s.startWorker(ctx, devCfg); err != nil {
+	if err := s.startWorker(ctx, devCfg, secret); err != nil {
 		return err
 	}
 	if err := s.setupMemory(ctx, devCfg); err != nil {
@@ -331,10 +332,17 @@ func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
 
 // startWorker gets a UROM service (the one at --urom, or an embedded one
 // started from this binary), checks versions and spawns the RDMO worker.
-func (s *server) startWorker(ctx context.Context, devCfg map[string]string) error {
+// The service at --urom gets the --secret-file secret (nil: none); an
+// embedded one a random secret of this run, so that no other local user
+// who reaches its loopback port can start or command workers as this one.
+func (s *server) startWorker(ctx context.Context, devCfg map[string]string, secret []byte) error {
 	addr := s.cfg.UROMAddress
 	var env []string
 	if addr == "" {
+		var err error
+		if secret, err = runSecret(); err != nil {
+			return err
+		}
 		exe, err := executable()
 		if err != nil {
 			return err
@@ -345,7 +353,7 @@ func (s *server) startWorker(ctx context.Context, devCfg map[string]string) erro
 		if lc.Level > cli.LogWarning && lc.Level < cli.LogDebug {
 			lc.Level = cli.LogWarning
 		}
-		emb, err := startEmbedded(ctx, exe, logArgs(lc))
+		emb, err := startEmbedded(ctx, exe, logArgs(lc), secret)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -363,7 +371,7 @@ func (s *server) startWorker(ctx context.Context, devCfg map[string]string) erro
 	}
 	dctx, cancel := context.WithTimeout(ctx, cmdTimeout)
 	defer cancel()
-	uc, err := urom.Dial(dctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Logger: s.log.Named("urom")})
+	uc, err := urom.Dial(dctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: s.log.Named("urom")})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -390,20 +398,33 @@ func (s *server) startWorker(ctx context.Context, devCfg map[string]string) erro
 	return nil
 }
 
-// startEmbedded starts `rdmo dpu` on a free loopback port. (rdmo dpu's
-// --listen does not take port 0, so the port is chosen here; should another
-// process take it first, the next attempt picks another.)
-func startEmbedded(ctx context.Context, exe string, logArgs []string) (*urom.Embedded, error) {
+// runSecret is a fresh secret for one run's embedded service: 32 random
+// bytes, hex so that loadSecret reads it back unchanged.
+func runSecret() ([]byte, error) {
+	var b [32]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("embedded UROM service: random secret: %w", err)
+	}
+	return []byte(hex.EncodeToString(b[:])), nil
+}
+
+// startEmbedded starts `rdmo dpu` on a free loopback port, with secret
+// handed over on a pipe (urom.EmbeddedSecretFile), never in its arguments
+// or environment. (rdmo dpu's --listen does not take port 0, so the port
+// is chosen here; should another process take it first, the next attempt
+// picks another.)
+func startEmbedded(ctx context.Context, exe string, logArgs []string, secret []byte) (*urom.Embedded, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var port int
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
-		argv := append([]string{exe, "dpu", "--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, logArgs...)
+		argv := append([]string{exe, "dpu", "--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			"--secret-file", urom.EmbeddedSecretFile}, logArgs...)
 		sctx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
 		var emb *urom.Embedded
-		emb, err = urom.StartEmbedded(sctx, argv, nil)
+		emb, err = urom.StartEmbeddedWith(sctx, argv, urom.EmbeddedOptions{Secret: secret})
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return emb, err

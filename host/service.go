@@ -60,20 +60,25 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 // RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends (the
 // cli.RunDPU hook). Once it listens it prints the announce line
 // (urom.Announce) on standard output, so a host that started it as its
-// embedded service finds its address.
+// embedded service finds its address. With --secret-file every host must
+// prove the secret (urom.Config.Secret) before it is served.
 func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	if cfg.SecretFile != "" {
-		return cli.Usagef("--secret-file: the UROM service does not authenticate hosts yet; " +
-			"bind --listen to an address only trusted hosts reach (loopback, a management network) instead")
+	secret, err := loadSecret(cfg.SecretFile)
+	if err != nil {
+		return err
+	}
+	if w := secretWarning(cfg.SecretFile); w != "" {
+		log.Warn(w)
 	}
 	uc, err := serviceConfig(cfg.Listen, cfg.PluginPath, cfg.MaxWorkers, cfg.Log, log.Named("urom"))
 	if err != nil {
 		return err
 	}
+	uc.Secret = secret
 	svc, err := urom.NewService(ctx, uc)
 	if err != nil {
 		return err
@@ -125,7 +130,11 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 		source = "of the UROM service at " + cfg.UROMAddress
 		dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Logger: log.Named("urom")})
+		secret, err := loadSecret(cfg.SecretFile)
+		if err != nil {
+			return err
+		}
+		c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
 		if err != nil {
 			return uromError(cfg.UROMAddress, err)
 		}
@@ -154,6 +163,8 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 // uromError explains a failure to reach or use a UROM service.
 func uromError(addr string, err error) error {
 	switch {
+	case errors.Is(err, urom.ErrAuth):
+		return fmt.Errorf("UROM service at %s: %w (the host's --secret-file and rdmo dpu --secret-file must hold the same secret)", addr, err)
 	case errors.Is(err, urom.ErrVersion):
 		return fmt.Errorf("UROM service at %s is incompatible with this host (RDMO component %s): %w", addr, rdmoworker.ComponentVersion, err)
 	case errors.Is(err, context.DeadlineExceeded):

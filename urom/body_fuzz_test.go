@@ -13,10 +13,11 @@ import (
 // connection: what a host sends the service (Hello, SpawnOptions,
 // StopRequest, commandRequest), what the service sends a worker process
 // (WorkerSpec, commandRequest) and what comes back to hosts (HelloReply,
-// plugin and worker lists, SpawnReply, WorkerDied, the ready pid).
+// plugin and worker lists, SpawnReply, WorkerDied, the ready pid), and
+// the host's authentication proof.
 func bodyKinds() []any {
 	return []any{new(Hello), new(HelloReply), new([]PluginInfo), new(SpawnOptions), new(WorkerSpec),
-		new(SpawnReply), new(StopRequest), new([]WorkerInfo), new(commandRequest), new(WorkerDied), new(int)}
+		new(SpawnReply), new(StopRequest), new([]WorkerInfo), new(commandRequest), new(WorkerDied), new(int), new(authProof)}
 }
 
 // FuzzDecodeBody decodes arbitrary bytes as each body type the way a
@@ -37,12 +38,20 @@ func FuzzDecodeBody(f *testing.F) {
 		commandRequest{Worker: 3, Kind: "mr-reg", Body: msgpack.RawMessage{0x80}},
 		WorkerDied{Worker: 3, Reason: "signal: killed"},
 		1234,
+		authProof{MAC: bytes.Repeat([]byte{1}, 32)},
 	}
 	for i, s := range samples {
 		b, err := msgpack.Marshal(s)
 		if err != nil {
 			f.Fatal(err)
 		}
+		f.Add(uint8(i), b)
+	}
+	for i, s := range []any{
+		Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: bytes.Repeat([]byte{7}, 32)},
+		HelloReply{Service: "rdmo-urom", Auth: true, Nonce: bytes.Repeat([]byte{9}, 32), MAC: bytes.Repeat([]byte{1}, 32)},
+	} {
+		b, _ := msgpack.Marshal(s)
 		f.Add(uint8(i), b)
 	}
 	f.Add(uint8(3), []byte{0x81, 0xa3, 'e', 'n', 'v', 0xdd, 0xff, 0xff, 0xff, 0xff})       // hostile count

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/hmacauth"
 )
 
 // ClientOptions configure a host's connection to a service.
@@ -18,9 +20,15 @@ type ClientOptions struct {
 	Component        string
 	ComponentVersion string
 	// CallTimeout bounds every request without a context deadline
-	// (default 30 s).
+	// (default 30 s), the hello included.
 	CallTimeout time.Duration
-	Logger      *zap.Logger
+	// Secret, if set, is the service's shared secret (Config.Secret):
+	// host and service prove it to each other in the hello, and Dial
+	// fails with ErrAuth if the service does not (another secret, none,
+	// or a service that cannot authenticate). At least MinSecretLen
+	// random bytes.
+	Secret []byte
+	Logger *zap.Logger
 }
 
 // Client is a host's session with a UROM service.
@@ -37,7 +45,9 @@ type Client struct {
 	done    chan struct{}
 }
 
-// Dial connects to the service at addr and checks versions.
+// Dial connects to the service at addr, checks versions and, with a
+// secret, authenticates the service and itself. A context whose deadline
+// passed or that was cancelled makes it fail with ctx.Err().
 func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error) {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 30 * time.Second
@@ -48,20 +58,29 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 	if opts.Component == "" {
 		opts.Component = "rdmo"
 	}
+	if err := hmacauth.CheckSecret(opts.Secret); err != nil {
+		return nil, fmt.Errorf("urom: ClientOptions.Secret: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("urom: connect to service %s: %w", addr, err)
 	}
 	c := &Client{c: newConn(nc, 10*time.Second), opts: opts, log: opts.Logger,
-		pending: map[uint64]chan *envelope{}, workers: map[uint64]*Worker{}, done: make(chan struct{})}
-	go c.readLoop()
-	var reply HelloReply
-	if err := c.call(ctx, kindHello, Hello{Component: opts.Component, ComponentVersion: opts.ComponentVersion}, &reply); err != nil {
-		c.Close()
+		pending: map[uint64]chan *envelope{}, workers: map[uint64]*Worker{}, done: make(chan struct{}), next: 2}
+	reply, err := c.handshake(ctx)
+	if err != nil {
 		return nil, err
 	}
-	c.log.Debug("connected to UROM service", zap.String("addr", addr), zap.String("version", reply.ComponentVersion))
+	go c.readLoop()
+	c.log.Debug("connected to UROM service", zap.String("addr", addr), zap.String("version", reply.ComponentVersion),
+		zap.Bool("authenticated", len(opts.Secret) > 0))
 	return c, nil
 }
 
@@ -106,8 +125,12 @@ func (c *Client) readLoop() {
 	}
 }
 
-// call sends a request and decodes its answer into resp.
+// call sends a request and decodes its answer into resp. A context that
+// is already done fails the call with ctx.Err() before anything is sent.
 func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	body, err := encodeBody(req)
 	if err != nil {
 		return err
@@ -132,12 +155,14 @@ func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
 		forget()
 		return fmt.Errorf("urom: send %s: %w", kind, err)
 	}
-	timeout := c.opts.CallTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+	// The context's deadline, if it has one, governs; CallTimeout
+	// otherwise.
+	var expired <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		t := time.NewTimer(c.opts.CallTimeout)
+		defer t.Stop()
+		expired = t.C
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
 	select {
 	case env := <-ch:
 		if env == nil {
@@ -150,9 +175,9 @@ func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
 			return err
 		}
 		return decodeBody(env.Body, resp)
-	case <-t.C:
+	case <-expired:
 		forget()
-		return errorf(codeTimeout, "%s: no answer from the service within %v", kind, timeout)
+		return errorf(codeTimeout, "%s: no answer from the service within %v", kind, c.opts.CallTimeout)
 	case <-ctx.Done():
 		forget()
 		return ctx.Err()
@@ -228,6 +253,9 @@ func (w *Worker) Reason() string {
 // Call sends a command of the given kind to the worker and decodes its
 // answer into resp. A command to a dead worker fails with ErrWorkerDied.
 func (w *Worker) Call(ctx context.Context, kind string, req, resp any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case <-w.gone:
 		return errorf(codeWorkerDied, "worker %d is gone: %s", w.ID, w.reason)

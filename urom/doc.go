@@ -16,4 +16,16 @@
 //
 // Every request carries a cookie; its answer carries the same cookie; every
 // request gets an answer or a typed error when its deadline passes.
+//
+// # Authentication
+//
+// A service with a secret (Config.Secret, rdmo dpu --secret-file) serves a
+// host only after the two proved the secret to each other in the hello
+// (ClientOptions.Secret on the host side): a mutual HMAC-SHA256
+// challenge–response with fresh nonces, the host's proof checked before
+// the service sends its own or anything else, the whole handshake bounded
+// by Config.HandshakeTimeout (auth.go). A wrong or missing secret, or a
+// secret on one side only, fails with ErrAuth on the host's side. The
+// secret authenticates the connection's ends; it does not encrypt the
+// channel or protect it once open (docs/SECURITY.md).
 package urom

@@ -35,12 +35,50 @@ type Embedded struct {
 // its address on standard output, e.g. `rdmo dpu --listen 127.0.0.1:0`)
 // and waits for the address. The service dies with the calling process.
 func StartEmbedded(ctx context.Context, argv []string, env []string) (*Embedded, error) {
+	return StartEmbeddedWith(ctx, argv, EmbeddedOptions{Env: env})
+}
+
+// EmbeddedSecretFile is where a service started with
+// EmbeddedOptions.Secret finds its secret: the file descriptor 3 it
+// inherits, a pipe holding the secret and then closed.
+const EmbeddedSecretFile = "/dev/fd/3"
+
+// EmbeddedOptions configure StartEmbeddedWith.
+type EmbeddedOptions struct {
+	// Env is added to the service's environment.
+	Env []string
+	// Secret, if set, is handed to the service on a pipe it inherits as
+	// EmbeddedSecretFile; argv must make the service read it there (e.g.
+	// `rdmo dpu --secret-file /dev/fd/3`). Unlike an argument or an
+	// environment variable, a pipe shows the secret to no other process
+	// (/proc/PID/cmdline is world-readable) and is empty once read.
+	Secret []byte
+}
+
+// StartEmbeddedWith is StartEmbedded with options.
+func StartEmbeddedWith(ctx context.Context, argv []string, opts EmbeddedOptions) (*Embedded, error) {
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("urom: no service command")
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(os.Environ(), opts.Env...)
 	cmd.Stderr = os.Stderr
+	if len(opts.Secret) > 0 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("urom: secret pipe: %w", err)
+		}
+		// A pipe buffers far more than a secret: the write does not wait
+		// for the reader.
+		_, err = w.Write(opts.Secret)
+		w.Close()
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("urom: secret pipe: %w", err)
+		}
+		defer r.Close() // the child has its copy once started
+		cmd.ExtraFiles = []*os.File{r}
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

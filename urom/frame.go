@@ -89,18 +89,27 @@ func (c *conn) write(env *envelope) error {
 // first byte (zero: no bound); once a frame started, the rest must arrive
 // within the connection's timeout.
 func (c *conn) read(idle time.Duration) (*envelope, error) {
+	var first time.Time
 	if idle > 0 {
-		c.c.SetReadDeadline(time.Now().Add(idle))
-	} else {
-		c.c.SetReadDeadline(time.Time{})
+		first = time.Now().Add(idle)
 	}
+	return c.readFrame(first, time.Time{}, MaxFrame)
+}
+
+// readFrame returns the next envelope of at most limit body bytes. first
+// bounds the wait for the frame's first byte (zero: no bound); by, when
+// set, bounds the whole frame, otherwise the rest of a started frame must
+// arrive within the connection's timeout.
+func (c *conn) readFrame(first, by time.Time, limit uint32) (*envelope, error) {
+	c.c.SetReadDeadline(first)
 	var prefix [framePrefixLen]byte
 	if _, err := io.ReadFull(c.r, prefix[:1]); err != nil {
 		return nil, err
 	}
-	if c.timeout > 0 {
-		c.c.SetReadDeadline(time.Now().Add(c.timeout))
+	if by.IsZero() && c.timeout > 0 {
+		by = time.Now().Add(c.timeout)
 	}
+	c.c.SetReadDeadline(by)
 	if _, err := io.ReadFull(c.r, prefix[1:]); err != nil {
 		return nil, fmt.Errorf("urom: truncated frame: %w", err)
 	}
@@ -111,8 +120,8 @@ func (c *conn) read(idle time.Duration) (*envelope, error) {
 		return nil, &VersionError{Ours: ProtocolVersion, Theirs: v}
 	}
 	n := binary.BigEndian.Uint32(prefix[6:])
-	if n > MaxFrame {
-		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, MaxFrame)
+	if n > limit {
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, limit)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(c.r, body); err != nil {

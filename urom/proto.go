@@ -12,6 +12,7 @@ import (
 // Message kinds between hosts and the service.
 const (
 	kindHello      = "hello"
+	kindAuth       = "auth" // the host's proof, with a shared secret (auth.go)
 	kindPlugins    = "plugins"
 	kindSpawn      = "spawn"
 	kindStop       = "stop"
@@ -22,16 +23,32 @@ const (
 )
 
 // Hello opens a host's session: the host names the RDMO component version it
-// speaks; a service without a compatible one refuses the session.
+// speaks; a service without a compatible one refuses the session. With a
+// shared secret (ClientOptions.Secret) the host says so and sends its
+// nonce; the session then starts only after the mutual authentication
+// (auth.go).
 type Hello struct {
 	Component        string `msgpack:"component"`
 	ComponentVersion string `msgpack:"version"`
+	Auth             bool   `msgpack:"auth,omitempty"`
+	Nonce            []byte `msgpack:"nonce,omitempty"`
 }
 
-// HelloReply is the service's answer to Hello.
+// HelloReply is the service's answer to Hello. To a host with a secret
+// the service first answers with its challenge (Auth and Nonce, nothing
+// else), then, once the host's proof is right, with its version and its
+// own proof (MAC).
 type HelloReply struct {
 	Service          string `msgpack:"service"`
 	ComponentVersion string `msgpack:"version"`
+	Auth             bool   `msgpack:"auth,omitempty"`
+	Nonce            []byte `msgpack:"nonce,omitempty"`
+	MAC              []byte `msgpack:"mac,omitempty"`
+}
+
+// authProof is the host's proof of the shared secret.
+type authProof struct {
+	MAC []byte `msgpack:"mac"`
 }
 
 // PluginInfo describes a plugin the service offers.
@@ -99,6 +116,7 @@ type WorkerDied struct {
 // *Error values that match the sentinels below with errors.Is.
 const (
 	codeVersion       = "version"
+	codeAuth          = "auth"
 	codeLimit         = "limit"
 	codeUnknownWorker = "unknown-worker"
 	codeWorkerDied    = "worker-died"
@@ -126,6 +144,7 @@ func (e *Error) Is(target error) bool {
 // Sentinels for errors.Is.
 var (
 	ErrVersion       = &Error{Code: codeVersion}       // no compatible component version
+	ErrAuth          = &Error{Code: codeAuth}          // the shared secrets differ, or only one side has one
 	ErrLimit         = &Error{Code: codeLimit}         // too many workers
 	ErrUnknownWorker = &Error{Code: codeUnknownWorker} // no such worker (of this host)
 	ErrWorkerDied    = &Error{Code: codeWorkerDied}    // the worker process exited

@@ -1,6 +1,7 @@
 package urom
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/openrdmo/rdmo/internal/hmacauth"
 )
 
 // Config configures a Service.
@@ -44,13 +48,27 @@ type Config struct {
 	ComponentVersion string
 	// CallTimeout bounds every command to a worker (default 30 s).
 	CallTimeout time.Duration
-	Logger      *zap.Logger
+	// Secret, if set, is a shared secret every host must prove it knows
+	// before the service serves it anything (a mutual HMAC-SHA256
+	// challenge–response in the hello, see auth.go); hosts without it,
+	// or with another one, are refused with ErrAuth. At least
+	// MinSecretLen random bytes. Empty: hosts are not authenticated.
+	Secret []byte
+	// HandshakeTimeout bounds a host's whole hello (and authentication),
+	// from the accepted connection on (default DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+	Logger           *zap.Logger
 }
+
+// MinSecretLen is the shortest accepted Config.Secret and
+// ClientOptions.Secret.
+const MinSecretLen = hmacauth.MinSecretLen
 
 // Service is the UROM service daemon.
 type Service struct {
 	cfg     Config
 	log     *zap.Logger
+	hsLog   *zap.Logger // refused and dropped hosts, sampled
 	plugins []PluginInfo
 
 	mu       sync.Mutex
@@ -70,16 +88,28 @@ func NewService(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 30 * time.Second
 	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
 	if len(cfg.WorkerCommand) == 0 {
 		return nil, errors.New("urom: no worker command configured")
 	}
+	if err := hmacauth.CheckSecret(cfg.Secret); err != nil {
+		return nil, fmt.Errorf("urom: Config.Secret: %w", err)
+	}
+	cfg.Secret = bytes.Clone(cfg.Secret)
 	if cfg.Component == "" {
 		cfg.Component = "rdmo"
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, workers: map[uint64]*workerProc{}, sessions: map[*session]struct{}{}}
+	// Whoever reaches the port can make the service log: the first 20
+	// lines of each message per second, then every 1000th.
+	hsLog := cfg.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, 20, 1000)
+	}))
+	s := &Service{cfg: cfg, log: cfg.Logger, hsLog: hsLog, workers: map[uint64]*workerProc{}, sessions: map[*session]struct{}{}}
 	s.plugins = s.discover(ctx)
 	return s, nil
 }
@@ -152,7 +182,8 @@ func (s *Service) Serve(ctx context.Context) error {
 		}
 		ln = s.ln
 	}
-	s.log.Info("UROM service listening", zap.String("addr", ln.Addr().String()), zap.Int("plugins", len(s.plugins)), zap.Int("max_workers", s.cfg.MaxWorkers))
+	s.log.Info("UROM service listening", zap.String("addr", ln.Addr().String()), zap.Int("plugins", len(s.plugins)), zap.Int("max_workers", s.cfg.MaxWorkers),
+		zap.Bool("authenticates_hosts", len(s.cfg.Secret) > 0))
 	go func() {
 		<-ctx.Done()
 		ln.Close()
@@ -289,31 +320,7 @@ func (ss *session) run(ctx context.Context) {
 		delete(s.sessions, ss)
 		s.mu.Unlock()
 	}()
-	env, err := ss.c.read(10 * time.Second)
-	if err != nil {
-		s.log.Warn("host did not say hello", zap.Error(err))
-		return
-	}
-	reply := &envelope{Cookie: env.Cookie, Kind: kindHello}
-	var hello Hello
-	if env.Kind != kindHello {
-		setError(reply, errorf(codeBadRequest, "first message must be hello, got %q", env.Kind))
-		ss.c.write(reply)
-		return
-	}
-	if err := decodeBody(env.Body, &hello); err != nil {
-		setError(reply, errorf(codeBadRequest, "malformed hello: %v", err))
-		ss.c.write(reply)
-		return
-	}
-	if hello.Component != s.cfg.Component || !compatible(hello.ComponentVersion, s.cfg.ComponentVersion) {
-		setError(reply, errorf(codeVersion, "host wants %s %s; this service has %s %s", hello.Component, hello.ComponentVersion, s.cfg.Component, s.cfg.ComponentVersion))
-		ss.c.write(reply)
-		s.log.Warn("host refused: incompatible version", zap.String("wants", hello.ComponentVersion), zap.String("have", s.cfg.ComponentVersion))
-		return
-	}
-	reply.Body, _ = encodeBody(HelloReply{Service: "rdmo-urom", ComponentVersion: s.cfg.ComponentVersion})
-	if ss.c.write(reply) != nil {
+	if ss.handshake() != nil {
 		return
 	}
 	for {

@@ -31,7 +31,16 @@ func TestMain(m *testing.M) {
 	case "service":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		s, err := urom.NewService(ctx, serviceConfig())
+		cfg := serviceConfig()
+		if f := os.Getenv("UROM_TEST_SECRET_FILE"); f != "" {
+			secret, err := os.ReadFile(f)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			cfg.Secret = secret
+		}
+		s, err := urom.NewService(ctx, cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -127,25 +136,19 @@ func (h *testHandler) Close() error { return nil }
 
 func startService(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := urom.NewService(ctx, serviceConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := s.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		s.Serve(ctx)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	addr, _ := startServiceWith(t, nil)
 	return addr
+}
+
+// startServiceWith starts a service in this process (its workers are
+// processes of this binary) with serviceConfig changed by change.
+func startServiceWith(t *testing.T, change func(*urom.Config)) (string, *urom.Service) {
+	t.Helper()
+	cfg := serviceConfig()
+	if change != nil {
+		change(&cfg)
+	}
+	return urom.StartForTest(t, cfg)
 }
 
 func dial(t *testing.T, addr string) *urom.Client {
@@ -338,5 +341,50 @@ func TestEmbeddedServiceKilledTakesWorkersDown(t *testing.T) {
 	case <-w.Gone():
 	case <-time.After(10 * time.Second):
 		t.Fatal("host not told its worker is gone when the service died")
+	}
+}
+
+// A context that is already done fails every call with its own error,
+// before anything is sent: an expired Spawn starts no worker.
+func TestDoneContext(t *testing.T) {
+	addr := startService(t)
+	c := dial(t, addr)
+	w, err := c.Spawn(context.Background(), urom.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	for _, ctx := range []context.Context{expired, cancelled} {
+		want := ctx.Err()
+		// Several times: the bug this guards against answered with a
+		// random choice between two errors.
+		for i := 0; i < 10; i++ {
+			if _, err := c.Plugins(ctx); err != want {
+				t.Fatalf("Plugins: %v, want %v", err, want)
+			}
+			if _, err := c.Spawn(ctx, urom.SpawnOptions{}); err != want {
+				t.Fatalf("Spawn: %v, want %v", err, want)
+			}
+			if err := w.Call(ctx, "echo", "x", nil); err != want {
+				t.Fatalf("Call: %v, want %v", err, want)
+			}
+			if err := w.Stop(ctx); err != want {
+				t.Fatalf("Stop: %v, want %v", err, want)
+			}
+			if _, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: "1.0.0"}); err != want {
+				t.Fatalf("Dial: %v, want %v", err, want)
+			}
+		}
+	}
+	ws, err := c.Workers(context.Background())
+	if err != nil || len(ws) != 1 || ws[0].ID != w.ID {
+		t.Errorf("workers %+v %v: want only the first (nothing sent with a done context)", ws, err)
+	}
+	var echo string
+	if err := w.Call(context.Background(), "echo", "alive", &echo); err != nil || echo != "alive" {
+		t.Errorf("worker after the refused calls: %q %v", echo, err)
 	}
 }

@@ -179,7 +179,13 @@ func (a *app) dpuCommand() *cobra.Command {
 		Short: "Run the UROM service daemon (the DPU side) that spawns RDMO workers",
 		Long: "Runs the UROM service: it finds plugins on the plugin path, accepts hosts on\n" +
 			"--listen, and spawns worker processes running the plugins they ask for.\n" +
-			"It stops on SIGINT or SIGTERM.",
+			"It stops on SIGINT or SIGTERM.\n\n" +
+			"With --secret-file (at least 16 bytes; `openssl rand -hex 32`), every host must\n" +
+			"prove it holds the same secret, and the service proves it back, before anything\n" +
+			"is served (rdmo -m server --urom ... --secret-file, rdmo plugins --urom ...\n" +
+			"--secret-file). The secret authenticates; it does not encrypt the channel.\n" +
+			"Without it, any host that reaches --listen can start and command workers:\n" +
+			"bind --listen to loopback or a network only trusted hosts reach.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.showVersion {
@@ -213,8 +219,9 @@ func (a *app) pluginsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plugins",
 		Short: "List the plugins a UROM service offers",
-		Long:  "Lists the plugins (name, id, version) the UROM service at --urom offers,\nor those of the service embedded in this binary when --urom is empty.",
-		Args:  noArgs,
+		Long: "Lists the plugins (name, id, version) the UROM service at --urom offers,\nor those of the service embedded in this binary when --urom is empty.\n" +
+			"A service started with --secret-file needs the same --secret-file here.",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.showVersion {
 				return a.printVersion()

@@ -202,6 +202,8 @@ func TestBinary(t *testing.T) {
 			{[]string{"dpu", "--config", dpuBad}, dpuBad + `:1:2: unknown key "mode"`},
 			{[]string{"dpu", "-m", "server"}, `unknown shorthand flag: 'm' in -m`},
 			{[]string{"plugins", "--urom", "x"}, `--urom: invalid address "x"`},
+			{[]string{"plugins", "--urom", "a:1", "--secret-file", filepath.Join(dir, "none")}, "--secret-file: " + filepath.Join(dir, "none") + ": no such file or directory"},
+			{[]string{"dpu", "--secret-file", dir}, "--secret-file: " + dir + " is a directory"},
 			{[]string{"bench", "-m", "clinet"}, `-m/--mode: invalid mode "clinet"`},
 			{[]string{"help", "nope"}, `no help for "nope"; commands: dpu, plugins, bench`},
 		}
@@ -221,8 +223,9 @@ func TestBinary(t *testing.T) {
 
 	t.Run("subcommand help", func(t *testing.T) {
 		for cmd, wants := range map[string][]string{
-			"dpu":     {"Usage: rdmo dpu [flags]", "--config <path>", "--listen <host:port>", "--plugin-path <dir[:dir...]>", "--max-workers <N>", "--metrics-addr <host:port>", "-l, --log-level", "Service Flags:"},
-			"plugins": {"Usage: rdmo plugins [flags]", "--urom <host:port>"},
+			"dpu": {"Usage: rdmo dpu [flags]", "--config <path>", "--listen <host:port>", "--plugin-path <dir[:dir...]>", "--max-workers <N>", "--metrics-addr <host:port>", "-l, --log-level", "Service Flags:",
+				"--secret-file <path>", "every host must\nprove it holds the same secret", "it does not encrypt"},
+			"plugins": {"Usage: rdmo plugins [flags]", "--urom <host:port>", "--secret-file <path>"},
 			"bench":   {"Usage: rdmo bench [flags]", "-m, --mode {server, client}", "--ops <N>", "-j, --json <path>"},
 		} {
 			for _, args := range [][]string{{cmd, "-h"}, {cmd, "--help"}, {"help", cmd}} {
@@ -400,10 +403,12 @@ func TestLogging(t *testing.T) {
 func TestSubcommandHooks(t *testing.T) {
 	saveHooks(t)
 	plugins := t.TempDir()
+	secret := writeFile(t, t.TempDir(), "secret", "0123456789abcdef0123456789abcdef\n")
+	other := writeFile(t, t.TempDir(), "other", "fedcba9876543210fedcba9876543210\n")
 	conf := writeFile(t, t.TempDir(), "dpu.json", `{
 	"doca_general_flags": {"log-level": 60,},
 	// service
-	"doca_program_flags": {"listen": "0.0.0.0:18600", "plugin-path": ["`+plugins+`"], "max-workers": 8,},
+	"doca_program_flags": {"listen": "0.0.0.0:18600", "plugin-path": ["`+plugins+`"], "max-workers": 8, "secret-file": "`+secret+`",},
 }`)
 	var dpu cli.DPUConfig
 	cli.RunDPU = func(_ context.Context, cfg cli.DPUConfig) error { dpu = cfg; return nil }
@@ -411,13 +416,20 @@ func TestSubcommandHooks(t *testing.T) {
 		t.Fatalf("dpu: exit %d %q", r.code, r.stderr)
 	}
 	if dpu.Listen != "0.0.0.0:18600" || len(dpu.PluginPath) != 1 || dpu.PluginPath[0] != plugins || dpu.MaxWorkers != 2 ||
-		dpu.Log.Level != cli.LogDebug || dpu.Logger == nil || dpu.ConfigFile != conf {
+		dpu.Log.Level != cli.LogDebug || dpu.Logger == nil || dpu.ConfigFile != conf || dpu.SecretFile != secret {
 		t.Errorf("dpu config %+v", dpu)
+	}
+	// The flag overrides the file's key.
+	if r := runInProcess("dpu", "--config", conf, "--secret-file", other); r.code != 0 || dpu.SecretFile != other {
+		t.Errorf("dpu --secret-file: exit %d %q %+v", r.code, r.stderr, dpu)
 	}
 	var pl cli.PluginsConfig
 	cli.RunPlugins = func(_ context.Context, cfg cli.PluginsConfig) error { pl = cfg; return nil }
-	if r := runInProcess("plugins", "--urom", "dpu:18516", "-l", "30"); r.code != 0 || pl.UROMAddress != "dpu:18516" || pl.Log.Level != cli.LogError || pl.Logger == nil {
+	if r := runInProcess("plugins", "--urom", "dpu:18516", "-l", "30"); r.code != 0 || pl.UROMAddress != "dpu:18516" || pl.Log.Level != cli.LogError || pl.Logger == nil || pl.SecretFile != "" {
 		t.Errorf("plugins: exit %d %q %+v", r.code, r.stderr, pl)
+	}
+	if r := runInProcess("plugins", "--urom", "dpu:18516", "--secret-file", secret); r.code != 0 || pl.SecretFile != secret {
+		t.Errorf("plugins --secret-file: exit %d %q %+v", r.code, r.stderr, pl)
 	}
 	var bench cli.Config
 	cli.RunBench = func(_ context.Context, cfg cli.Config) error { bench = cfg; return nil }

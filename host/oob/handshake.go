@@ -2,16 +2,14 @@ package oob
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/hmacauth"
 )
 
 // side is which end of the TCP connection a Conn is. It is fixed by who
@@ -20,12 +18,12 @@ import (
 type side byte
 
 const (
-	sideDialer   side = 'D'
-	sideListener side = 'L'
+	sideDialer   = side(hmacauth.Dialer)
+	sideListener = side(hmacauth.Listener)
 )
 
 // NonceLen is the size of each side's authentication nonce.
-const NonceLen = 32
+const NonceLen = hmacauth.NonceLen
 
 // proofLabel separates these MACs from any other use of the secret.
 const proofLabel = "rdmo-oob v1 auth proof"
@@ -114,9 +112,9 @@ func (c *Conn) handshake(ctx context.Context, s side) (err error) {
 // attack offline) and rejects a wrong one with an Error frame; the dialer
 // then checks the listener's proof.
 func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []byte) error {
-	nonce := make([]byte, NonceLen)
-	if _, err := rand.Read(nonce); err != nil {
-		return fmt.Errorf("oob: handshake: random nonce: %w", err)
+	nonce, err := hmacauth.NewNonce()
+	if err != nil {
+		return fmt.Errorf("oob: handshake: %w", err)
 	}
 	b, err := encodeFrame(c.opts.version, authChallenge{Nonce: nonce}, handshakeMaxBody)
 	if err != nil {
@@ -137,21 +135,21 @@ func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []by
 		return err
 	}
 	peerNonce := m.(authChallenge).Nonce
-	if len(peerNonce) != NonceLen {
-		return &AuthError{Reason: fmt.Sprintf("the peer's nonce is %d bytes, want %d", len(peerNonce), NonceLen)}
-	}
-	if hmac.Equal(peerNonce, nonce) {
-		return &AuthError{Reason: "the peer echoed this side's nonce"}
+	if err := hmacauth.CheckPeerNonce(peerNonce, nonce); err != nil {
+		return &AuthError{Reason: err.Error()}
 	}
 
-	t := transcript{nonceD: nonce, nonceL: peerNonce, helloD: myHello, helloL: peerHello}
+	// The transcript covers both hellos (raw frames, so any tampering
+	// with version, role or the auth flag is detected) and both nonces,
+	// ordered dialer first; each proof binds its side and role.
+	t := hmacauth.Transcript{Label: proofLabel, DialerNonce: nonce, ListenerNonce: peerNonce, DialerHello: myHello, ListenerHello: peerHello}
 	peerSide, peerRole := sideListener, c.peerRole
 	if s == sideListener {
-		t = transcript{nonceD: peerNonce, nonceL: nonce, helloD: peerHello, helloL: myHello}
+		t = hmacauth.Transcript{Label: proofLabel, DialerNonce: peerNonce, ListenerNonce: nonce, DialerHello: peerHello, ListenerHello: myHello}
 		peerSide = sideDialer
 	}
-	mine := t.proof(c.opts.Secret, s, c.opts.Role)
-	want := t.proof(c.opts.Secret, peerSide, peerRole)
+	mine := t.Proof(c.opts.Secret, byte(s), byte(c.opts.Role))
+	want := t.Proof(c.opts.Secret, byte(peerSide), byte(peerRole))
 
 	sendProof := func() error {
 		b, err := encodeFrame(c.opts.version, authProof{MAC: mine}, handshakeMaxBody)
@@ -175,7 +173,7 @@ func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []by
 	}
 	switch m := m.(type) {
 	case authProof:
-		if !hmac.Equal(m.MAC, want) {
+		if !hmacauth.Valid(m.MAC, want) {
 			if s == sideListener {
 				// Best effort: tell the dialer why, then close.
 				if b, err := encodeFrame(c.opts.version, Error{Code: CodeAuth, Message: "authentication failed"}, handshakeMaxBody); err == nil {
@@ -196,30 +194,4 @@ func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []by
 		return sendProof()
 	}
 	return nil
-}
-
-// transcript is what the proofs cover: both hellos (raw frames, so any
-// tampering with version, role or the auth flag is detected) and both
-// nonces, ordered dialer first.
-type transcript struct {
-	helloD, helloL []byte
-	nonceD, nonceL []byte
-}
-
-// proof = HMAC-SHA256(secret, label || side || role || len(helloD) ||
-// helloD || len(helloL) || helloL || nonceD || nonceL), lengths u32 BE.
-func (t *transcript) proof(secret []byte, s side, r Role) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(proofLabel))
-	m.Write([]byte{byte(s), byte(r)})
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(t.helloD)))
-	m.Write(n[:])
-	m.Write(t.helloD)
-	binary.BigEndian.PutUint32(n[:], uint32(len(t.helloL)))
-	m.Write(n[:])
-	m.Write(t.helloL)
-	m.Write(t.nonceD)
-	m.Write(t.nonceL)
-	return m.Sum(nil)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/hmacauth"
 )
 
 // DefaultTimeout is the default Options.Timeout.
@@ -13,7 +15,7 @@ const DefaultTimeout = 10 * time.Second
 
 // MinSecretLen is the shortest accepted Options.Secret. The secret is an
 // HMAC key, not a password: use random bytes (e.g. `openssl rand -hex 32`).
-const MinSecretLen = 16
+const MinSecretLen = hmacauth.MinSecretLen
 
 // handshakeMaxBody bounds every frame of the handshake, whatever MaxBody
 // is, so that an unauthenticated peer can make us allocate at most this.
@@ -47,8 +49,8 @@ type Options struct {
 }
 
 func (o Options) normalize(defaultRole Role) (Options, error) {
-	if n := len(o.Secret); n > 0 && n < MinSecretLen {
-		return o, fmt.Errorf("oob: Options.Secret is %d bytes; use at least %d random bytes", n, MinSecretLen)
+	if err := hmacauth.CheckSecret(o.Secret); err != nil {
+		return o, fmt.Errorf("oob: Options.Secret: %w", err)
 	}
 	o.Secret = bytes.Clone(o.Secret)
 	switch {

@@ -274,7 +274,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "append-strategy", GroupRDMOFlags, "{owned, shared}")
 	fs.Var((*countValue)(&c.Ops), "ops", "Workload size: number of RDMO operations to issue")
 	Annotate(fs, "ops", GroupRDMOFlags, "<N>")
-	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret that authenticates peers (empty: no authentication)")
+	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret that authenticates server and client to each other, and the server and the UROM service at --urom (empty: no authentication)")
 	Annotate(fs, "secret-file", GroupRDMOFlags, "<path>")
 }
 
@@ -351,7 +351,7 @@ func (c *DPUConfig) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "max-workers", GroupServiceFlags, "<N>")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve metrics over HTTP on host:port (empty: off)")
 	Annotate(fs, "metrics-addr", GroupServiceFlags, "<host:port>")
-	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret hosts must present (empty: no authentication)")
+	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret every host must prove before it is served; hosts use it with --secret-file (empty: any host that reaches --listen is served)")
 	Annotate(fs, "secret-file", GroupServiceFlags, "<path>")
 }
 
@@ -387,24 +387,29 @@ func (c *DPUConfig) Validate() error {
 type PluginsConfig struct {
 	Log         LogConfig
 	UROMAddress string      // --urom: the service to ask ("" = the embedded service)
+	SecretFile  string      // --secret-file: the secret the service at --urom requires ("" = none)
 	Logger      *zap.Logger // set before Run; never nil inside a Run hook
 }
 
 // DefaultPluginsConfig is the plugins configuration before flags.
 func DefaultPluginsConfig() PluginsConfig { return PluginsConfig{Log: DefaultLogConfig()} }
 
-// RegisterFlags adds --urom to fs, bound to c.
+// RegisterFlags adds --urom and --secret-file to fs, bound to c.
 func (c *PluginsConfig) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port to ask; empty lists the embedded service's plugins")
 	Annotate(fs, "urom", GroupFlags, "<host:port>")
+	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret the service at --urom requires (rdmo dpu --secret-file)")
+	Annotate(fs, "secret-file", GroupFlags, "<path>")
 }
 
 // Validate checks the plugins configuration; errors are usage errors.
 func (c *PluginsConfig) Validate() error {
 	if c.UROMAddress != "" {
-		return checkHostPort("--urom", c.UROMAddress)
+		if err := checkHostPort("--urom", c.UROMAddress); err != nil {
+			return err
+		}
 	}
-	return nil
+	return checkFile("--secret-file", c.SecretFile)
 }
 
 func checkDevice(name string) error {

@@ -1,0 +1,342 @@
+package urom
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/openrdmo/rdmo/internal/hmacauth"
+)
+
+// These tests speak the wire protocol by hand, as a hostile host or a
+// hostile service would. The service's workers are processes of this test
+// binary (TestMain in urom_test.go serves UROM_TEST_ROLE=worker).
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// hangGuard bounds every wait of these tests so that a bug fails them
+// instead of hanging them; it is not a measurement.
+const hangGuard = 30 * time.Second
+
+func startRawTestService(t *testing.T, secret []byte, handshake time.Duration) (string, *Service, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.DebugLevel)
+	addr, s := startForTest(t, Config{
+		Listen:           "127.0.0.1:0",
+		Builtins:         []PluginInfo{{Name: "echo", Version: "1.0.0"}},
+		MaxWorkers:       2,
+		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
+		WorkerEnv:        []string{"UROM_TEST_ROLE=worker"},
+		ComponentVersion: "1.2.0",
+		Secret:           secret,
+		HandshakeTimeout: handshake,
+		Logger:           zap.New(core),
+	})
+	return addr, s, logs
+}
+
+// rawHost is a host connection driven frame by frame.
+type rawHost struct {
+	t  *testing.T
+	nc net.Conn
+	c  *conn
+}
+
+func dialRaw(t *testing.T, addr string) *rawHost {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawHost{t: t, nc: nc, c: newConn(nc, hangGuard)}
+}
+
+func (h *rawHost) send(cookie uint64, kind string, body any) {
+	h.t.Helper()
+	b, err := encodeBody(body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.c.write(&envelope{Cookie: cookie, Kind: kind, Body: b}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *rawHost) recv() *envelope {
+	h.t.Helper()
+	env, err := h.c.read(hangGuard)
+	if err != nil {
+		h.t.Fatalf("reading the service's answer: %v", err)
+	}
+	return env
+}
+
+// closed checks that the service closed the connection without sending
+// anything more.
+func (h *rawHost) closed() {
+	h.t.Helper()
+	h.nc.SetReadDeadline(time.Now().Add(hangGuard))
+	var b [1]byte
+	if n, err := h.nc.Read(b[:]); n != 0 || !(errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err)) {
+		h.t.Fatalf("connection not closed by the service: read %d bytes, %v", n, err)
+	}
+}
+
+func isReset(err error) bool { return err != nil && strings.Contains(err.Error(), "connection reset") }
+
+// hello sends an authenticating hello and returns the challenge.
+func (h *rawHost) hello(nonce []byte) (*envelope, HelloReply) {
+	h.t.Helper()
+	h.send(1, kindHello, Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce})
+	env := h.recv()
+	var r HelloReply
+	if err := decodeBody(env.Body, &r); err != nil || env.Status != "" {
+		h.t.Fatalf("challenge: %+v %v", env, err)
+	}
+	return env, r
+}
+
+func refusals(logs *observer.ObservedLogs, h *rawHost) int {
+	return logs.FilterField(zap.String("peer", h.nc.LocalAddr().String())).Len()
+}
+
+// Before a host proved the secret the service answers nothing but the
+// handshake: no plugin list, no worker, not even its component version;
+// every wrong step ends the connection with an error answer, and one log
+// line names the host.
+func TestNothingServedBeforeAuthentication(t *testing.T) {
+	addr, svc, logs := startRawTestService(t, testSecret, 0)
+	nonce := bytes.Repeat([]byte{7}, 32)
+	for _, tc := range []struct {
+		name string
+		run  func(h *rawHost) *envelope // returns the refusal
+		code string
+	}{
+		{"plugins first", func(h *rawHost) *envelope { h.send(1, kindPlugins, nil); return h.recv() }, codeBadRequest},
+		{"spawn first", func(h *rawHost) *envelope { h.send(1, kindSpawn, SpawnOptions{}); return h.recv() }, codeBadRequest},
+		{"hello without auth", func(h *rawHost) *envelope {
+			h.send(1, kindHello, Hello{Component: "rdmo", ComponentVersion: "1.0.0"})
+			return h.recv()
+		}, codeAuth},
+		{"short nonce", func(h *rawHost) *envelope {
+			h.send(1, kindHello, Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce[:5]})
+			return h.recv()
+		}, codeAuth},
+		{"spawn instead of the proof", func(h *rawHost) *envelope {
+			_, ch := h.hello(nonce)
+			if !ch.Auth || len(ch.Nonce) != 32 || ch.ComponentVersion != "" || ch.MAC != nil {
+				t.Errorf("challenge %+v: want a nonce and nothing else", ch)
+			}
+			h.send(2, kindSpawn, SpawnOptions{})
+			return h.recv()
+		}, codeAuth},
+		{"wrong proof", func(h *rawHost) *envelope {
+			h.hello(nonce)
+			h.send(2, kindAuth, authProof{MAC: bytes.Repeat([]byte{1}, 32)})
+			return h.recv()
+		}, codeAuth},
+		{"replayed proof of another connection", func(h *rawHost) *envelope {
+			// A proof is bound to the service's fresh nonce: one made for
+			// an earlier challenge does not pass a new one.
+			env, ch := h.hello(nonce)
+			tr := hmacauth.Transcript{Label: authLabel, DialerHello: mustBody(h.t, Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce}),
+				ListenerHello: env.Body, DialerNonce: nonce, ListenerNonce: ch.Nonce}
+			h2 := dialRaw(h.t, addr)
+			h2.hello(nonce)
+			h2.send(2, kindAuth, authProof{MAC: tr.Proof(testSecret, hmacauth.Dialer)})
+			return h2.recv()
+		}, codeAuth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := dialRaw(t, addr)
+			env := tc.run(h)
+			if env.Code != tc.code || len(env.Body) != 0 {
+				t.Errorf("answer %+v, want error code %q and no body", env, tc.code)
+			}
+			if tc.code == codeAuth && !strings.Contains(env.Status, "authentication failed") {
+				t.Errorf("answer %q does not say authentication failed", env.Status)
+			}
+			if tc.name != "replayed proof of another connection" {
+				h.closed()
+				if n := refusals(logs, h); n != 1 {
+					t.Errorf("%d log lines name the host, want 1", n)
+				}
+			}
+		})
+	}
+	if ws := svc.Workers(); len(ws) != 0 {
+		t.Errorf("workers started for unauthenticated hosts: %+v", ws)
+	}
+}
+
+func mustBody(t *testing.T, v any) []byte {
+	b, err := encodeBody(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A host that connects and sends nothing, or stops after its hello, or
+// sends a hello too large to be one, is dropped at the handshake deadline
+// (or at once); a host that authenticated meanwhile is served before and
+// after, its session not bound by that deadline.
+func TestHandshakeDeadline(t *testing.T) {
+	addr, _, logs := startRawTestService(t, testSecret, 300*time.Millisecond)
+	ctx := context.Background()
+	good, err := Dial(ctx, addr, ClientOptions{ComponentVersion: "1.0.0", Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	w, err := good.Spawn(ctx, SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := dialRaw(t, addr)
+	stalled := dialRaw(t, addr)
+	stalled.hello(bytes.Repeat([]byte{7}, 32))
+	huge := dialRaw(t, addr)
+	prefix := []byte(frameMagic)
+	prefix = binary.BigEndian.AppendUint16(prefix, ProtocolVersion)
+	prefix = binary.BigEndian.AppendUint32(prefix, handshakeMaxFrame+1)
+	huge.nc.Write(prefix)
+
+	var echo string
+	if err := w.Call(ctx, "echo", "meanwhile", &echo); err != nil || echo != "meanwhile" {
+		t.Fatalf("good host while others stall: %q %v", echo, err)
+	}
+	for _, h := range []*rawHost{silent, stalled, huge} {
+		h.closed()
+		if n := refusals(logs, h); n != 1 {
+			t.Errorf("%d log lines name the dropped host, want 1", n)
+		}
+	}
+	for _, h := range []*rawHost{silent, stalled} {
+		e := logs.FilterField(zap.String("peer", h.nc.LocalAddr().String())).AllUntimed()
+		if len(e) == 1 && !strings.Contains(e[0].ContextMap()["error"].(string), "within the handshake deadline") {
+			t.Errorf("drop logged as %v", e[0].ContextMap())
+		}
+	}
+	// The silent host connected after the good one finished its
+	// handshake, so the good one's deadline has passed too.
+	if err := w.Call(ctx, "echo", "after", &echo); err != nil || echo != "after" {
+		t.Fatalf("good host after the handshake deadline: %q %v", echo, err)
+	}
+}
+
+// fakeService accepts one host and answers its hello with answer.
+func fakeService(t *testing.T, answer func(c *conn, hello *envelope)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		c := newConn(nc, hangGuard)
+		env, err := c.read(hangGuard)
+		if err != nil {
+			return
+		}
+		answer(c, env)
+		// Hold the connection until the host gives up.
+		c.read(hangGuard)
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// A host with a secret refuses a service that does not prove it — one
+// without authentication (an older service, or a plain TCP listener
+// pretending), one whose proof is wrong, one that reflects the host's
+// nonce — with ErrAuth, and never falls back to an unauthenticated
+// session.
+func TestHostRefusesServiceThatDoesNotProve(t *testing.T) {
+	reply := func(c *conn, cookie uint64, kind string, r HelloReply) {
+		body, _ := encodeBody(r)
+		c.write(&envelope{Cookie: cookie, Kind: kind, Body: body})
+	}
+	challengeThen := func(nonce func(h Hello) []byte, mac []byte) func(*conn, *envelope) {
+		return func(c *conn, env *envelope) {
+			var h Hello
+			decodeBody(env.Body, &h)
+			reply(c, env.Cookie, kindHello, HelloReply{Service: serviceName, Auth: true, Nonce: nonce(h)})
+			p, err := c.read(hangGuard)
+			if err != nil {
+				return
+			}
+			reply(c, p.Cookie, kindAuth, HelloReply{Service: serviceName, ComponentVersion: "1.2.0", MAC: mac})
+		}
+	}
+	fresh := func(Hello) []byte { return bytes.Repeat([]byte{9}, 32) }
+	for _, tc := range []struct {
+		name   string
+		answer func(*conn, *envelope)
+		want   string
+	}{
+		{"no authentication", func(c *conn, env *envelope) {
+			reply(c, env.Cookie, kindHello, HelloReply{Service: serviceName, ComponentVersion: "1.2.0"})
+		}, "the service did not"},
+		{"wrong proof", challengeThen(fresh, bytes.Repeat([]byte{1}, 32)), "the UROM service's proof does not match"},
+		{"no proof", challengeThen(fresh, nil), "the UROM service's proof does not match"},
+		{"reflected nonce", challengeThen(func(h Hello) []byte { return h.Nonce }, nil), "echoed"},
+		{"short nonce", challengeThen(func(Hello) []byte { return []byte{1} }, nil), "nonce is 1 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := fakeService(t, tc.answer)
+			c, err := Dial(context.Background(), addr, ClientOptions{ComponentVersion: "1.0.0", Secret: testSecret})
+			if err == nil {
+				c.Close()
+				t.Fatal("connected to a service that did not prove the secret")
+			}
+			if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrAuth saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A service that never answers the hello: Dial ends with the context's
+// error (deadline or cancellation), or ErrTimeout after CallTimeout when
+// the context has no deadline.
+func TestDialSilentService(t *testing.T) {
+	silent := func(*conn, *envelope) {}
+	for _, secret := range [][]byte{nil, testSecret} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, err := Dial(ctx, fakeService(t, silent), ClientOptions{ComponentVersion: "1.0.0", Secret: secret})
+		cancel()
+		if err != context.DeadlineExceeded {
+			t.Errorf("deadline (secret %v): %v, want context.DeadlineExceeded", secret != nil, err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		addr := fakeService(t, func(*conn, *envelope) { cancel() })
+		if _, err := Dial(ctx, addr, ClientOptions{ComponentVersion: "1.0.0", Secret: secret}); err != context.Canceled {
+			t.Errorf("cancelled (secret %v): %v, want context.Canceled", secret != nil, err)
+		}
+		_, err = Dial(context.Background(), fakeService(t, silent), ClientOptions{ComponentVersion: "1.0.0", Secret: secret, CallTimeout: 200 * time.Millisecond})
+		if !errors.Is(err, ErrTimeout) {
+			t.Errorf("CallTimeout (secret %v): %v, want ErrTimeout", secret != nil, err)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package urom
+
+import (
+	"context"
+	"testing"
+)
+
+// startForTest runs a service with cfg in this process until the test
+// ends and returns its address.
+func startForTest(t testing.TB, cfg Config) (string, *Service) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := NewService(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	addr, err := s.Listen()
+	if err != nil {
+		cancel()
+		s.Close()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.Serve(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return addr, s
+}
+
+// StartForTest is startForTest for the tests of package urom_test.
+var StartForTest = startForTest
