@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testproc"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
@@ -181,30 +182,6 @@ func closeWithin(w *dpu.Worker, d time.Duration) error {
 	}
 }
 
-// awaitLine waits for the next line of an initiator process that starts
-// with prefix and returns its fields. An ERR line, the process ending, or
-// the timeout are errors; it never fails the test itself, so any goroutine
-// may call it.
-func awaitLine(lines <-chan string, prefix string, timeout time.Duration) ([]string, error) {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				return nil, fmt.Errorf("process exited before %s", prefix)
-			}
-			if strings.HasPrefix(l, "ERR") {
-				return strings.Fields(l), fmt.Errorf("process: %s", l)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return strings.Fields(l)[1:], nil
-			}
-		case <-deadline:
-			return nil, fmt.Errorf("no %s within %v", prefix, timeout)
-		}
-	}
-}
-
 // appender keeps an initiator process appending batches of records to a
 // queue (batch k as initiator id k, so checkQueue can tell them apart)
 // until stop; at least one batch runs.
@@ -227,8 +204,8 @@ func startAppender(p *initiatorProc, q fenced, perBatch, maxBatches int) *append
 				default:
 				}
 			}
-			p.send(fmt.Sprintf("records %d %d %d %d %d %d", id, perBatch, q.base, q.id, 97, 42))
-			if _, err := awaitLine(p.lines, "DONE", 5*time.Minute); err != nil {
+			p.Send(fmt.Sprintf("records %d %d %d %d %d %d", id, perBatch, q.base, q.id, 97, 42))
+			if _, err := p.Await("DONE", 5*time.Minute); err != nil {
 				a.err = fmt.Errorf("batch %d: %w", id, err)
 				return
 			}
@@ -740,7 +717,7 @@ func runCatalogue(t *testing.T, tr ucptest.Transport, mode workerMode) {
 	}
 	st := e.a.worker.Stats()
 	t.Logf("%d bad inputs tried; client B appended %d records meanwhile; worker failures by status: %v", tried, bg.records(), st.Failures)
-	pB.send("quit")
+	pB.Send("quit")
 }
 
 // TestBadInputCatalogue: every row of badInputs against a live worker, in
@@ -934,7 +911,7 @@ func TestLimitsOverTheCommandChannel(t *testing.T) {
 // files of the host's choosing: such entries are refused with
 // ErrBadRequest and the worker is not started.
 func TestBadInputSpawnEnvironment(t *testing.T) {
-	checkNoLeftoverProcesses(t)
+	testproc.CheckNoLeftovers(t)
 	tr := ucptest.Transports[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -943,7 +920,7 @@ func TestBadInputSpawnEnvironment(t *testing.T) {
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
-		WorkerEnv:        append([]string{"E2E_ROLE=worker"}, tr.Env()...),
+		WorkerEnv:        workerEnv(tr),
 		ComponentVersion: rdmoworker.ComponentVersion,
 	})
 	if err != nil {

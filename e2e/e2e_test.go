@@ -61,10 +61,10 @@ func TestSeedFlow(t *testing.T) {
 		tg := newTargetMode(t, tr, s, mode)
 		q := tg.queue(128 << 10)
 		p := tg.startInitiator(tr)
-		p.send(fmt.Sprintf("append8 %d %d", q.base(), q.id))
-		p.expect("DONE", 30*time.Second)
-		p.send("flush")
-		f := p.expect("DONE", 30*time.Second)
+		p.Send(fmt.Sprintf("append8 %d %d", q.base(), q.id))
+		p.Must(t, "DONE", 30*time.Second)
+		p.Send("flush")
+		f := p.Must(t, "DONE", 30*time.Second)
 		if f[2] != "0" {
 			t.Fatalf("first flush reports failures: %v", f)
 		}
@@ -76,10 +76,10 @@ func TestSeedFlow(t *testing.T) {
 			t.Fatalf("tail %#x after flush, want base+16 (%#x)", got, want)
 		}
 		// Barrier passed: scatter 16 chunks with gaps between them.
-		p.send(fmt.Sprintf("scatter16 %d %d %d", q.id, q.base()+64, 16))
-		p.expect("DONE", 30*time.Second)
-		p.send("flush")
-		if f := p.expect("DONE", 30*time.Second); f[2] != "0" {
+		p.Send(fmt.Sprintf("scatter16 %d %d %d", q.id, q.base()+64, 16))
+		p.Must(t, "DONE", 30*time.Second)
+		p.Send("flush")
+		if f := p.Must(t, "DONE", 30*time.Second); f[2] != "0" {
 			t.Fatalf("second flush reports failures: %v", f)
 		}
 		for i := 0; i < 16; i++ {
@@ -94,7 +94,7 @@ func TestSeedFlow(t *testing.T) {
 		if !bytes.Equal(mem[16:64], make([]byte, 48)) {
 			t.Fatalf("bytes between the append and the scatter were written")
 		}
-		p.send("quit")
+		p.Send("quit")
 	})
 }
 
@@ -126,10 +126,10 @@ func TestExactlyOnceUnderConcurrency(t *testing.T) {
 		}
 		start := time.Now()
 		for i, p := range ps {
-			p.send(fmt.Sprintf("records %d %d %d %d %d %d", i, n, q.base(), q.id, 997, 42))
+			p.Send(fmt.Sprintf("records %d %d %d %d %d %d", i, n, q.base(), q.id, 997, 42))
 		}
 		for _, p := range ps {
-			p.expect("DONE", 10*time.Minute)
+			p.Must(t, "DONE", 10*time.Minute)
 		}
 		el := time.Since(start)
 		end := tail(q)
@@ -146,7 +146,7 @@ func TestExactlyOnceUnderConcurrency(t *testing.T) {
 			t.Errorf("aggregating initiators under load sent no batch container")
 		}
 		for _, p := range ps {
-			p.send("quit")
+			p.Send("quit")
 		}
 	})
 }
@@ -187,11 +187,11 @@ func TestModelBased(t *testing.T) {
 			ps = append(ps, tg.startInitiator(tr, env...))
 		}
 		for i, p := range ps {
-			p.send(fmt.Sprintf("model %d %d %d %d %d %d %d", i, seed, steps, q.base(), q.id, sr.id, sr.base()+uint64(i*scatterArea)))
+			p.Send(fmt.Sprintf("model %d %d %d %d %d %d %d", i, seed, steps, q.base(), q.id, sr.id, sr.base()+uint64(i*scatterArea)))
 		}
 		want := map[int]int{}
 		for i, p := range ps {
-			p.expect("DONE", 5*time.Minute)
+			p.Must(t, "DONE", 5*time.Minute)
 			area, records := applyModel(modelOps(seed, i, steps))
 			want[i] = records
 			got := sr.bytes()[i*scatterArea : (i+1)*scatterArea]
@@ -209,7 +209,7 @@ func TestModelBased(t *testing.T) {
 		st := tg.worker.Stats()
 		t.Logf("%s; failures %v", coalescing(st), st.Failures)
 		for _, p := range ps {
-			p.send("quit")
+			p.Send("quit")
 		}
 	})
 }

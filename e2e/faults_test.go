@@ -9,15 +9,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testproc"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/initiator"
@@ -27,9 +26,9 @@ import (
 )
 
 // The fault tests need processes the harness's TestMain does not know:
-// they are started with E2E_FAULT_ROLE and take over before TestMain.
+// their roles take over before TestMain.
 func init() {
-	switch os.Getenv("E2E_FAULT_ROLE") {
+	switch testproc.Role() {
 	case "target":
 		os.Exit(faultTargetMain())
 	case "targetworker":
@@ -37,172 +36,6 @@ func init() {
 	case "loader":
 		os.Exit(faultLoaderMain())
 	}
-}
-
-// ---- child processes ----
-
-// child is a child process that talks in lines. Its output is kept whole,
-// so a child that prints a lot never blocks on a test that does not read.
-type child struct {
-	t    testing.TB
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	mu   sync.Mutex
-	out  []string
-	next int
-	more chan struct{}
-	done chan struct{} // closed when the process has exited and was reaped
-}
-
-func startChild(t testing.TB, cmd *exec.Cmd, env ...string) *child {
-	t.Helper()
-	cmd.Env = append(append(os.Environ(), env...), "UCX_WARN_UNUSED_ENV_VARS=n")
-	cmd.Stderr = os.Stderr
-	in, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{t: t, cmd: cmd, in: in, more: make(chan struct{}, 1), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.out = append(c.out, sc.Text())
-			c.mu.Unlock()
-			c.signal()
-		}
-		cmd.Wait()
-		close(c.done)
-		c.signal()
-	}()
-	t.Cleanup(func() {
-		in.Close()
-		select {
-		case <-c.done:
-		case <-time.After(10 * time.Second):
-			c.kill()
-		}
-	})
-	return c
-}
-
-func (c *child) signal() {
-	select {
-	case c.more <- struct{}{}:
-	default:
-	}
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-func (c *child) send(line string) { fmt.Fprintln(c.in, line) }
-
-// kill ends the process with SIGKILL and waits until it is reaped.
-func (c *child) kill() {
-	c.cmd.Process.Kill()
-	<-c.done
-}
-
-// await returns the fields after prefix of the next line starting with it.
-// An ERR line is returned as an error (with its fields).
-func (c *child) await(prefix string, timeout time.Duration) ([]string, error) {
-	deadline := time.After(timeout)
-	for {
-		c.mu.Lock()
-		for c.next < len(c.out) {
-			l := c.out[c.next]
-			c.next++
-			if strings.HasPrefix(l, "ERR") {
-				c.mu.Unlock()
-				return strings.Fields(l), errors.New(l)
-			}
-			if strings.HasPrefix(l, prefix) {
-				c.mu.Unlock()
-				return strings.Fields(l)[1:], nil
-			}
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.more:
-		case <-c.done:
-			c.mu.Lock()
-			left := c.next < len(c.out)
-			c.mu.Unlock()
-			if !left {
-				return nil, fmt.Errorf("process %d exited before %s", c.pid(), prefix)
-			}
-		case <-deadline:
-			return nil, fmt.Errorf("no %s from process %d within %v", prefix, c.pid(), timeout)
-		}
-	}
-}
-
-func (c *child) must(prefix string, timeout time.Duration) []string {
-	c.t.Helper()
-	f, err := c.await(prefix, timeout)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return f
-}
-
-// descendants lists the live or unreaped processes below pid.
-func descendants(pid int) []string {
-	type proc struct {
-		ppid  int
-		state string
-		cmd   string
-	}
-	procs := map[int]proc{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		procs[p] = proc{ppid: ppid, state: f[0], cmd: strings.ReplaceAll(string(cmd), "\x00", " ")}
-	}
-	var out []string
-	for p, pr := range procs {
-		for q, hops := pr.ppid, 0; q > 1 && hops < 64; q, hops = procs[q].ppid, hops+1 {
-			if q == pid {
-				out = append(out, fmt.Sprintf("pid %d (state %s): %s", p, pr.state, pr.cmd))
-				break
-			}
-		}
-	}
-	return out
-}
-
-// checkNoLeftoverProcesses fails the test if, once everything else was
-// cleaned up, a process it started (or their children) is still around.
-// Call it before anything else so its cleanup runs last.
-func checkNoLeftoverProcesses(t testing.TB) {
-	t.Cleanup(func() {
-		var left []string
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			if left = descendants(os.Getpid()); len(left) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		for _, p := range left {
-			t.Errorf("process left over: %s", p)
-		}
-	})
 }
 
 // waitFor polls cond until it holds or d passes.
@@ -419,7 +252,7 @@ func faultLoaderMain() int {
 func TestFaultInitiatorKilled(t *testing.T) {
 	for _, tr := range initiatorKillTransports() {
 		t.Run(tr.Name, func(t *testing.T) {
-			checkNoLeftoverProcesses(t)
+			testproc.CheckNoLeftovers(t)
 			ucptest.CheckLeaks(t)
 			const drain = 3 * time.Second
 			tg := newTargets(t, tr, inProc(t, tr, dpu.Config{Handlers: handlers(appendop.Owned), DrainTimeout: drain}), 1)[0]
@@ -427,7 +260,7 @@ func TestFaultInitiatorKilled(t *testing.T) {
 			qs := tg.fencedQueue(16<<20, 8)
 			victim := tg.startInitiator(tr)
 			survivor := tg.startInitiator(tr)
-			victim.send(fmt.Sprintf("records 0 1000000 %d %d 200 11", qv.base, qv.id))
+			victim.Send(fmt.Sprintf("records 0 1000000 %d %d 200 11", qv.base, qv.id))
 			bg := startAppender(survivor, qs, 300, 40)
 			if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().Requests[rdmo.OpAppend] >= 5000 }) {
 				t.Fatal("no load")
@@ -435,7 +268,7 @@ func TestFaultInitiatorKilled(t *testing.T) {
 			if st := tg.worker.Stats(); st.RQs != 2 {
 				t.Fatalf("%d request queues before the kill", st.RQs)
 			}
-			victim.cmd.Process.Kill()
+			victim.Kill()
 			killed := time.Now()
 			if tr.Name == "tcp" {
 				if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().RQs == 1 }) {
@@ -464,7 +297,7 @@ func TestFaultInitiatorKilled(t *testing.T) {
 				t.Error(err)
 			}
 			t.Logf("the other initiator appended %d records, all there exactly once", bg.records())
-			survivor.send("quit")
+			survivor.Send("quit")
 		})
 	}
 }
@@ -478,7 +311,7 @@ func TestFaultInitiatorKilled(t *testing.T) {
 func TestFaultTargetKilled(t *testing.T) {
 	for _, tr := range ucptest.Transports {
 		t.Run(tr.Name, func(t *testing.T) {
-			checkNoLeftoverProcesses(t)
+			testproc.CheckNoLeftovers(t)
 			ucptest.CheckLeaks(t)
 			var w *dpu.Worker
 			tgB := newTargets(t, tr, func() rdmoWorker {
@@ -490,8 +323,8 @@ func TestFaultTargetKilled(t *testing.T) {
 			pB := tgB.startInitiator(tr)
 			bg := startAppender(pB, qB, 300, 40)
 
-			vt := startChild(t, exec.Command(os.Args[0], "-test.run=^$"), append([]string{"E2E_FAULT_ROLE=target"}, tr.Env()...)...)
-			f := vt.must("TARGET", 30*time.Second)
+			vt := testproc.Start(t, "target", testproc.Options{Env: tr.Env()})
+			f := vt.Must(t, "TARGET", 30*time.Second)
 			taddr, _ := hex.DecodeString(f[0])
 			va, _ := strconv.ParseUint(f[1], 10, 64)
 			size, _ := strconv.ParseUint(f[2], 10, 64)
@@ -501,15 +334,15 @@ func TestFaultTargetKilled(t *testing.T) {
 			reg := tgB.do(dpu.MRReg{Client: victimID, VA: va, Len: size, PackedRkey: rk}).Region
 			vtg := &target{t: t, worker: tgB.worker, client: victimID, wAddr: wAddr}
 			pv := vtg.startInitiator(tr)
-			pv.send(fmt.Sprintf("records 0 1000000 %d %d 100 13", va, reg))
+			pv.Send(fmt.Sprintf("records 0 1000000 %d %d 100 13", va, reg))
 			if !waitFor(30*time.Second, func() bool { return w.Stats().Requests[rdmo.OpAppend] >= 10000 }) {
 				t.Fatal("no load")
 			}
 			before := w.Stats()
-			vt.kill()
+			vt.Kill()
 			killed := time.Now()
 			if tr.Name == "tcp" {
-				_, err := awaitLine(pv.lines, "DONE", 30*time.Second)
+				_, err := pv.Await("DONE", 30*time.Second)
 				if err == nil || !strings.Contains(err.Error(), rdmo.StatusTargetUnreachable.Err().Error()) {
 					t.Fatalf("the initiator of the dead target: %v, want a TargetUnreachable report", err)
 				}
@@ -535,12 +368,12 @@ func TestFaultTargetKilled(t *testing.T) {
 			if _, err := w.Do(context.Background(), dpu.MRReg{Client: victimID, VA: va, Len: 8, PackedRkey: rk}); !errors.Is(err, dpu.ErrUnknownClient) {
 				t.Errorf("MR_REG for the removed client: %v, want ErrUnknownClient", err)
 			}
-			pv.cmd.Process.Kill() // on shm its last flush may wait forever: nobody told it
+			pv.Kill() // on shm its last flush may wait forever: nobody told it
 			if err := bg.stop(qB); err != nil {
 				t.Fatalf("the other client: %v", err)
 			}
 			t.Logf("the other client appended %d records, all there exactly once", bg.records())
-			pB.send("quit")
+			pB.Send("quit")
 		})
 	}
 }
@@ -553,7 +386,7 @@ func TestFaultTargetKilled(t *testing.T) {
 func TestFaultWorkerProcessKilled(t *testing.T) {
 	for _, tr := range ucptest.Transports {
 		t.Run(tr.Name, func(t *testing.T) {
-			checkNoLeftoverProcesses(t)
+			testproc.CheckNoLeftovers(t)
 			ucptest.CheckLeaks(t)
 			var rw remote
 			tg := newTargets(t, tr, func() rdmoWorker {
@@ -650,7 +483,7 @@ func TestFaultWorkerProcessKilled(t *testing.T) {
 // while it is down, and it comes back.
 func TestFaultPluginKilledUnderLoad(t *testing.T) {
 	tr := ucptest.Transports[0]
-	checkNoLeftoverProcesses(t)
+	testproc.CheckNoLeftovers(t)
 	ucptest.CheckLeaks(t)
 	var rw remote
 	tg := newTargets(t, tr, func() rdmoWorker {
@@ -702,5 +535,5 @@ func TestFaultPluginKilledUnderLoad(t *testing.T) {
 		t.Fatalf("appends and flushes of the built-in ops while the scatter plugin was down: %v", err)
 	}
 	t.Logf("scatter acks %v; %d records appended meanwhile", acks, bg.records())
-	p.send("quit")
+	p.Send("quit")
 }

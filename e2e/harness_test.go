@@ -1,19 +1,16 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testproc"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
@@ -152,9 +149,10 @@ func (tg *target) queue(size int) region {
 
 func tail(r region) uint64 { return binary.LittleEndian.Uint64(r.bytes()) }
 
-// The test binary doubles as the initiator process (E2E_ROLE=initiator).
+// The test binary doubles as the initiator process (role "initiator") and
+// the UROM worker process (role "worker").
 func TestMain(m *testing.M) {
-	switch os.Getenv("E2E_ROLE") {
+	switch testproc.Role() {
 	case "initiator":
 		os.Exit(initiatorMain())
 	case "worker":
@@ -167,14 +165,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// workerEnv is the environment of a UROM worker process: the test binary
+// in the worker role, over tr.
+func workerEnv(tr ucptest.Transport) []string {
+	return append([]string{testproc.RoleEnv + "=worker"}, tr.Env()...)
+}
+
 // initiatorProc is an initiator child process.
 type initiatorProc struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-	addr  []byte
-	rq    uint64
+	*testproc.Proc
+	addr []byte
+	rq   uint64
 }
 
 // startInitiator starts an initiator process running the named workload
@@ -182,62 +183,13 @@ type initiatorProc struct {
 func (tg *target) startInitiator(tr ucptest.Transport, env ...string) *initiatorProc {
 	t := tg.t
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(append(os.Environ(), "E2E_ROLE=initiator",
-		"E2E_WORKER="+hex.EncodeToString(tg.wAddr),
-		fmt.Sprintf("E2E_CLIENT=%d", tg.client)), tr.Env()...), env...)
-	cmd.Stderr = os.Stderr
-	in, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &initiatorProc{t: t, cmd: cmd, in: in, lines: make(chan string, 64)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	f := p.expect("ADDR", 30*time.Second)
+	p := &initiatorProc{Proc: testproc.Start(t, "initiator", testproc.Options{
+		Env: append(append([]string{"E2E_WORKER=" + hex.EncodeToString(tg.wAddr),
+			fmt.Sprintf("E2E_CLIENT=%d", tg.client)}, tr.Env()...), env...),
+		Grace: 20 * time.Second,
+	})}
+	f := p.Must(t, "ADDR", 30*time.Second)
 	p.addr, _ = hex.DecodeString(f[0])
 	p.rq = tg.do(dpu.RQCreate{Client: tg.client, Addr: p.addr}).RQ
 	return p
-}
-
-func (p *initiatorProc) send(line string) { fmt.Fprintln(p.in, line) }
-
-// expect returns the fields of the next line starting with prefix.
-func (p *initiatorProc) expect(prefix string, timeout time.Duration) []string {
-	p.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				p.t.Fatalf("initiator exited before %s", prefix)
-			}
-			if strings.HasPrefix(l, "ERR") {
-				p.t.Fatalf("initiator: %s", l)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return strings.Fields(l)[1:]
-			}
-		case <-deadline:
-			p.t.Fatalf("timed out waiting for %s from the initiator", prefix)
-		}
-	}
 }

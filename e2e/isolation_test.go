@@ -37,10 +37,10 @@ func startFor(t *testing.T, tr ucptest.Transport, mode workerMode) func() rdmoWo
 // names the first failure's status.
 func flushReport(t *testing.T, p *initiatorProc) string {
 	t.Helper()
-	p.send("flush")
-	f, err := awaitLine(p.lines, "DONE", 30*time.Second)
+	p.Send("flush")
+	f, err := p.Await("DONE", 30*time.Second)
 	if err != nil {
-		if !strings.HasPrefix(err.Error(), "process: ERR flush") {
+		if !strings.Contains(err.Error(), ": ERR flush") {
 			t.Fatalf("flush: %v", err)
 		}
 		return err.Error()
@@ -88,8 +88,8 @@ func TestIsolationTwoClients(t *testing.T) {
 			pA := a.startInitiator(tr)
 			expectFlush := func(cmd string, want rdmo.Status) {
 				t.Helper()
-				pA.send(cmd)
-				pA.expect("DONE", 30*time.Second)
+				pA.Send(cmd)
+				pA.Must(t, "DONE", 30*time.Second)
 				if r := flushReport(t, pA); !reports(r, want) {
 					t.Errorf("%s: flush reports %q; want %v", cmd, r, want)
 				}
@@ -98,8 +98,8 @@ func TestIsolationTwoClients(t *testing.T) {
 			expectFlush(fmt.Sprintf("scatter16 %d %d %d", sB.id, sB.base, 16), rdmo.StatusRegionNotOwned)
 			expectFlush(fmt.Sprintf("scatter16 %d %d %d", sA.id, sB.base, 16), rdmo.StatusOutOfBounds)
 			expectFlush(fmt.Sprintf("append8 %d %d", qB.base, qA.id), rdmo.StatusOutOfBounds)
-			pA.send(fmt.Sprintf("append8 %d %d", qA.base, qA.id))
-			pA.expect("DONE", 30*time.Second)
+			pA.Send(fmt.Sprintf("append8 %d %d", qA.base, qA.id))
+			pA.Must(t, "DONE", 30*time.Second)
 			if r := flushReport(t, pA); r != "" {
 				t.Errorf("A's own append: %s", r)
 			}
@@ -176,7 +176,7 @@ func TestIsolationTwoClients(t *testing.T) {
 				t.Fatalf("B's append: %q", got)
 			}
 			t.Logf("%d requests aimed at B's memory from A's connection: %v", sent, byStatus)
-			pA.send("quit")
+			pA.Send("quit")
 		})
 	}
 }
@@ -212,7 +212,7 @@ func TestIsolationDeregMidStream(t *testing.T) {
 			r := tg.fencedQueue(16<<20, 8)
 			other := tg.fencedQueue(4<<20, 8)
 			p := tg.startInitiator(tr)
-			p.send(fmt.Sprintf("records 0 1000000 %d %d 50 5", r.base, r.id))
+			p.Send(fmt.Sprintf("records 0 1000000 %d %d 50 5", r.base, r.id))
 			deadline := time.Now().Add(30 * time.Second)
 			for r.tail() < r.base+8+256<<10 {
 				if time.Now().After(deadline) {
@@ -235,22 +235,22 @@ func TestIsolationDeregMidStream(t *testing.T) {
 				return err != nil && (strings.Contains(err.Error(), rdmo.StatusRegionGone.Err().Error()) ||
 					strings.Contains(err.Error(), rdmo.StatusUnknownRegion.Err().Error()))
 			}
-			if _, err := awaitLine(p.lines, "DONE", time.Minute); !gone(err) {
+			if _, err := p.Await("DONE", time.Minute); !gone(err) {
 				t.Fatalf("the stream into the deregistered region: %v, want a region-gone report", err)
 			}
 			// More traffic naming the region.
-			p.send(fmt.Sprintf("records 1 300 %d %d 10 6", r.base, r.id))
-			if _, err := awaitLine(p.lines, "DONE", time.Minute); !gone(err) {
+			p.Send(fmt.Sprintf("records 1 300 %d %d 10 6", r.base, r.id))
+			if _, err := p.Await("DONE", time.Minute); !gone(err) {
 				t.Fatalf("appends to the deregistered region: %v", err)
 			}
-			p.send(fmt.Sprintf("scatter16 %d %d %d", r.id, r.base+64, 8))
-			p.expect("DONE", 30*time.Second)
+			p.Send(fmt.Sprintf("scatter16 %d %d %d", r.id, r.base+64, 8))
+			p.Must(t, "DONE", 30*time.Second)
 			if r := flushReport(t, p); !reports(r, rdmo.StatusRegionGone) && !reports(r, rdmo.StatusUnknownRegion) {
 				t.Errorf("scatter into the deregistered region: flush reports %q", r)
 			}
 			// The client's other queue works.
-			p.send(fmt.Sprintf("records 2 300 %d %d 10 7", other.base, other.id))
-			p.expect("DONE", time.Minute)
+			p.Send(fmt.Sprintf("records 2 300 %d %d 10 7", other.base, other.id))
+			p.Must(t, "DONE", time.Minute)
 			if err := checkQueue(other.data()[8:other.tail()-other.base], map[int]int{2: 300}); err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +258,7 @@ func TestIsolationDeregMidStream(t *testing.T) {
 				t.Fatalf("written after MR_DEREG answered: %v", err)
 			}
 			t.Logf("%d records in the queue when MR_DEREG answered; nothing written after", written[0])
-			p.send("quit")
+			p.Send("quit")
 		})
 	}
 }

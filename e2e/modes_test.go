@@ -63,7 +63,7 @@ func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config 
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
-		WorkerEnv:        append([]string{"E2E_ROLE=worker"}, tr.Env()...),
+		WorkerEnv:        workerEnv(tr),
 		ComponentVersion: rdmoworker.ComponentVersion,
 	}
 	for _, n := range names {

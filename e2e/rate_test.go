@@ -34,10 +34,10 @@ func TestPluginVersusBuiltinAppendRate(t *testing.T) {
 			ps := []*initiatorProc{tg.startInitiator(tr), tg.startInitiator(tr)}
 			start := time.Now()
 			for i, p := range ps {
-				p.send(fmt.Sprintf("burst %d %d %d %d %d", i, n, q.base(), q.id, 64))
+				p.Send(fmt.Sprintf("burst %d %d %d %d %d", i, n, q.base(), q.id, 64))
 			}
 			for _, p := range ps {
-				p.expect("DONE", 5*time.Minute)
+				p.Must(t, "DONE", 5*time.Minute)
 			}
 			el := time.Since(start)
 			if err := checkQueue(q.bytes()[8:tail(q)-q.base()], map[int]int{0: n, 1: n}); err != nil {
@@ -46,7 +46,7 @@ func TestPluginVersusBuiltinAppendRate(t *testing.T) {
 			rates[mode] = float64(2*n) / el.Seconds()
 			t.Logf("%s: %d appends of 64 B in %v: %.0f appends/s; %s", mode, 2*n, el.Round(time.Millisecond), rates[mode], coalescing(tg.worker.Stats()))
 			for _, p := range ps {
-				p.send("quit")
+				p.Send("quit")
 			}
 		})
 	}

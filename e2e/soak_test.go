@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/initiator"
 	"github.com/openrdmo/rdmo/ucp"
@@ -265,7 +266,7 @@ func (s *soaker) run(ctx context.Context, w rdmoWorker) error {
 // processes, and the worker process's resident memory within 10% of its
 // value after warm-up.
 func TestSoak(t *testing.T) {
-	checkNoLeftoverProcesses(t)
+	testproc.CheckNoLeftovers(t)
 	ucptest.CheckLeaks(t)
 	d := soakDuration(t)
 	tr := ucptest.Transports[1] // TCP: nothing of target memory is mapped into the worker

@@ -17,14 +17,13 @@ func TestAcrossHosts(t *testing.T) {
 	r := newRun(t)
 	const port = "18515" // the default port, free in a fresh namespace
 	server := r.start("server", nil, append(inNS(pair.A), "rdmo", "-m", "server", "-d", pair.A.Device, "--ops", "3000")...)
-	server.waitFor("waiting for the initiator", runTimeout)
+	waitFor(t, server, "waiting for the initiator", runTimeout)
 	client := r.start("client", pair.B.UCXEnv(),
 		append(inNS(pair.B), "rdmo", "-m", "client", "-s", pair.A.Addr, "--oob-port", port, "-d", pair.B.Device)...)
 	expectPass(t, server, client)
-	if !strings.Contains(server.stderr.String(), `initiator connected  {"from": "`+pair.B.Addr+`:`) {
+	if !strings.Contains(server.Stderr(), `initiator connected  {"from": "`+pair.B.Addr+`:`) {
 		t.Errorf("the initiator did not connect from host B (%s)", pair.B.Addr)
 	}
-	r.checkNoOrphans()
 }
 
 // inNS is the argv prefix that runs a command on host h.

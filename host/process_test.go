@@ -1,11 +1,9 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,17 +12,17 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openrdmo/rdmo/internal/testproc"
 )
 
 // These tests run the rdmo binary as real processes: a server (with its
 // embedded UROM service and worker process) and a client, on loopback or
 // in two network namespaces. Every test ends with no process of its own
-// left running: each gets a tag in its environment, which every
-// descendant inherits, and /proc is searched for it.
+// left running (testproc.CheckNoLeftovers).
 
 var (
 	rdmoBin  string // built by TestMain
@@ -60,217 +58,66 @@ func goTool() string {
 	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// proc is one rdmo process of a test.
-type proc struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
-	done   chan struct{}
-	code   int
-}
-
-// run is one test's set of processes, tagged.
+// run is one test's set of processes: none may be left running when it
+// ends, nor any process they started (testproc tags them all).
 type run struct {
-	t     *testing.T
-	tag   string
-	procs []*proc
+	t *testing.T
 }
-
-const tagVar = "RDMO_HOST_TEST_TAG"
 
 func newRun(t *testing.T) *run {
 	t.Helper()
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	var b [6]byte
-	rand.Read(b[:])
-	r := &run{t: t, tag: hex.EncodeToString(b[:])}
-	t.Cleanup(func() {
-		for _, p := range r.procs {
-			select {
-			case <-p.done:
-			default:
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		for _, p := range r.procs {
-			for _, rep := range raceReports(p.stderr.String()) {
-				t.Errorf("%s: the race detector reported a data race:\n%s", p.name, rep)
-			}
-		}
-		if t.Failed() || os.Getenv("RDMO_HOST_TEST_VERBOSE") != "" {
-			for _, p := range r.procs {
-				t.Logf("--- %s (exit %d) stdout:\n%s\n--- %s stderr:\n%s", p.name, p.code, tail(p.stdout.String(), 4000), p.name, tail(p.stderr.String(), 8000))
-			}
-		}
-		// Whatever is left is an orphan: report it, then kill it.
-		if left := r.tagged(); len(left) > 0 {
-			t.Errorf("processes left running: %v", left)
-			for _, pid := range left {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	return r
-}
-
-// raceReports returns the race detector's reports in a process's output.
-func raceReports(out string) []string {
-	var reps []string
-	for _, part := range strings.Split(out, "WARNING: DATA RACE")[1:] {
-		if i := strings.Index(part, "=================="); i >= 0 {
-			part = part[:i]
-		}
-		reps = append(reps, part)
-	}
-	return reps
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "..." + s[len(s)-n:]
+	testproc.CheckNoLeftovers(t)
+	return &run{t: t}
 }
 
 // start starts argv (argv[0] "rdmo" is the test binary; a prefix such as
 // "ip netns exec" may come first) with env added.
-func (r *run) start(name string, env []string, argv ...string) *proc {
+func (r *run) start(name string, env []string, argv ...string) *testproc.Proc {
 	r.t.Helper()
 	for i, a := range argv {
 		if a == "rdmo" {
 			argv[i] = rdmoBin
 		}
 	}
-	p := &proc{t: r.t, name: name, done: make(chan struct{}), code: -1}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = append(append(os.Environ(), tagVar+"="+r.tag, "UCX_WARN_UNUSED_ENV_VARS=n"), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.procs = append(r.procs, p)
-	go func() {
-		err := p.cmd.Wait()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			p.code = 0
-		case errors.As(err, &ee):
-			p.code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				p.code = 128 + int(ws.Signal())
-			}
-		}
-		close(p.done)
-	}()
-	return p
-}
-
-// wait waits for the process to exit and returns its status.
-func (p *proc) wait(timeout time.Duration) int {
-	p.t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(timeout):
-		p.cmd.Process.Kill()
-		<-p.done
-		p.t.Fatalf("%s did not exit within %v", p.name, timeout)
-	}
-	return -1
+	// rdmo does not read its stdin: when the test is over, it is killed
+	// at once.
+	return testproc.StartCommand(r.t, argv, testproc.Options{Name: name, Env: append([]string{"UCX_WARN_UNUSED_ENV_VARS=n"}, env...), Grace: -1})
 }
 
 // waitFor waits until the process's output (stdout and stderr) matches re.
-func (p *proc) waitFor(re string, timeout time.Duration) []string {
-	p.t.Helper()
+func waitFor(t *testing.T, p *testproc.Proc, re string, timeout time.Duration) []string {
+	t.Helper()
 	rx := regexp.MustCompile(re)
 	deadline := time.Now().Add(timeout)
 	for {
-		if m := rx.FindStringSubmatch(p.stderr.String() + p.stdout.String()); m != nil {
+		if m := rx.FindStringSubmatch(p.Stderr() + p.Stdout()); m != nil {
 			return m
 		}
 		select {
-		case <-p.done:
-			if m := rx.FindStringSubmatch(p.stderr.String() + p.stdout.String()); m != nil {
+		case <-p.Done():
+			if m := rx.FindStringSubmatch(p.Stderr() + p.Stdout()); m != nil {
 				return m
 			}
-			p.t.Fatalf("%s exited (status %d) before printing %q", p.name, p.code, re)
+			t.Fatalf("%s exited (status %d) before printing %q", p, p.ExitCode(), re)
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("%s did not print %q within %v", p.name, re, timeout)
+			t.Fatalf("%s did not print %q within %v", p, re, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func (p *proc) output() string { return p.stdout.String() + p.stderr.String() }
+func output(p *testproc.Proc) string { return p.Stdout() + p.Stderr() }
 
-// tagged lists the live processes (not zombies) that carry the run's tag.
-func (r *run) tagged() []int {
-	want := []byte(tagVar + "=" + r.tag + "\x00")
-	var pids []int
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		pids = pids[:0]
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-			if err != nil || !bytes.Contains(env, want) {
-				continue
-			}
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-				if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-					continue
-				}
-			}
-			pids = append(pids, pid)
-		}
-		if len(pids) == 0 || time.Now().After(deadline) {
-			return pids
-		}
-		time.Sleep(50 * time.Millisecond)
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-}
-
-// checkNoOrphans fails the test if a process of the run is still alive
-// (after a grace period for exits in progress).
-func (r *run) checkNoOrphans() {
-	r.t.Helper()
-	if left := r.tagged(); len(left) > 0 {
-		var desc []string
-		for _, pid := range left {
-			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			desc = append(desc, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
-		}
-		r.t.Errorf("processes left running:\n%s", strings.Join(desc, "\n"))
-	}
+	return "..." + s[len(s)-n:]
 }
 
 func freePort(t *testing.T) string {
@@ -301,19 +148,19 @@ const (
 	exitTimeout = 30 * time.Second
 )
 
-func expectPass(t *testing.T, server, client *proc) {
+func expectPass(t *testing.T, server, client *testproc.Proc) {
 	t.Helper()
-	if code := client.wait(runTimeout); code != 0 {
+	if code := client.Wait(t, runTimeout); code != 0 {
 		t.Errorf("client exit %d", code)
 	}
-	if code := server.wait(exitTimeout); code != 0 {
+	if code := server.Wait(t, exitTimeout); code != 0 {
 		t.Errorf("server exit %d", code)
 	}
-	if !strings.Contains(server.stdout.String(), "rdmo server: verification PASSED") {
-		t.Errorf("server did not report a passed verification:\n%s", server.stdout.String())
+	if !strings.Contains(server.Stdout(), "rdmo server: verification PASSED") {
+		t.Errorf("server did not report a passed verification:\n%s", server.Stdout())
 	}
-	if !strings.Contains(client.stdout.String(), "rdmo client: server verification PASSED") {
-		t.Errorf("client did not report a passed verification:\n%s", client.stdout.String())
+	if !strings.Contains(client.Stdout(), "rdmo client: server verification PASSED") {
+		t.Errorf("client did not report a passed verification:\n%s", client.Stdout())
 	}
 }
 
@@ -326,19 +173,18 @@ func TestDemoFlow(t *testing.T) {
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	expectPass(t, server, client)
 	for _, want := range []string{"records", "exactly once, intact, in order", "scatters", "seed flow", "worker "} {
-		if !strings.Contains(server.stdout.String(), want) {
+		if !strings.Contains(server.Stdout(), want) {
 			t.Errorf("server summary lacks %q", want)
 		}
 	}
 	for _, want := range []string{"ops           3000 (", "flushes ", "latency p50 ", "p99 ", "errors        0", "kops/s"} {
-		if !strings.Contains(client.stdout.String(), want) {
+		if !strings.Contains(client.Stdout(), want) {
 			t.Errorf("client summary lacks %q", want)
 		}
 	}
-	if strings.Contains(server.stderr.String(), "WARN") {
-		t.Errorf("server warned:\n%s", server.stderr.String())
+	if strings.Contains(server.Stderr(), "WARN") {
+		t.Errorf("server warned:\n%s", server.Stderr())
 	}
-	r.checkNoOrphans()
 }
 
 // Both sides with the same secret file: authenticated, and the run passes.
@@ -349,10 +195,9 @@ func TestSecret(t *testing.T) {
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500", "--secret-file", secret)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port, "--secret-file", secret)
 	expectPass(t, server, client)
-	if !strings.Contains(server.stderr.String(), `initiator connected  {"from": "127.0.0.1:`) || !strings.Contains(server.stderr.String(), `"authenticated": true`) {
+	if !strings.Contains(server.Stderr(), `initiator connected  {"from": "127.0.0.1:`) || !strings.Contains(server.Stderr(), `"authenticated": true`) {
 		t.Errorf("server did not log an authenticated initiator")
 	}
-	r.checkNoOrphans()
 }
 
 // A wrong secret, or a secret on one side only: both sides exit non-zero
@@ -373,21 +218,20 @@ func TestWrongSecret(t *testing.T) {
 			port := freePort(t)
 			server := r.start("server", nil, append([]string{"rdmo", "-m", "server", "--oob-port", port, "--ops", "100"}, tc.server...)...)
 			client := r.start("client", nil, append([]string{"rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port}, tc.client...)...)
-			if code := client.wait(exitTimeout); code == 0 {
+			if code := client.Wait(t, exitTimeout); code == 0 {
 				t.Errorf("client exit 0")
 			}
-			if code := server.wait(exitTimeout); code == 0 {
+			if code := server.Wait(t, exitTimeout); code == 0 {
 				t.Errorf("server exit 0")
 			}
-			for _, p := range []*proc{server, client} {
-				if !regexp.MustCompile(`(?m)^rdmo: error: .*authentication failed`).MatchString(p.stderr.String()) {
-					t.Errorf("%s: no authentication error line:\n%s", p.name, p.stderr.String())
+			for _, p := range []*testproc.Proc{server, client} {
+				if !regexp.MustCompile(`(?m)^rdmo: error: .*authentication failed`).MatchString(p.Stderr()) {
+					t.Errorf("%s: no authentication error line:\n%s", p.Name(), p.Stderr())
 				}
 			}
-			if strings.Contains(client.output(), "received the RDMO worker's address") || strings.Contains(client.output(), "connected to the server") {
-				t.Errorf("client got past the handshake:\n%s", client.output())
+			if strings.Contains(output(client), "received the RDMO worker's address") || strings.Contains(output(client), "connected to the server") {
+				t.Errorf("client got past the handshake:\n%s", output(client))
 			}
-			r.checkNoOrphans()
 		})
 	}
 }
@@ -397,22 +241,21 @@ func TestClientBeforeServer(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
-	client.waitFor("waiting for the server", 20*time.Second)
+	waitFor(t, client, "waiting for the server", 20*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500")
 	expectPass(t, server, client)
-	r.checkNoOrphans()
 }
 
 // midRun starts a run long enough to be interrupted and waits until the
 // workload is under way.
-func midRun(t *testing.T, r *run) (server, client *proc, workerPID int) {
+func midRun(t *testing.T, r *run) (server, client *testproc.Proc, workerPID int) {
 	port := freePort(t)
 	server = r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "400000")
 	client = r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
-	m := server.waitFor(`RDMO worker started  \{"worker": \d+, "pid": (\d+)`, 60*time.Second)
+	m := waitFor(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`, 60*time.Second)
 	workerPID, _ = strconv.Atoi(m[1])
-	server.waitFor("seed append verified", 60*time.Second)
+	waitFor(t, server, "seed append verified", 60*time.Second)
 	time.Sleep(300 * time.Millisecond) // into the workload
 	return server, client, workerPID
 }
@@ -422,18 +265,17 @@ func midRun(t *testing.T, r *run) (server, client *proc, workerPID int) {
 func TestServerKilled(t *testing.T) {
 	r := newRun(t)
 	server, client, _ := midRun(t, r)
-	server.cmd.Process.Kill()
-	server.wait(exitTimeout)
+	server.Kill()
+	server.Wait(t, exitTimeout)
 	start := time.Now()
-	code := client.wait(exitTimeout)
+	code := client.Wait(t, exitTimeout)
 	if code == 0 || code > 128 {
 		t.Errorf("client exit %d", code)
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: .*server went away`).MatchString(client.stderr.String()) {
-		t.Errorf("client error does not say the server went away:\n%s", tail(client.stderr.String(), 2000))
+	if !regexp.MustCompile(`(?m)^rdmo: error: .*server went away`).MatchString(client.Stderr()) {
+		t.Errorf("client error does not say the server went away:\n%s", tail(client.Stderr(), 2000))
 	}
 	t.Logf("client exited %v after the server was killed", time.Since(start).Round(time.Millisecond))
-	r.checkNoOrphans()
 }
 
 // SIGINT to the server mid-run: it tears everything down and exits with
@@ -441,23 +283,22 @@ func TestServerKilled(t *testing.T) {
 func TestServerInterrupted(t *testing.T) {
 	r := newRun(t)
 	server, client, _ := midRun(t, r)
-	server.cmd.Process.Signal(syscall.SIGINT)
-	if code := server.wait(exitTimeout); code != 128+int(syscall.SIGINT) {
+	server.Signal(syscall.SIGINT)
+	if code := server.Wait(t, exitTimeout); code != 128+int(syscall.SIGINT) {
 		t.Errorf("server exit %d, want %d", code, 128+int(syscall.SIGINT))
 	}
-	if !strings.Contains(server.stderr.String(), "rdmo: stopped by signal (interrupt)") {
+	if !strings.Contains(server.Stderr(), "rdmo: stopped by signal (interrupt)") {
 		t.Errorf("server did not report the signal")
 	}
-	if strings.Contains(server.stderr.String(), "teardown:") {
-		t.Errorf("teardown was not clean:\n%s", server.stderr.String())
+	if strings.Contains(server.Stderr(), "teardown:") {
+		t.Errorf("teardown was not clean:\n%s", server.Stderr())
 	}
-	if code := client.wait(exitTimeout); code == 0 {
+	if code := client.Wait(t, exitTimeout); code == 0 {
 		t.Errorf("client exit 0")
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: .*server stopped: target interrupted`).MatchString(client.stderr.String()) {
-		t.Errorf("client error does not say the server was interrupted:\n%s", tail(client.stderr.String(), 2000))
+	if !regexp.MustCompile(`(?m)^rdmo: error: .*server stopped: target interrupted`).MatchString(client.Stderr()) {
+		t.Errorf("client error does not say the server was interrupted:\n%s", tail(client.Stderr(), 2000))
 	}
-	r.checkNoOrphans()
 }
 
 // The RDMO worker process dies mid-run: the server exits with a clear
@@ -468,43 +309,41 @@ func TestWorkerDied(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill worker %d: %v", pid, err)
 	}
-	if code := server.wait(exitTimeout); code != 1 {
+	if code := server.Wait(t, exitTimeout); code != 1 {
 		t.Errorf("server exit %d, want 1", code)
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: .*RDMO worker died`).MatchString(server.stderr.String()) {
-		t.Errorf("server error does not say the worker died:\n%s", tail(server.stderr.String(), 2000))
+	if !regexp.MustCompile(`(?m)^rdmo: error: .*RDMO worker died`).MatchString(server.Stderr()) {
+		t.Errorf("server error does not say the worker died:\n%s", tail(server.Stderr(), 2000))
 	}
-	if code := client.wait(exitTimeout); code == 0 {
+	if code := client.Wait(t, exitTimeout); code == 0 {
 		t.Errorf("client exit 0")
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: .*RDMO worker died`).MatchString(client.stderr.String()) {
-		t.Errorf("client error does not say the worker died:\n%s", tail(client.stderr.String(), 2000))
+	if !regexp.MustCompile(`(?m)^rdmo: error: .*RDMO worker died`).MatchString(client.Stderr()) {
+		t.Errorf("client error does not say the worker died:\n%s", tail(client.Stderr(), 2000))
 	}
-	r.checkNoOrphans()
 }
 
 // The CLI hooks: the UCX version, the device check, the plugin table.
 func TestCLI(t *testing.T) {
 	r := newRun(t)
 	v := r.start("version", nil, "rdmo", "-v")
-	if v.wait(exitTimeout) != 0 || !regexp.MustCompile(`(?m)^ucx: \d+\.\d+\.\d+$`).MatchString(v.stdout.String()) {
-		t.Errorf("version: %s", v.output())
+	if v.Wait(t, exitTimeout) != 0 || !regexp.MustCompile(`(?m)^ucx: \d+\.\d+\.\d+$`).MatchString(v.Stdout()) {
+		t.Errorf("version: %s", output(v))
 	}
 	d := r.start("device", nil, "rdmo", "-m", "server", "-d", "nosuchdev0")
-	if code := d.wait(exitTimeout); code != 2 || !strings.Contains(d.stderr.String(), `rdmo: error: -d/--device: no device "nosuchdev0"; devices UCX reports: `) ||
-		!strings.Contains(d.stderr.String(), "lo") {
-		t.Errorf("bad device: exit %d %s", code, d.output())
+	if code := d.Wait(t, exitTimeout); code != 2 || !strings.Contains(d.Stderr(), `rdmo: error: -d/--device: no device "nosuchdev0"; devices UCX reports: `) ||
+		!strings.Contains(d.Stderr(), "lo") {
+		t.Errorf("bad device: exit %d %s", code, output(d))
 	}
 	p := r.start("plugins", nil, "rdmo", "plugins")
-	if code := p.wait(exitTimeout); code != 0 || !regexp.MustCompile(`(?m)^1\s+append\s+\S+\s+builtin\s+append\(1\)`).MatchString(p.stdout.String()) ||
-		!strings.Contains(p.stdout.String(), "scatter(2)") || !strings.Contains(p.stdout.String(), "flush(0)") {
-		t.Errorf("plugins: exit %d\n%s", code, p.output())
+	if code := p.Wait(t, exitTimeout); code != 0 || !regexp.MustCompile(`(?m)^1\s+append\s+\S+\s+builtin\s+append\(1\)`).MatchString(p.Stdout()) ||
+		!strings.Contains(p.Stdout(), "scatter(2)") || !strings.Contains(p.Stdout(), "flush(0)") {
+		t.Errorf("plugins: exit %d\n%s", code, output(p))
 	}
 	w := r.start("worker", nil, "rdmo", "__urom-worker")
-	if code := w.wait(exitTimeout); code == 0 {
+	if code := w.Wait(t, exitTimeout); code == 0 {
 		t.Errorf("__urom-worker without a service: exit 0")
 	}
-	r.checkNoOrphans()
 }
 
 // `rdmo dpu` as a separate daemon, used by a server with --urom, and
@@ -514,20 +353,19 @@ func TestRemoteService(t *testing.T) {
 	svcPort := freePort(t)
 	addr := "127.0.0.1:" + svcPort
 	dpu := r.start("dpu", nil, "rdmo", "dpu", "--listen", addr)
-	dpu.waitFor("UROM_LISTEN "+regexp.QuoteMeta(addr), 30*time.Second)
+	waitFor(t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr), 30*time.Second)
 	pl := r.start("plugins", nil, "rdmo", "plugins", "--urom", addr)
-	if code := pl.wait(exitTimeout); code != 0 || !strings.Contains(pl.stdout.String(), "of the UROM service at "+addr) {
-		t.Errorf("plugins --urom: exit %d\n%s", code, pl.output())
+	if code := pl.Wait(t, exitTimeout); code != 0 || !strings.Contains(pl.Stdout(), "of the UROM service at "+addr) {
+		t.Errorf("plugins --urom: exit %d\n%s", code, output(pl))
 	}
 	port := freePort(t)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500", "--urom", addr, "--append-strategy", "shared")
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	expectPass(t, server, client)
-	dpu.cmd.Process.Signal(syscall.SIGTERM)
-	if code := dpu.wait(exitTimeout); code != 0 {
+	dpu.Signal(syscall.SIGTERM)
+	if code := dpu.Wait(t, exitTimeout); code != 0 {
 		t.Errorf("dpu exit %d after SIGTERM", code)
 	}
-	r.checkNoOrphans()
 }
 
 // Ctrl-C at any point of the server's set-up: a clean exit with 128+SIGINT
@@ -537,15 +375,14 @@ func TestServerInterruptedDuringSetup(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			r := newRun(t)
 			server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", freePort(t), "--ops", "1000")
-			server.waitFor(at, 60*time.Second)
-			server.cmd.Process.Signal(syscall.SIGINT)
-			if code := server.wait(exitTimeout); code != 128+int(syscall.SIGINT) {
+			waitFor(t, server, at, 60*time.Second)
+			server.Signal(syscall.SIGINT)
+			if code := server.Wait(t, exitTimeout); code != 128+int(syscall.SIGINT) {
 				t.Errorf("server exit %d, want %d", code, 128+int(syscall.SIGINT))
 			}
-			if strings.Contains(server.stderr.String(), "teardown:") {
-				t.Errorf("teardown was not clean:\n%s", server.stderr.String())
+			if strings.Contains(server.Stderr(), "teardown:") {
+				t.Errorf("teardown was not clean:\n%s", server.Stderr())
 			}
-			r.checkNoOrphans()
 		})
 	}
 }
@@ -555,15 +392,14 @@ func TestServerInterruptedDuringSetup(t *testing.T) {
 func TestClientInterrupted(t *testing.T) {
 	r := newRun(t)
 	server, client, _ := midRun(t, r)
-	client.cmd.Process.Signal(syscall.SIGINT)
-	if code := client.wait(exitTimeout); code != 128+int(syscall.SIGINT) {
+	client.Signal(syscall.SIGINT)
+	if code := client.Wait(t, exitTimeout); code != 128+int(syscall.SIGINT) {
 		t.Errorf("client exit %d, want %d", code, 128+int(syscall.SIGINT))
 	}
-	if code := server.wait(exitTimeout); code != 1 {
+	if code := server.Wait(t, exitTimeout); code != 1 {
 		t.Errorf("server exit %d, want 1", code)
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: initiator stopped: initiator interrupted`).MatchString(server.stderr.String()) {
-		t.Errorf("server error does not say the initiator was interrupted:\n%s", tail(server.stderr.String(), 2000))
+	if !regexp.MustCompile(`(?m)^rdmo: error: initiator stopped: initiator interrupted`).MatchString(server.Stderr()) {
+		t.Errorf("server error does not say the initiator was interrupted:\n%s", tail(server.Stderr(), 2000))
 	}
-	r.checkNoOrphans()
 }

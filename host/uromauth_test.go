@@ -12,24 +12,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // startDPU runs `rdmo dpu args...` and waits until it listens on addr.
-func startDPU(r *run, addr string, args ...string) *proc {
+func startDPU(r *run, addr string, args ...string) *testproc.Proc {
 	r.t.Helper()
 	dpu := r.start("dpu", nil, append([]string{"rdmo", "dpu"}, args...)...)
-	dpu.waitFor("UROM_LISTEN "+regexp.QuoteMeta(addr), 30*time.Second)
+	waitFor(r.t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr), 30*time.Second)
 	return dpu
 }
 
 // stopDPU stops a service with SIGTERM, which is a clean exit.
-func stopDPU(dpu *proc) {
-	dpu.t.Helper()
-	dpu.cmd.Process.Signal(syscall.SIGTERM)
-	if code := dpu.wait(exitTimeout); code != 0 {
-		dpu.t.Errorf("dpu exit %d after SIGTERM", code)
+func stopDPU(t *testing.T, dpu *testproc.Proc) {
+	t.Helper()
+	dpu.Signal(syscall.SIGTERM)
+	if code := dpu.Wait(t, exitTimeout); code != 0 {
+		t.Errorf("dpu exit %d after SIGTERM", code)
 	}
 }
 
@@ -47,7 +48,7 @@ func TestRemoteServiceSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	dpu := startDPU(r, addr, "--config", conf)
-	dpu.waitFor(`UROM service listening .*"authenticates_hosts": true`, 30*time.Second)
+	waitFor(t, dpu, `UROM service listening .*"authenticates_hosts": true`, 30*time.Second)
 
 	refused := regexp.MustCompile(`(?m)^rdmo: error: UROM service at ` + regexp.QuoteMeta(addr) +
 		`: urom: authentication failed: .*\(the host's --secret-file and rdmo dpu --secret-file must hold the same secret\)$`)
@@ -62,29 +63,28 @@ func TestRemoteServiceSecret(t *testing.T) {
 		{"server with another secret", []string{"rdmo", "-m", "server", "--oob-port", port, "--ops", "100", "--urom", addr, "--secret-file", other}, "different secrets"},
 	} {
 		p := r.start(tc.name, nil, tc.argv...)
-		if code := p.wait(exitTimeout); code != 1 {
+		if code := p.Wait(t, exitTimeout); code != 1 {
 			t.Errorf("%s: exit %d, want 1", tc.name, code)
 		}
-		if !refused.MatchString(p.stderr.String()) || !strings.Contains(p.stderr.String(), tc.want) {
-			t.Errorf("%s: no clear authentication error (%q):\n%s", tc.name, tc.want, p.stderr.String())
+		if !refused.MatchString(p.Stderr()) || !strings.Contains(p.Stderr(), tc.want) {
+			t.Errorf("%s: no clear authentication error (%q):\n%s", tc.name, tc.want, p.Stderr())
 		}
 	}
 	logged := regexp.MustCompile(`host refused: authentication failed\s+\{"peer": "127\.0\.0\.1:\d+", "reason": "authentication failed: `).
-		FindAllString(dpu.stderr.String(), -1)
+		FindAllString(dpu.Stderr(), -1)
 	if len(logged) != 3 {
-		t.Errorf("the service logged %d refusals with the host's address, want 3:\n%s", len(logged), dpu.stderr.String())
+		t.Errorf("the service logged %d refusals with the host's address, want 3:\n%s", len(logged), dpu.Stderr())
 	}
 
 	pl := r.start("plugins", nil, "rdmo", "plugins", "--urom", addr, "--secret-file", secret)
-	if code := pl.wait(exitTimeout); code != 0 || !strings.Contains(pl.stdout.String(), "of the UROM service at "+addr) {
-		t.Errorf("plugins with the secret: exit %d\n%s", code, pl.output())
+	if code := pl.Wait(t, exitTimeout); code != 0 || !strings.Contains(pl.Stdout(), "of the UROM service at "+addr) {
+		t.Errorf("plugins with the secret: exit %d\n%s", code, output(pl))
 	}
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500", "--urom", addr, "--secret-file", secret)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port, "--secret-file", secret)
 	expectPass(t, server, client)
 
-	stopDPU(dpu)
-	r.checkNoOrphans()
+	stopDPU(t, dpu)
 }
 
 // A host with --secret-file and a service without one: refused, not
@@ -96,17 +96,16 @@ func TestRemoteServiceWithoutSecret(t *testing.T) {
 	dpu := startDPU(r, addr, "--listen", addr)
 	port := freePort(t)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "100", "--urom", addr, "--secret-file", secret)
-	if code := server.wait(exitTimeout); code != 1 {
+	if code := server.Wait(t, exitTimeout); code != 1 {
 		t.Errorf("server exit %d, want 1", code)
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: UROM service at .*authentication failed: .*this service has none configured \(rdmo dpu --secret-file\)`).MatchString(server.stderr.String()) {
-		t.Errorf("server: no clear authentication error:\n%s", server.stderr.String())
+	if !regexp.MustCompile(`(?m)^rdmo: error: UROM service at .*authentication failed: .*this service has none configured \(rdmo dpu --secret-file\)`).MatchString(server.Stderr()) {
+		t.Errorf("server: no clear authentication error:\n%s", server.Stderr())
 	}
-	if !strings.Contains(dpu.stderr.String(), "host refused: authentication failed") {
-		t.Errorf("the service did not log the refusal:\n%s", dpu.stderr.String())
+	if !strings.Contains(dpu.Stderr(), "host refused: authentication failed") {
+		t.Errorf("the service did not log the refusal:\n%s", dpu.Stderr())
 	}
-	stopDPU(dpu)
-	r.checkNoOrphans()
+	stopDPU(t, dpu)
 }
 
 // The embedded service of a server gets a random secret of the run on a
@@ -115,7 +114,7 @@ func TestRemoteServiceWithoutSecret(t *testing.T) {
 func TestEmbeddedServiceRequiresTheRunSecret(t *testing.T) {
 	r := newRun(t)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", freePort(t), "--ops", "100")
-	m := server.waitFor(`embedded UROM service started\s+\{"addr": "([0-9.:]+)", "pid": (\d+)`, 60*time.Second)
+	m := waitFor(t, server, `embedded UROM service started\s+\{"addr": "([0-9.:]+)", "pid": (\d+)`, 60*time.Second)
 	cmdline, err := os.ReadFile("/proc/" + m[2] + "/cmdline")
 	if err != nil {
 		t.Fatal(err)
@@ -132,10 +131,9 @@ func TestEmbeddedServiceRequiresTheRunSecret(t *testing.T) {
 	} else if !errors.Is(err, urom.ErrAuth) {
 		t.Errorf("a host without the run's secret: %v, want urom.ErrAuth", err)
 	}
-	server.waitFor("waiting for the initiator", 60*time.Second)
-	server.cmd.Process.Signal(syscall.SIGINT)
-	if code := server.wait(exitTimeout); code != 128+int(syscall.SIGINT) {
+	waitFor(t, server, "waiting for the initiator", 60*time.Second)
+	server.Signal(syscall.SIGINT)
+	if code := server.Wait(t, exitTimeout); code != 128+int(syscall.SIGINT) {
 		t.Errorf("server exit %d", code)
 	}
-	r.checkNoOrphans()
 }

@@ -89,10 +89,8 @@ func benchTransport() ucptest.Transport {
 
 func startSink(b *testing.B) *benchPeer {
 	tr := benchTransport()
-	t := &testing.T{}
-	_ = t
-	c := startChildB(b, "sink", tr)
-	f := c.line("READY", 20*time.Second)
+	c := startChild(b, "sink", tr)
+	f := c.Must(b, "READY", 20*time.Second)
 	addr, _ := hex.DecodeString(f[0])
 	rk, _ := hex.DecodeString(f[1])
 	base, _ := strconv.ParseUint(f[2], 10, 64)

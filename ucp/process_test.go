@@ -6,24 +6,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
 // Tests between OS processes re-execute the test binary in a child role
-// chosen by UCP_TEST_ROLE. The child speaks a line protocol on stdin/stdout.
+// (testproc). The child speaks a line protocol on stdin/stdout.
 
 func TestMain(m *testing.M) {
-	switch os.Getenv("UCP_TEST_ROLE") {
+	switch testproc.Role() {
 	case "":
 		os.Exit(m.Run())
 	case "server":
@@ -33,7 +31,7 @@ func TestMain(m *testing.M) {
 	case "sink":
 		os.Exit(childSink())
 	default:
-		fmt.Fprintln(os.Stderr, "unknown UCP_TEST_ROLE")
+		fmt.Fprintln(os.Stderr, "unknown role", testproc.Role())
 		os.Exit(2)
 	}
 }
@@ -175,98 +173,33 @@ func childInitiator() int {
 	return 0
 }
 
-type child struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Reader
-	lines chan string
-}
-
-func startChild(t testing.TB, role string, tr ucptest.Transport, env ...string) *child {
+// startChild starts the test binary in role over tr. Benchmarks pin the
+// peer to its own core (UCP_BENCH_CHILD_CPU), as the script pins
+// ucx_perftest's two processes, so both are measured alike.
+func startChild(t testing.TB, role string, tr ucptest.Transport, env ...string) *testproc.Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	opt := testproc.Options{Env: append(tr.Env(), env...)}
 	if cpu := os.Getenv("UCP_BENCH_CHILD_CPU"); cpu != "" {
-		// Benchmarks pin the peer to its own core, as the script pins
-		// ucx_perftest's two processes, so both are measured alike.
-		cmd = exec.Command("taskset", "-c", cpu, os.Args[0], "-test.run=^$")
-	}
-	cmd.Env = append(append(append(os.Environ(), "UCP_TEST_ROLE="+role), tr.Env()...), env...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{t: t, cmd: cmd, in: in, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 4<<20), 4<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
+		opt.Command = func(argv ...string) *exec.Cmd {
+			return exec.Command("taskset", append([]string{"-c", cpu}, argv...)...)
 		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	return c
+	}
+	return testproc.Start(t, role, opt)
 }
 
-// line returns the next line the child printed with the given prefix.
-func (c *child) line(prefix string, timeout time.Duration) []string {
-	c.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				c.t.Fatalf("child exited before printing %s", prefix)
-			}
-			if strings.HasPrefix(l, "ERR") {
-				c.t.Fatalf("child: %s", l)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return strings.Fields(l)[1:]
-			}
-		case <-deadline:
-			c.t.Fatalf("timed out waiting for %s from child", prefix)
+// lineWhile is Must with a 20 s timeout, progressing w while waiting.
+func lineWhile(t testing.TB, c *testproc.Proc, w *ucp.Worker, prefix string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); w.Progress() {
+		f, err := c.Await(prefix, 0)
+		if err == nil {
+			return f
+		}
+		if !errors.Is(err, testproc.ErrTimeout) {
+			t.Fatal(err)
 		}
 	}
-}
-
-// lineWhile is line, progressing w while waiting.
-func (c *child) lineWhile(w *ucp.Worker, prefix string) []string {
-	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				c.t.Fatalf("child exited before printing %s", prefix)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return strings.Fields(l)[1:]
-			}
-		default:
-			w.Progress()
-		}
-	}
-	c.t.Fatalf("timed out waiting for %s", prefix)
+	t.Fatalf("timed out waiting for %s", prefix)
 	return nil
 }
 
@@ -275,9 +208,9 @@ type serverInfo struct {
 	baseAlloc, baseUser       uint64
 }
 
-func startServer(t *testing.T, tr ucptest.Transport) (*child, serverInfo) {
+func startServer(t *testing.T, tr ucptest.Transport) (*testproc.Proc, serverInfo) {
 	c := startChild(t, "server", tr)
-	f := c.line("READY", 20*time.Second)
+	f := c.Must(t, "READY", 20*time.Second)
 	var si serverInfo
 	si.addr, _ = hex.DecodeString(f[0])
 	si.rkeyAlloc, _ = hex.DecodeString(f[1])
@@ -378,8 +311,8 @@ func TestProcessPutGet(t *testing.T) {
 			if !bytes.Equal(back, data) {
 				t.Fatalf("%s: get returned other bytes than put", region.name)
 			}
-			fmt.Fprintf(srv.in, "dump %s 4096 %d\n", region.name, len(data))
-			dump, _ := hex.DecodeString(srv.lineWhile(w, "DUMP")[0])
+			srv.Send(fmt.Sprintf("dump %s 4096 %d", region.name, len(data)))
+			dump, _ := hex.DecodeString(lineWhile(t, srv, w, "DUMP")[0])
 			if !bytes.Equal(dump, data) {
 				t.Fatalf("%s: target memory does not hold the put", region.name)
 			}
@@ -399,11 +332,11 @@ func TestProcessAtomicsFromTwoInitiators(t *testing.T) {
 		}
 		a := startChild(t, "initiator", tr, env...)
 		b := startChild(t, "initiator", tr, env...)
-		ra := a.line("DONE", 60*time.Second)
-		rb := b.line("DONE", 60*time.Second)
+		ra := a.Must(t, "DONE", 60*time.Second)
+		rb := b.Must(t, "DONE", 60*time.Second)
 		t.Logf("compare-swap retries under contention: %s + %s", ra[0], rb[0])
-		fmt.Fprintf(srv.in, "dump alloc 0 8\n")
-		dump, _ := hex.DecodeString(srv.line("DUMP", 10*time.Second)[0])
+		srv.Send("dump alloc 0 8")
+		dump, _ := hex.DecodeString(srv.Must(t, "DUMP", 10*time.Second)[0])
 		var v uint64
 		for i := 7; i >= 0; i-- {
 			v = v<<8 | uint64(dump[i])
@@ -445,8 +378,7 @@ func TestProcessPeerKilled(t *testing.T) {
 			issued++
 		}
 		w.Submit()
-		srv.cmd.Process.Signal(syscall.SIGKILL)
-		srv.cmd.Process.Wait()
+		srv.Kill()
 		// Keep issuing while the peer is dead.
 		for i := 0; i < 16; i++ {
 			if err := ep.SendAM(1, nil, make([]byte, 256<<10), ucp.SendRendezvous, &d, 100); err != nil {
@@ -480,8 +412,4 @@ func TestProcessPeerKilled(t *testing.T) {
 		}
 		t.Logf("%s: %d ops, %d failed, detection=%v", tr.Name, issued, len(d.errs), ep.PeerFailureDetection())
 	})
-}
-
-func startChildB(b *testing.B, role string, tr ucptest.Transport, env ...string) *child {
-	return startChild(b, role, tr, env...)
 }

@@ -1,7 +1,6 @@
 package netns_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/hex"
 	"fmt"
@@ -11,13 +10,14 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/internal/netns"
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
 // The child roles run inside a namespace: "server" maps memory and prints
 // its address and rkey; "client" writes into it over UCX and reads it back.
 func TestMain(m *testing.M) {
-	switch os.Getenv("NETNS_TEST_ROLE") {
+	switch testproc.Role() {
 	case "server":
 		os.Exit(server())
 	case "client":
@@ -83,33 +83,15 @@ func client() int {
 
 func TestUCXAcrossNamespaces(t *testing.T) {
 	p := netns.New(t)
-	srv := p.A.Command(os.Args[0], "-test.run=^$")
-	srv.Env = append(append(os.Environ(), "NETNS_TEST_ROLE=server"), p.A.UCXEnv()...)
-	out, _ := srv.StdoutPipe()
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
+	srv := testproc.Start(t, "server", testproc.Options{Command: p.A.Command, Env: p.A.UCXEnv()})
+	ready := strings.Join(srv.Must(t, "READY", 30*time.Second), " ")
+	cl := testproc.Start(t, "client", testproc.Options{Command: p.B.Command, Env: append([]string{"NETNS_SERVER=" + ready}, p.B.UCXEnv()...)})
+	done, err := cl.Await("DONE", 30*time.Second)
+	if code := cl.Wait(t, 30*time.Second); err != nil || code != 0 || strings.Join(done, " ") != "[tcp]" {
+		t.Fatalf("client: exit %d, DONE %q: %v", code, done, err)
 	}
-	defer srv.Process.Kill()
-	sc := bufio.NewScanner(out)
-	var ready string
-	for sc.Scan() {
-		if l, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-			ready = l
-			break
-		}
+	if got, err := srv.Await("GOT", 30*time.Second); err != nil || !strings.HasPrefix(strings.Join(got, " "), "across-the-wire!") {
+		t.Fatalf("server did not see the write: %q %v", got, err)
 	}
-	if ready == "" {
-		t.Fatal("server did not start")
-	}
-	cl := p.B.Command(os.Args[0], "-test.run=^$")
-	cl.Env = append(append(os.Environ(), "NETNS_TEST_ROLE=client", "NETNS_SERVER="+ready), p.B.UCXEnv()...)
-	res, err := cl.CombinedOutput()
-	if err != nil || !strings.Contains(string(res), "DONE [tcp]") {
-		t.Fatalf("client: %v\n%s", err, res)
-	}
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "GOT across-the-wire!") {
-		t.Fatalf("server did not see the write: %q", sc.Text())
-	}
-	srv.Wait()
+	srv.Wait(t, 30*time.Second)
 }
