@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
 )
 
 // Defaults of Config fields left zero.
@@ -72,16 +73,8 @@ type Config struct {
 }
 
 // SafeRendezvousScheme is the UCX rendezvous scheme of the worker's
-// context: payloads an initiator sends by rendezvous come as active-message
-// fragments the initiator pushes after the worker's ready-to-receive. The
-// zero-copy schemes make one process read (get) or write (put) the other's
-// memory with CMA over shared memory, and UCX 1.13 treats a CMA call that
-// finds the peer process gone as fatal on endpoints without peer-failure
-// handling, which shared-memory endpoints cannot have in 1.13: an initiator
-// killed mid-rendezvous aborted the whole worker (every client with it).
-// With "am" the worker never touches an initiator's memory and no
-// initiator touches the worker's.
-const SafeRendezvousScheme = "am"
+// context (see ucp.SafeRendezvousScheme).
+const SafeRendezvousScheme = ucp.SafeRendezvousScheme
 
 func (c *Config) setDefaults() error {
 	for _, f := range []struct {
@@ -116,13 +109,6 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if _, set := c.UCXConfig["RNDV_SCHEME"]; !set {
-		ucx := make(map[string]string, len(c.UCXConfig)+1)
-		for k, v := range c.UCXConfig {
-			ucx[k] = v
-		}
-		ucx["RNDV_SCHEME"] = SafeRendezvousScheme
-		c.UCXConfig = ucx
-	}
+	c.UCXConfig = ucp.WithRendezvousScheme(c.UCXConfig)
 	return nil
 }

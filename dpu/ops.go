@@ -29,20 +29,24 @@ const (
 // Executors fill one in their own buffers; the loop copies it into its op
 // table, whose index is the UCX completion tag.
 type targetOp struct {
-	kind    opKind
-	place   bool // opRecv: a Place (a placement ticket is taken)
-	counted bool // counted in r.inflight (the rkey must outlive the op)
-	n       uint8
-	g       *opGroup
-	c       *client
-	r       *region
-	raddr   uint64
-	buf     []byte
-	pend    *pending
-	amo     ucp.AtomicOp
-	value   uint64
-	compare uint64
-	res     *rdmo.RemoteOp
+	kind  opKind
+	place bool // opRecv: a Place (a placement ticket is taken)
+	// abandoned: a receive whose queue closed before UCX finished it
+	// (abandonReceives); its completion, if one ever comes, only frees
+	// the slot.
+	abandoned bool
+	counted   bool // counted in r.inflight (the rkey must outlive the op)
+	n         uint8
+	g         *opGroup
+	c         *client
+	r         *region
+	raddr     uint64
+	buf       []byte
+	pend      *pending
+	amo       ucp.AtomicOp
+	value     uint64
+	compare   uint64
+	res       *rdmo.RemoteOp
 	// opFlush: the region of the visibility read after the flush.
 	readback *region
 	ticket   uint64
@@ -194,6 +198,10 @@ func (w *Worker) issueNow(i int32) bool {
 	case opFlush:
 		err = op.c.hostEP.Flush(w.comp, tag)
 	case opRecv, opRecvBounce:
+		if op.rq != nil && op.rq.closed {
+			err = errReceiveAbandoned
+			break
+		}
 		err = w.uw.Receive(op.pend.held, op.buf, w.comp, tag)
 		if err == nil {
 			op.pend.consumed = true
@@ -231,6 +239,10 @@ func (w *Worker) opFinished(i int32, value uint64, err error) {
 	}
 	op := w.ops.ops[i] // a copy: the table may grow below
 	if op.kind == 0 {
+		return
+	}
+	if op.abandoned {
+		w.receiveAbandonedDone(i, &op)
 		return
 	}
 	switch op.kind {

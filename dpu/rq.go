@@ -611,6 +611,7 @@ func (w *Worker) closeRQ(q *rq) {
 			w.log.Warn("closing request queue endpoint", zap.Uint64("rq", q.id), zap.Error(err))
 		}
 	}
+	w.abandonReceives(q)
 	if w.rqAddr[q.addrKey] == q {
 		delete(w.rqAddr, q.addrKey)
 	}

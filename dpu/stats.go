@@ -30,17 +30,20 @@ type Stats struct {
 	BatchSizes      [BatchSizeBuckets]uint64 `msgpack:"batch_sizes"`
 
 	// Target operations issued by handlers.
-	TargetPuts    uint64 `msgpack:"target_puts"` // Puts through UCX
-	MemcpyPuts    uint64 `msgpack:"memcpy_puts"` // Puts copied through a mapping of target memory
-	PutBytes      uint64 `msgpack:"put_bytes"`
-	Places        uint64 `msgpack:"places"`    // rendezvous payloads moved into target memory
-	Fetches       uint64 `msgpack:"fetches"`   // rendezvous payloads brought into worker memory
-	Syncs         uint64 `msgpack:"syncs"`     // Sync calls
-	SyncOps       uint64 `msgpack:"sync_ops"`  // their operations
-	Fences        uint64 `msgpack:"fences"`    // Target.Fence calls
-	Flushes       uint64 `msgpack:"flushes"`   // Target.Flush calls
-	Readbacks     uint64 `msgpack:"readbacks"` // visibility reads after a flush
-	HandlerPanics uint64 `msgpack:"handler_panics"`
+	TargetPuts uint64 `msgpack:"target_puts"` // Puts through UCX
+	MemcpyPuts uint64 `msgpack:"memcpy_puts"` // Puts copied through a mapping of target memory
+	PutBytes   uint64 `msgpack:"put_bytes"`
+	Places     uint64 `msgpack:"places"` // rendezvous payloads moved into target memory
+	// AbandonedReceives counts rendezvous receives still under way when
+	// their request queue closed (an initiator gone mid-rendezvous).
+	AbandonedReceives uint64 `msgpack:"abandoned_receives"`
+	Fetches           uint64 `msgpack:"fetches"`   // rendezvous payloads brought into worker memory
+	Syncs             uint64 `msgpack:"syncs"`     // Sync calls
+	SyncOps           uint64 `msgpack:"sync_ops"`  // their operations
+	Fences            uint64 `msgpack:"fences"`    // Target.Fence calls
+	Flushes           uint64 `msgpack:"flushes"`   // Target.Flush calls
+	Readbacks         uint64 `msgpack:"readbacks"` // visibility reads after a flush
+	HandlerPanics     uint64 `msgpack:"handler_panics"`
 
 	// Answers sent.
 	FlushResponses uint64 `msgpack:"flush_responses"`
@@ -69,6 +72,7 @@ type counters struct {
 	cpyPuts   atomic.Uint64
 	putBytes  atomic.Uint64
 	places    atomic.Uint64
+	abandoned atomic.Uint64
 	fetches   atomic.Uint64
 	syncs     atomic.Uint64
 	syncOps   atomic.Uint64
@@ -123,26 +127,27 @@ const OtherOp = ^uint32(0)
 func (w *Worker) Stats() Stats {
 	c := &w.stats
 	s := Stats{
-		Requests:        map[uint32]uint64{},
-		Bytes:           c.bytes.Load(),
-		Dropped:         c.dropped.Load(),
-		Batches:         c.batches.Load(),
-		BatchedRequests: c.batched.Load(),
-		TargetPuts:      c.ucxPuts.Load(),
-		MemcpyPuts:      c.cpyPuts.Load(),
-		PutBytes:        c.putBytes.Load(),
-		Places:          c.places.Load(),
-		Fetches:         c.fetches.Load(),
-		Syncs:           c.syncs.Load(),
-		SyncOps:         c.syncOps.Load(),
-		Fences:          c.fences.Load(),
-		Flushes:         c.flushes.Load(),
-		Readbacks:       c.readbacks.Load(),
-		HandlerPanics:   c.panics.Load(),
-		FlushResponses:  c.flushRsp.Load(),
-		Acks:            c.acks.Load(),
-		Failures:        map[rdmo.Status]uint64{},
-		InFlight:        map[uint64]int64{},
+		Requests:          map[uint32]uint64{},
+		Bytes:             c.bytes.Load(),
+		Dropped:           c.dropped.Load(),
+		Batches:           c.batches.Load(),
+		BatchedRequests:   c.batched.Load(),
+		TargetPuts:        c.ucxPuts.Load(),
+		MemcpyPuts:        c.cpyPuts.Load(),
+		PutBytes:          c.putBytes.Load(),
+		Places:            c.places.Load(),
+		AbandonedReceives: c.abandoned.Load(),
+		Fetches:           c.fetches.Load(),
+		Syncs:             c.syncs.Load(),
+		SyncOps:           c.syncOps.Load(),
+		Fences:            c.fences.Load(),
+		Flushes:           c.flushes.Load(),
+		Readbacks:         c.readbacks.Load(),
+		HandlerPanics:     c.panics.Load(),
+		FlushResponses:    c.flushRsp.Load(),
+		Acks:              c.acks.Load(),
+		Failures:          map[rdmo.Status]uint64{},
+		InFlight:          map[uint64]int64{},
 	}
 	for op := range c.reqOps {
 		if n := c.reqOps[op].Load(); n != 0 {

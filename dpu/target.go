@@ -254,7 +254,7 @@ func (t *target) Place(req *rdmo.Request, id, addr uint64) error {
 	if req.Length == 0 {
 		return nil
 	}
-	op := targetOp{g: t.g, c: t.c, r: r, raddr: addr, pend: p}
+	op := targetOp{g: t.g, c: t.c, r: r, raddr: addr, pend: p, rq: t.b.rq}
 	if r.mapping != nil {
 		op.kind = opRecv
 		op.place = true
@@ -295,7 +295,7 @@ func (t *target) Fetch(req *rdmo.Request) ([]byte, error) {
 	buf := t.Buffer(int(req.Length))
 	p.moved = true
 	t.w.stats.fetches.Add(1)
-	t.sync = append(t.sync[:0], targetOp{kind: opRecv, g: &t.c.sync, c: t.c, pend: p, buf: buf})
+	t.sync = append(t.sync[:0], targetOp{kind: opRecv, g: &t.c.sync, c: t.c, pend: p, buf: buf, rq: t.b.rq})
 	t.submitWait()
 	if g := &t.c.sync; g.status != rdmo.StatusOK {
 		return nil, wireErr(g.status, "fetching the rendezvous payload: "+g.detail)

@@ -126,3 +126,29 @@ func (c *Context) Devices() []string {
 	sort.Strings(out)
 	return out
 }
+
+// SafeRendezvousScheme is the UCX rendezvous scheme (UCX_RNDV_SCHEME) for
+// contexts that talk to processes that may die at any moment: payloads sent
+// by rendezvous come as active-message fragments the sender pushes after
+// the receiver's ready-to-receive. The zero-copy schemes make one process
+// read (get) or write (put) the other's memory with CMA over shared memory,
+// and UCX 1.13 treats a CMA call that finds the peer process gone as fatal
+// on endpoints without peer-failure handling, which shared-memory endpoints
+// cannot have in 1.13: an initiator killed mid-rendezvous aborted the RDMO
+// worker, every client with it. Both sides must use it: in 1.13 the sender
+// offers its memory for a get, and the receiver takes the offer.
+const SafeRendezvousScheme = "am"
+
+// WithRendezvousScheme returns cfg with RNDV_SCHEME set to
+// SafeRendezvousScheme unless cfg sets it (cfg itself is not modified).
+func WithRendezvousScheme(cfg map[string]string) map[string]string {
+	if _, set := cfg["RNDV_SCHEME"]; set {
+		return cfg
+	}
+	out := make(map[string]string, len(cfg)+1)
+	for k, v := range cfg {
+		out[k] = v
+	}
+	out["RNDV_SCHEME"] = SafeRendezvousScheme
+	return out
+}

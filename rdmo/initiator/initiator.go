@@ -112,6 +112,7 @@ type Options struct {
 
 	// UCX overrides UCX configuration entries of the context the
 	// Initiator creates (names without the UCX_ prefix, e.g. "TLS").
+	// RNDV_SCHEME defaults to ucp.SafeRendezvousScheme.
 	UCX map[string]string
 	// Context, if set, is used instead of creating one; the Initiator
 	// does not close it.
