@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/initiator"
 )
 
@@ -280,6 +281,14 @@ func (o *Options) validate() error {
 	for _, m := range o.Modes {
 		if k, ok := scatterIOVs(m); ok {
 			maxIOVs = max(maxIOVs, k)
+		}
+	}
+	if maxIOVs > 1 || slices.ContainsFunc(o.Modes, func(m string) bool { _, ok := scatterIOVs(m); return ok }) {
+		// A scatter goes eager, whole: the worker refuses one larger than
+		// its eager payload limit (LengthOverflow).
+		if payload := maxIOVs * (rdmo.IOVDescLen + maxSize); payload > dpu.DefaultMaxEagerPayload {
+			return fmt.Errorf("--iovs %d × --size %d: a scatter payload of %d bytes exceeds the worker's eager payload limit of %d bytes",
+				maxIOVs, maxSize, payload, dpu.DefaultMaxEagerPayload)
 		}
 	}
 	if need := 8 + o.Initiators*maxIOVs*maxSize*16; o.QueueBytes < need {
