@@ -69,7 +69,8 @@ func (w *Worker) clientInit(c *command, cmd ClientInit) *CommandError {
 	w.regMu.Unlock()
 	go cl.run()
 	w.log.Debug("client registered", zap.Uint64("client", cmd.ID), zap.Bool("peer_failure_detection", ep.PeerFailureDetection()))
-	c.answer(Notification{Type: t, Client: cmd.ID, Addr: append([]byte(nil), w.addr...)}, nil)
+	c.answer(Notification{Type: t, Client: cmd.ID, Addr: append([]byte(nil), w.addr...),
+		MaxInFlightPerRQ: uint32(min(uint64(w.cfg.MaxInFlightPerRQ), math.MaxUint32))}, nil)
 	return nil
 }
 

@@ -98,9 +98,9 @@ func (MRDereg) CommandType() CommandType    { return CmdMRDereg }
 
 // Notification answers a command. Status is StatusOK on success; otherwise
 // it and Detail say why the command failed. The other fields are set by the
-// command they answer: Addr (CLIENT_INIT: the worker's UCP address), RQ
-// (RQ_CREATE, RQ_DESTROY), Region (MR_REG, MR_DEREG). Client echoes the
-// command's client.
+// command they answer: Addr and MaxInFlightPerRQ (CLIENT_INIT: the worker's
+// UCP address and its in-flight limit), RQ (RQ_CREATE, RQ_DESTROY), Region
+// (MR_REG, MR_DEREG). Client echoes the command's client.
 type Notification struct {
 	Type   CommandType `msgpack:"type"`
 	Status rdmo.Status `msgpack:"status"`
@@ -109,6 +109,12 @@ type Notification struct {
 	Addr   []byte      `msgpack:"addr,omitempty"`
 	RQ     uint64      `msgpack:"rq,omitempty"`
 	Region uint64      `msgpack:"region,omitempty"`
+	// MaxInFlightPerRQ is the worker's Config.MaxInFlightPerRQ, the most
+	// requests of one request queue it accepts before they complete, so
+	// that the target can tell its initiators (initiator.Options.Credits).
+	// Added after the first release: 0 (an older worker) means unknown,
+	// which is rdmo.DefaultMaxInFlightPerRQ.
+	MaxInFlightPerRQ uint32 `msgpack:"max_in_flight_per_rq,omitempty"`
 }
 
 // Err returns nil for a successful notification, else an error matching

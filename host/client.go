@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"sort"
@@ -53,6 +54,7 @@ type client struct {
 	finished chan struct{}
 
 	wi      oob.WorkerInfo
+	credits int // initiator.Options.Credits, from wi.MaxInFlightPerRQ
 	seed    oob.RegionInfo
 	queue   oob.RegionInfo
 	scatter oob.RegionInfo
@@ -135,13 +137,17 @@ func (c *client) run(ctx context.Context) error {
 		return err
 	}
 	wl := *wi.Workload
-	c.log.Info("received the RDMO worker's address", zap.Uint64("client", wi.ClientID), zap.Uint64("ops", wl.Ops), zap.String("seed", fmt.Sprintf("%#x", wl.Seed)))
+	c.log.Info("received the RDMO worker's address", zap.Uint64("client", wi.ClientID), zap.Uint64("ops", wl.Ops), zap.String("seed", fmt.Sprintf("%#x", wl.Seed)),
+		zap.Uint32("max_in_flight_per_rq", wi.MaxInFlightPerRQ), zap.Int("credits", c.credits))
 
 	in, err := initiator.New(initiator.Options{
 		WorkerAddress: wi.WorkerAddress,
 		ClientID:      wi.ClientID,
 		UCX:           devCfg,
 		Logger:        c.log.Named("initiator"),
+		// Flow control within the worker's in-flight limit (rdmo dpu's
+		// "worker": {"max-in-flight-per-rq": N}), as the server tells it.
+		Credits: c.credits,
 		// Pack requests queued while earlier ones are in flight into one
 		// message, when the worker says it understands batch containers.
 		Aggregate: initiator.AggregateSupported(wi.Capabilities),
@@ -252,6 +258,23 @@ func (c *client) dial(ctx context.Context, secret []byte) (*oob.Conn, error) {
 	}
 }
 
+// creditsFor is the initiator's Options.Credits for a worker whose
+// in-flight limit per request queue is limit (0: not said, an older
+// server or worker; the initiator's default, which is the worker's).
+func creditsFor(limit uint32) (int, error) {
+	switch {
+	case limit == 0:
+		return initiator.DefaultCredits, nil
+	case limit < minCredits:
+		return 0, fmt.Errorf("the RDMO worker accepts %d requests in flight per queue; this client needs at least %d (rdmo dpu's \"worker\": {\"max-in-flight-per-rq\"})", limit, minCredits)
+	}
+	return int(min(limit, math.MaxInt32)), nil
+}
+
+// minCredits is the fewest credits the initiator's flow control works
+// with (initiator.Options.Credits).
+const minCredits = 3
+
 // accept checks that the WorkerInfo describes work this client can do.
 func (c *client) accept(wi oob.WorkerInfo) error {
 	if len(wi.WorkerAddress) == 0 {
@@ -283,7 +306,11 @@ func (c *client) accept(wi oob.WorkerInfo) error {
 	if c.queue.Len < uint64(8+p.RecordBytes) || c.scatter.Len < p.ScatterSpan || c.seed.Len < SeedQueueSize {
 		return errors.New("the server's regions are too small for its workload (different rdmo versions?)")
 	}
-	c.wi = wi
+	credits, err := creditsFor(wi.MaxInFlightPerRQ)
+	if err != nil {
+		return err
+	}
+	c.wi, c.credits = wi, credits
 	return nil
 }
 

@@ -85,7 +85,8 @@ type server struct {
 	workload oob.Workload
 	plan     plan
 
-	remoteAddr []byte // the RDMO worker's UCP address, from CLIENT_INIT
+	remoteAddr  []byte // the RDMO worker's UCP address, from CLIENT_INIT
+	maxInFlight uint32 // the worker's in-flight limit per queue, from CLIENT_INIT (0: not said)
 
 	accepted chan acceptResult // the first initiator, from acceptOne
 	peer     *peer
@@ -198,6 +199,8 @@ func (s *server) run(ctx context.Context) error {
 		// (the UROM handshake checked it), so its capabilities are ours.
 		Capabilities: append([]string{"append", "scatter", "flush"}, dpu.Capabilities()...),
 		Workload:     &wl,
+		// The initiator's flow control stays within the worker's limit.
+		MaxInFlightPerRQ: s.maxInFlight,
 	}); err != nil {
 		return err
 	}
@@ -497,6 +500,7 @@ func (s *server) setupMemory(ctx context.Context, devCfg map[string]string) erro
 		return fmt.Errorf("CLIENT_INIT: %w", err)
 	}
 	s.remoteAddr = n.Addr
+	s.maxInFlight = n.MaxInFlightPerRQ
 	for _, r := range []*region{s.seed, s.queue, s.scatter} {
 		rkey, err := r.mem.PackRkey()
 		if err != nil {

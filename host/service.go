@@ -79,6 +79,7 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 		return err
 	}
 	uc.Secret = secret
+	uc.WorkerSettings = cfg.Worker.Settings() // the operator's worker limits, for every worker
 	svc, err := urom.NewService(ctx, uc)
 	if err != nil {
 		return err
@@ -96,6 +97,7 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 		svc.Close()
 		return err
 	}
+	log.Info("worker limits", zap.Any("worker", uc.WorkerSettings))
 	urom.Announce(Stdout, addr)
 	err = svc.Serve(ctx)
 	if ctx.Err() != nil {

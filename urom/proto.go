@@ -78,7 +78,10 @@ type SpawnOptions struct {
 type WorkerSpec struct {
 	ID      uint64            `msgpack:"id"`
 	Plugins []PluginInfo      `msgpack:"plugins"`
-	Config  map[string]string `msgpack:"config"`
+	Config  map[string]string `msgpack:"config"` // the host's SpawnOptions.Config
+	// Settings are the operator's (Config.WorkerSettings of the service),
+	// the same for every worker; no host can set or change them.
+	Settings map[string]string `msgpack:"settings,omitempty"`
 }
 
 // SpawnReply names the new worker.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -42,6 +43,12 @@ type Config struct {
 	WorkerCommand []string
 	// WorkerEnv is added to every worker's environment.
 	WorkerEnv []string
+	// WorkerSettings are the operator's settings of every worker process
+	// (for the RDMO component, its limits: rdmoworker.Setting*), handed to
+	// it in its spec (WorkerSpec.Settings), apart from the host's
+	// SpawnOptions.Config: a host cannot set or override them. A worker
+	// refuses settings it does not know, so a bad one fails every spawn.
+	WorkerSettings map[string]string
 	// Component and ComponentVersion name the RDMO component workers run;
 	// hosts asking for an incompatible version are refused.
 	Component        string
@@ -101,6 +108,7 @@ func NewService(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("urom: Config.Secret: %w", err)
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
+	cfg.WorkerSettings = maps.Clone(cfg.WorkerSettings)
 	if cfg.Component == "" {
 		cfg.Component = "rdmo"
 	}
@@ -427,7 +435,7 @@ func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) 
 	for _, p := range plugins {
 		w.plugins = append(w.plugins, p.Name)
 	}
-	spec := WorkerSpec{ID: w.id, Plugins: plugins, Config: opts.Config}
+	spec := WorkerSpec{ID: w.id, Plugins: plugins, Config: opts.Config, Settings: s.cfg.WorkerSettings}
 	if err := w.start(ctx, spec, opts); err != nil {
 		s.mu.Lock()
 		delete(s.workers, w.id)

@@ -16,6 +16,7 @@ var groupOrder = []string{
 	cli.GroupProgramFlags,
 	cli.GroupRDMOFlags,
 	cli.GroupServiceFlags,
+	cli.GroupWorkerFlags,
 	cli.GroupFlags,
 }
 
@@ -27,6 +28,9 @@ var flagOrder = []string{
 	"oob-port", "urom", "append-strategy", "ops",
 	"config", "listen", "plugin-path", "max-workers", "metrics-addr",
 	"secret-file", "log-format",
+	"worker-max-in-flight-per-rq", "worker-max-clients", "worker-max-rqs-per-client",
+	"worker-max-regions-per-client", "worker-max-rendezvous-fetch", "worker-max-eager-payload",
+	"worker-max-batch", "worker-drain-timeout",
 }
 
 // helpText renders the usage of cmd in the layout of DOCA's usage text:

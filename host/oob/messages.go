@@ -90,6 +90,12 @@ type WorkerInfo struct {
 	// (added after version 1 shipped: older peers ignore it, and a body
 	// without it decodes as nil).
 	Workload *Workload `msgpack:"workload,omitempty"`
+	// MaxInFlightPerRQ is the worker's in-flight limit per request queue
+	// (its answer to CLIENT_INIT), which the initiator's flow control must
+	// stay within (initiator.Options.Credits). Added after version 1
+	// shipped: 0 (an older target, or a worker that did not say) means
+	// rdmo.DefaultMaxInFlightPerRQ.
+	MaxInFlightPerRQ uint32 `msgpack:"max_in_flight_per_rq,omitempty"`
 }
 
 // Workload describes a deterministic workload: both sides derive the same

@@ -331,17 +331,21 @@ type DPUConfig struct {
 	MetricsAddr string   // --metrics-addr: host:port for metrics over HTTP ("" = off)
 	SecretFile  string   // --secret-file: shared secret hosts must present ("" = none)
 
+	// Worker: the limits of every worker process the service spawns (the
+	// "worker" group of the --config file, or the --worker-* flags).
+	Worker WorkerLimits
+
 	Logger *zap.Logger // set before Run; never nil inside a Run hook
 }
 
 // DefaultDPUConfig is the service configuration before flags and file.
 func DefaultDPUConfig() DPUConfig {
-	return DPUConfig{Log: DefaultLogConfig(), Listen: DefaultDPUListen, MaxWorkers: DefaultMaxWorkers}
+	return DPUConfig{Log: DefaultLogConfig(), Listen: DefaultDPUListen, MaxWorkers: DefaultMaxWorkers, Worker: DefaultWorkerLimits()}
 }
 
 // RegisterFlags adds the service flags to fs, bound to c.
 func (c *DPUConfig) RegisterFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.ConfigFile, "config", "", "Read the service flags from a JSON params file (same format as -j/--json)")
+	fs.StringVar(&c.ConfigFile, "config", "", "Read the service flags from a JSON params file (same format as -j/--json; the worker limits also in a \"worker\" group: {\"worker\": {\"max-in-flight-per-rq\": 256}})")
 	Annotate(fs, "config", GroupServiceFlags, "<path>")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "Address host:port the service accepts hosts on")
 	Annotate(fs, "listen", GroupServiceFlags, "<host:port>")
@@ -353,6 +357,7 @@ func (c *DPUConfig) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "metrics-addr", GroupServiceFlags, "<host:port>")
 	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret every host must prove before it is served; hosts use it with --secret-file (empty: any host that reaches --listen is served)")
 	Annotate(fs, "secret-file", GroupServiceFlags, "<path>")
+	c.Worker.RegisterFlags(fs)
 }
 
 // Validate checks the service configuration; errors are usage errors.
@@ -379,6 +384,9 @@ func (c *DPUConfig) Validate() error {
 		if !st.IsDir() {
 			return Usagef("--plugin-path: %s is not a directory", dir)
 		}
+	}
+	if err := c.Worker.Validate(); err != nil {
+		return err
 	}
 	return checkFile("--secret-file", c.SecretFile)
 }

@@ -91,7 +91,8 @@ func ReadParamsFile(path string) (*ParamsFile, error) {
 //	}
 //
 // Comments and trailing commas are allowed (see StripJSONC). Keys may also be
-// given at the top level. Values must be strings, numbers, booleans or arrays
+// given at the top level. A third group, GroupWorker ("worker"), holds the
+// worker limits of `rdmo dpu --config`: its key K sets the flag --worker-K. Values must be strings, numbers, booleans or arrays
 // of those; a key may appear only once in the file. name is used in error
 // messages, which carry the line and column.
 func ParseParams(name string, data []byte) (*ParamsFile, error) {
@@ -194,12 +195,16 @@ func (p *paramParser) object(pf *ParamsFile, group string, top bool) error {
 		}
 		line, col := lineCol(p.data, keyOff)
 		param := Param{Key: key, Group: group, Line: line, Col: col}
+		seenKey := key
+		if group == GroupWorker {
+			seenKey = GroupWorker + "." + key // its keys are apart from the others
+		}
 		switch v := tok.(type) {
 		case json.Delim:
 			switch {
 			case v == '{' && top:
-				if key != GroupGeneral && key != GroupProgram {
-					return p.errAt(keyOff, "", "unknown group %q (the groups are %q and %q; keys may also be given at the top level)", key, GroupGeneral, GroupProgram)
+				if key != GroupGeneral && key != GroupProgram && key != GroupWorker {
+					return p.errAt(keyOff, "", "unknown group %q (the groups are %q and %q, and %q in rdmo dpu --config; keys may also be given at the top level)", key, GroupGeneral, GroupProgram, GroupWorker)
 				}
 				if prev, dup := p.seen["\x00group:"+key]; dup {
 					return p.errAt(keyOff, "", "group %q appears twice (first at %d:%d)", key, prev.Line, prev.Col)
@@ -227,10 +232,10 @@ func (p *paramParser) object(pf *ParamsFile, group string, top bool) error {
 		case nil:
 			return p.errAt(valOff, key, "null is not a value; remove the key to keep the default")
 		}
-		if prev, dup := p.seen[key]; dup {
+		if prev, dup := p.seen[seenKey]; dup {
 			return p.errAt(keyOff, key, "given twice (first at %d:%d)", prev.Line, prev.Col)
 		}
-		p.seen[key] = param
+		p.seen[seenKey] = param
 		pf.Params = append(pf.Params, param)
 	}
 	_, err := p.token() // the closing '}'
@@ -271,7 +276,18 @@ func (pf *ParamsFile) Apply(fs *pflag.FlagSet) error {
 	set := map[string]Param{}
 	for _, p := range pf.Params {
 		name := p.Key
-		if alias, ok := KeyAliases[name]; ok && fs.Lookup(alias) != nil {
+		if p.Group == GroupWorker {
+			name = WorkerFlagPrefix + p.Key
+			if f := fs.Lookup(name); f == nil || f.Hidden {
+				keys := workerFileKeys(fs)
+				if len(keys) == 0 {
+					return &PosError{File: pf.Path, Line: p.Line, Col: p.Col,
+						Err: fmt.Errorf("key %q of group %q: worker limits are set in the rdmo dpu --config file, not here", p.Key, GroupWorker)}
+				}
+				return &PosError{File: pf.Path, Line: p.Line, Col: p.Col,
+					Err: fmt.Errorf("unknown key %q in group %q; valid keys there: %s", p.Key, GroupWorker, strings.Join(keys, ", "))}
+			}
+		} else if alias, ok := KeyAliases[name]; ok && fs.Lookup(alias) != nil {
 			name = alias
 		}
 		f := fs.Lookup(name)
@@ -288,7 +304,11 @@ func (pf *ParamsFile) Apply(fs *pflag.FlagSet) error {
 			continue // the command line wins
 		}
 		if err := setFlag(fs, f, p); err != nil {
-			return &PosError{File: pf.Path, Line: p.Line, Col: p.Col, Key: p.Key, Err: err}
+			key := p.Key
+			if p.Group == GroupWorker {
+				key = GroupWorker + "." + p.Key
+			}
+			return &PosError{File: pf.Path, Line: p.Line, Col: p.Col, Key: key, Err: err}
 		}
 	}
 	return nil
