@@ -675,7 +675,12 @@ func (lp *loop) shutdown() error {
 	} else {
 		err = lp.ep.CloseForce()
 	}
-	if err != nil && lp.failed == nil {
+	switch {
+	case errors.Is(err, ucp.ErrTimeout) || errors.Is(err, ucp.ErrPeerFailed):
+		// Everything sent left this side; the worker did not confirm the
+		// close in time, or is gone. Nothing the caller could act on.
+		in.log.Warn("endpoint close not confirmed by the worker", zap.Error(err))
+	case err != nil && lp.failed == nil:
 		errs = append(errs, fmt.Errorf("initiator: close endpoint: %w", err))
 	}
 	if err := lp.w.Close(); err != nil {
