@@ -22,6 +22,7 @@ type client struct {
 	// Shared.
 	hostFailed atomic.Bool                        // the host-access endpoint failed or the client is gone
 	regions    atomic.Pointer[map[uint64]*region] // copy-on-write, written by the loop
+	placesDone atomic.Uint64                      // Places finished, written by the loop
 
 	// Loop-owned.
 	hostEP   *ucp.Endpoint
@@ -55,6 +56,7 @@ type client struct {
 	cmdOps   []targetOp
 	cmdBufs  bufArena
 	dirtyUCX bool    // writes went through UCX since the last flush
+	placed   uint64  // Places handed to the loop (compare placesDone)
 	unfenced bool    // UCX writes not yet ordered before later reads
 	lastPut  *region // where the last UCX write went (visibility read target)
 }
@@ -94,7 +96,12 @@ type execItem struct {
 	graceful bool
 }
 
+// pushExec hands an item to the executor; on the loop only.
 func (c *client) pushExec(it execItem) {
+	c.w.readied++
+	if it.kind != execStop {
+		c.w.atExec++
+	}
 	c.exMu.Lock()
 	c.exQ = append(c.exQ, it)
 	c.exMu.Unlock()

@@ -92,6 +92,7 @@ func (w *Worker) groupCheck(g *opGroup) {
 	case groupBatch:
 		w.completeBatch(g.b)
 	case groupSync:
+		w.readied++
 		select {
 		case g.c.syncCh <- struct{}{}:
 		default:
@@ -336,6 +337,7 @@ func (c *client) minPendingPlace() uint64 {
 // placeDone marks a placement finished and issues the flushes that waited
 // for every placement before them.
 func (w *Worker) placeDone(c *client, t uint64) {
+	c.placesDone.Add(1)
 	for k := range c.placeQ {
 		if c.placeQ[k].ticket == t {
 			c.placeQ[k].done = true

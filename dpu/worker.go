@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -66,6 +67,14 @@ type Worker struct {
 	cmdBuf     []*command
 	itemBuf    []inboxItem
 	dirty      []*client // clients whose request queues may dispatch
+	readied    int       // executors readied in this round (see run)
+	atExec     int       // batches and commands handed to executors, not returned
+
+	// Idle accounting, for tests: time spun without work before sleeping,
+	// sleeps, and the sleeps that a spin preceded.
+	spun   atomic.Int64
+	sleeps atomic.Uint64
+	spins  atomic.Uint64
 }
 
 type handlerEntry struct {
@@ -342,6 +351,11 @@ func commandClient(cmd Command) uint64 {
 }
 
 // run is the loop goroutine: it owns the UCP worker.
+//
+// It keeps an OS thread of its own (runtime.LockOSThread), so that under
+// load the executors run on other threads, in parallel with it. When it
+// yields (yieldThread), it lets go of the thread for that moment: see
+// there. UCX does not care which thread calls it, one at a time.
 func (w *Worker) run(started chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -370,9 +384,11 @@ func (w *Worker) run(started chan<- error) {
 	started <- nil
 	w.log.Debug("dpu worker started", zap.Int("handlers", len(w.handlers)))
 
-	idle := 0
+	var sp spinner
+	sp.reset()
 	var progressErr, waitErr error // logged once each
 	for {
+		w.readied = 0 // counted by completions in Progress too
 		n, err := w.uw.Progress()
 		if err != nil && progressErr == nil {
 			progressErr = err
@@ -387,29 +403,46 @@ func (w *Worker) run(started chan<- error) {
 				break
 			}
 		}
-		if n > 0 || did > 0 {
-			idle = 0
+		if n > 0 || did > 0 || w.readied > 0 {
+			if sp.active() && w.readied > 0 {
+				// Work after a quiet spell that readied an executor (a
+				// request/response conversation): it sits in this P's
+				// run queue; let it run now, on this thread, instead of
+				// waiting for the runtime to wake another one. Under
+				// load the loop does not yield: the executor runs on
+				// another thread, in parallel with it.
+				yieldThread()
+			}
 			continue
 		}
-		if idle++; idle < spinBeforeWait {
+		if !sp.idle(w.outstanding()) {
 			continue
 		}
-		// A goroutine this loop just readied (an executor) sits in this P's
-		// run queue; a cgo call that blocks keeps the P until sysmon takes
-		// it back (up to 10 ms). Yield first so it runs now.
-		runtime.Gosched()
+		// A goroutine this loop readied (a Do caller it answered) may sit
+		// in this P's run queue; a cgo call that blocks keeps the P until
+		// sysmon takes it back. Yield first so it runs now.
+		yieldThread()
+		if sp.spun > 0 {
+			w.spun.Add(int64(sp.spun))
+			w.spins.Add(1)
+		}
+		w.sleeps.Add(1)
 		w.sleeping.Store(true)
+		woken := false
 		if w.pending.Load() == 0 {
 			if waitErr != nil {
 				// No wake-up support: nap briefly instead of spinning.
 				time.Sleep(min(w.cfg.IdleWait, 100*time.Microsecond))
-			} else if _, err := w.uw.Wait(w.cfg.IdleWait); err != nil {
+				woken = true
+			} else if woken, err = w.uw.Wait(w.cfg.IdleWait); err != nil {
 				waitErr = err
 				w.log.Error("wait failed; the idle worker will poll", zap.Error(err))
 			}
+		} else {
+			woken = true
 		}
 		w.sleeping.Store(false)
-		idle = 0
+		sp.slept(woken)
 	}
 	w.closeErr = w.teardown()
 }
@@ -452,12 +485,14 @@ func (w *Worker) handleItem(it *inboxItem) {
 		w.submit(it.ops, it.sync, it.g)
 	case itemBatchDone:
 		b := it.b
+		w.atExec--
 		w.submit(it.ops, nil, nil)
 		b.g.sealed = true
 		b.c.queued--
 		w.markDirty(b.c)
 		w.groupCheck(&b.g)
 	case itemDeregDone:
+		w.atExec--
 		w.deregDone(it.c, it.reg, it.cmd, it.err)
 	case itemExited:
 		it.c.exited = true
@@ -554,5 +589,136 @@ func (w *Worker) maintain() {
 	}
 }
 
-// spinBeforeWait is how many idle loop rounds pass before the loop sleeps.
-const spinBeforeWait = 64
+// yieldThread lets the goroutines waiting in the loop's P run queue (an
+// executor it just readied) run now, on the loop's own thread, and the
+// loop continue when they block. A goroutine locked to its thread cannot
+// share it: its runtime.Gosched hands the P to another thread (a futex
+// wake, then the kernel must schedule that thread) and parks its own
+// until it gets the P back, some 20-50 µs per hand-off on a loaded
+// two-core machine against some 1-10 µs unlocked. So the loop unlocks
+// for the yield and locks again to whichever thread it resumes on.
+func yieldThread() {
+	runtime.UnlockOSThread()
+	runtime.Gosched()
+	runtime.LockOSThread()
+}
+
+// outstanding reports whether the loop expects work soon without a new
+// message: a batch or command at an executor, an executor waiting for its
+// operations, UCX operations in flight or waiting for room.
+func (w *Worker) outstanding() bool {
+	return w.atExec > 0 || len(w.ops.ops) > len(w.ops.free) || len(w.backlog) > 0
+}
+
+// The loop's idle policy: after its last piece of work it keeps
+// progressing (polling UCX and its inbox, yielding the CPU to other
+// threads) for a bounded time before it sleeps in ucp.Worker.Wait, so
+// that the next request of a conversation, or an executor's answer, finds
+// it awake instead of costing a wake-up through the kernel.
+//
+//   - With nothing outstanding it spins for a window between spinMin and
+//     spinMax. The window adapts to the traffic: it grows (at least
+//     doubles) when work arrived shortly after the loop went to sleep (a
+//     request/response conversation whose turn-around the window just
+//     missed) and halves when a sleep ran its full IdleWait (the traffic
+//     paused) or when the work came only after spinMax. A steady stream
+//     with gaps under spinMax keeps the loop polling, as a poll-mode
+//     worker does; an idle worker spins once for at most spinMax, then
+//     sleeps, and after a sleep that timed out goes back to sleep at once.
+//   - While something is outstanding (outstanding) it spins for up to
+//     spinPending, then sleeps anyway; once a sleep ran its full IdleWait
+//     it does not spin again until something happens, so an executor
+//     stuck in a slow handler, or an operation UCX never completes, does
+//     not keep a core busy.
+const (
+	spinMin     = 50 * time.Microsecond
+	spinMax     = 500 * time.Microsecond
+	spinPending = time.Millisecond
+	// spinCheck is how many empty rounds pass between clock readings
+	// (and yields of the CPU); one round is a Progress call, about half a
+	// microsecond.
+	spinCheck = 16
+	// quietRounds empty rounds (some 10 µs) make the loop quiet: work
+	// that comes after them is a turn of a conversation, not a stream.
+	quietRounds = 32
+)
+
+// spinner is the loop's idle state (see the constants above).
+type spinner struct {
+	window    time.Duration // idle spin of the current period
+	rounds    int           // empty rounds since the last work
+	since     time.Time     // when the first of them started
+	spun      time.Duration // how long the last spin lasted (accounting)
+	timedOut  bool          // the last sleep ran its full IdleWait
+	sleptAt   time.Time     // when the idle period that slept began
+	sleptOnce bool          // the current idle period included a sleep
+}
+
+func (s *spinner) reset() { *s = spinner{window: spinMin} }
+
+// active records a round that found work. It reports whether the loop
+// had been quiet before: at least quietRounds empty rounds, or a sleep.
+func (s *spinner) active() (quiet bool) {
+	quiet = s.sleptOnce || s.rounds >= quietRounds
+	if s.sleptOnce {
+		// Work came after a sleep: had the window covered the gap, the
+		// loop would have been awake. A gap beyond spinMax is not worth
+		// spinning for: shrink, gently (one late turn of a conversation
+		// should not undo the window).
+		if gap := time.Since(s.sleptAt); gap < spinMax {
+			s.window = min(max(2*s.window, gap+gap/2), spinMax)
+		} else {
+			s.window = max(s.window/2, spinMin)
+		}
+	}
+	s.rounds, s.timedOut, s.sleptOnce = 0, false, false
+	return quiet
+}
+
+// idle records an empty round and reports whether the loop should sleep.
+func (s *spinner) idle(outstanding bool) bool {
+	s.rounds++
+	if s.rounds == 1 {
+		s.spun = 0
+		if s.timedOut {
+			// Nothing happened for a whole IdleWait, not even to what
+			// is outstanding: spinning would only burn the CPU.
+			return true
+		}
+		s.since = time.Now()
+		return false
+	}
+	if s.rounds%spinCheck != 0 {
+		return false
+	}
+	limit := s.window
+	if outstanding {
+		limit = spinPending
+	}
+	if s.spun = time.Since(s.since); s.spun < limit {
+		// Poll politely: let the goroutines that wait for this P run
+		// (an executor readied by a round that was not quiet), then
+		// the threads that want this CPU (a peer process on a small
+		// machine, the initiator of this very conversation). Both are
+		// cheap when nobody waits.
+		yieldThread()
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		return false
+	}
+	return true
+}
+
+// slept records the end of a sleep: woken by an event, or timed out.
+func (s *spinner) slept(woken bool) {
+	if !s.sleptOnce {
+		s.sleptOnce = true
+		s.sleptAt = s.since
+	}
+	if !woken && !s.timedOut {
+		// The first sleep of this idle period that ran its full IdleWait:
+		// the traffic paused or stopped.
+		s.window = max(s.window/2, spinMin)
+	}
+	s.timedOut = !woken
+	s.rounds = 0
+}
