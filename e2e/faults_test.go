@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -291,7 +292,9 @@ func TestFaultInitiatorKilled(t *testing.T) {
 				t.Errorf("the dead initiator's queue still has an in-flight gauge")
 			}
 			if err := bg.stop(qs); err != nil {
-				t.Fatalf("the other initiator: %v", err)
+				var dump strings.Builder
+				pprof.Lookup("goroutine").WriteTo(&dump, 1)
+				t.Fatalf("the other initiator: %v\nworker stats: %+v\ngoroutines of the worker's process:\n%s", err, tg.worker.Stats(), dump.String())
 			}
 			if err := qv.guardsOK(); err != nil {
 				t.Error(err)
