@@ -187,7 +187,7 @@ func (p *Proc) stop(t testing.TB, grace time.Duration) {
 		t.Errorf("%s: the race detector reported a data race:\n%s", p, rep)
 	}
 	if t.Failed() || os.Getenv("TESTPROC_VERBOSE") != "" {
-		t.Logf("--- %s (exit %d) stdout:\n%s\n--- %s stderr:\n%s", p, p.ExitCode(), tail(p.Stdout(), 4000), p, tail(p.Stderr(), 8000))
+		t.Logf("--- %s (exit %d) stdout:\n%s\n--- %s stderr:\n%s", p, p.ExitCode(), tail(p.Stdout(), 4000), p, clip(p.Stderr(), 4000, 4000))
 	}
 }
 
@@ -201,6 +201,15 @@ func raceReports(out string) []string {
 		reps = append(reps, part)
 	}
 	return reps
+}
+
+// clip keeps the start and the end of s: a crash names its cause at the
+// start of its goroutine dump, a failure its last words at the end.
+func clip(s string, head, end int) string {
+	if len(s) <= head+end {
+		return s
+	}
+	return s[:head] + "\n...\n" + s[len(s)-end:]
 }
 
 func tail(s string, n int) string {
