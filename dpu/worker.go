@@ -404,6 +404,7 @@ func (w *Worker) run(started chan<- error) {
 			}
 		}
 		if n > 0 || did > 0 || w.readied > 0 {
+			sp.yieldDue = sp.yieldDue || w.readied > 0
 			if sp.active() && w.readied > 0 {
 				// Work after a quiet spell that readied an executor (a
 				// request/response conversation): it sits in this P's
@@ -411,6 +412,7 @@ func (w *Worker) run(started chan<- error) {
 				// waiting for the runtime to wake another one. Under
 				// load the loop does not yield: the executor runs on
 				// another thread, in parallel with it.
+				sp.yieldDue = false
 				yieldThread()
 			}
 			continue
@@ -421,6 +423,7 @@ func (w *Worker) run(started chan<- error) {
 		// A goroutine this loop readied (a Do caller it answered) may sit
 		// in this P's run queue; a cgo call that blocks keeps the P until
 		// sysmon takes it back. Yield first so it runs now.
+		sp.yieldDue = false
 		yieldThread()
 		if sp.spun > 0 {
 			w.spun.Add(int64(sp.spun))
@@ -652,6 +655,7 @@ type spinner struct {
 	timedOut  bool          // the last sleep ran its full IdleWait
 	sleptAt   time.Time     // when the idle period that slept began
 	sleptOnce bool          // the current idle period included a sleep
+	yieldDue  bool          // an executor was readied since the last yield
 }
 
 func (s *spinner) reset() { *s = spinner{window: spinMin} }
@@ -696,12 +700,16 @@ func (s *spinner) idle(outstanding bool) bool {
 		limit = spinPending
 	}
 	if s.spun = time.Since(s.since); s.spun < limit {
-		// Poll politely: let the goroutines that wait for this P run
-		// (an executor readied by a round that was not quiet), then
-		// the threads that want this CPU (a peer process on a small
-		// machine, the initiator of this very conversation). Both are
-		// cheap when nobody waits.
-		yieldThread()
+		// Poll politely: let an executor readied by a busy round, which
+		// may still wait in this P's run queue, run now (a Gosched also
+		// wakes an idle thread, a futex call: only when one was
+		// readied), and let the threads that want this CPU (a peer
+		// process on a small machine, the initiator of this very
+		// conversation) run first (a no-op when the CPU is ours).
+		if s.yieldDue {
+			s.yieldDue = false
+			yieldThread()
+		}
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		return false
 	}
