@@ -210,8 +210,10 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		flushFirst, creditsOK = q.credit(r.op)
 		if !creditsOK {
 			// Only a flush answer returns credits: make sure one is coming.
-			if q.seq > q.flushEnd {
-				in.queueCreditFlush()
+			if q.seq > q.flushEnd && in.queueCreditFlush() {
+				// Woken under the lock: this caller is about to wait.
+				in.stats.wakes.Add(1)
+				in.w.Wake()
 			}
 			if !creditWaited {
 				creditWaited = true
@@ -238,15 +240,28 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 			return 0, ctx.Err()
 		}
 	}
-	if flushFirst {
-		in.queueCreditFlush()
+	wake := flushFirst && in.queueCreditFlush()
+	seq, woke := in.put(r, cost, own)
+	q.mu.Unlock()
+	if woke || wake {
+		in.stats.wakes.Add(1)
+		in.w.Wake()
 	}
+	return seq, nil
+}
+
+// put takes window space and a sequence number for r and encodes it into
+// the current batch. It reports whether the worker goroutine sleeps on the
+// empty batch and must be woken (the flag is cleared, so only one caller
+// wakes it). Called with mu held.
+func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64, wake bool) {
+	q := &in.q
 	q.inflight++
 	q.inflightBytes += cost
-	seq := q.seq
+	seq = q.seq
 	q.seq++
 	b := q.cur
-	wake := q.sleeping && len(b.ents) == 0
+	wake = q.sleeping && len(b.ents) == 0
 	if wake {
 		q.sleeping = false
 	}
@@ -275,12 +290,7 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		e.dataLen = len(b.data) - e.dataOff
 	}
 	b.ents = append(b.ents, e)
-	q.mu.Unlock()
-	if wake {
-		in.stats.wakes.Add(1)
-		in.w.Wake()
-	}
-	return seq, nil
+	return seq, wake
 }
 
 // credit reports whether a request of op fits the credits now, and whether
@@ -301,31 +311,13 @@ func (q *queue) credit(op uint32) (flushFirst, ok bool) {
 
 // queueCreditFlush puts a fenced FLUSH of flow control's own into the
 // current batch: its answer confirms every request before it, returning
-// their credits. Called with mu held.
-func (in *Initiator) queueCreditFlush() {
-	q := &in.q
+// their credits. It reports whether the worker goroutine must be woken.
+// Called with mu held.
+func (in *Initiator) queueCreditFlush() (wake bool) {
 	fw := &FlushWait{id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
-	seq := q.seq
-	q.seq++
-	q.flushEnd = q.seq
-	fw.seq = seq
-	q.inflight++
-	q.inflightBytes += rdmo.FlushHeaderLen
-	b := q.cur
-	if q.sleeping && len(b.ents) == 0 {
-		// The producer that queued it wakes the worker goroutine after
-		// its own request; a producer that has to wait does so here.
-		q.sleeping = false
-		in.stats.wakes.Add(1)
-		in.w.Wake()
-	}
-	e := entry{op: rdmo.OpFlush, flags: rdmo.FlagFence, seq: seq, cost: rdmo.FlushHeaderLen, flush: fw}
-	e.hdrOff = uint32(len(b.hdr))
-	b.hdr = rdmo.AppendFlushRequest(b.hdr, rdmo.Header{ClientID: in.opts.ClientID, Op: rdmo.OpFlush, Flags: rdmo.FlagFence},
-		rdmo.FlushHeader{FlushID: fw.id})
-	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
-	b.ents = append(b.ents, e)
+	_, wake = in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, rdmo.FlushHeaderLen, nil)
 	in.stats.creditFlushes.Add(1)
+	return wake
 }
 
 // Pools of payload buffers by power-of-two size class, from ownBufferMin
