@@ -353,18 +353,7 @@ func (p *initProc) rdmoAppend(s roundSpec) (roundResult, error) {
 			return roundResult{}, err
 		}
 	}
-	if err := cr.drain(); err != nil {
-		return roundResult{}, err
-	}
-	if err := p.flush(); err != nil {
-		return roundResult{}, err
-	}
-	el := time.Since(start)
-	lat, err := p.acks.wait(30 * time.Second)
-	if err != nil {
-		return roundResult{}, err
-	}
-	return roundResult{Ops: uint64(n), Bytes: uint64(n) * uint64(s.Size), Elapsed: el, Lat: lat}, nil
+	return p.endStream(cr, start, n, s.Size)
 }
 
 // scatter sends SCATTERs of Layout.IOVs chunks of Size bytes, each chunk
@@ -407,6 +396,12 @@ func (p *initProc) scatter(s roundSpec) (roundResult, error) {
 			return roundResult{}, err
 		}
 	}
+	return p.endStream(cr, start, n, l.IOVs*s.Size)
+}
+
+// endStream ends a streaming round of n requests of size payload bytes
+// each: the credit flushes, the final flush, then the sampled acks.
+func (p *initProc) endStream(cr *creditor, start time.Time, n, size int) (roundResult, error) {
 	if err := cr.drain(); err != nil {
 		return roundResult{}, err
 	}
@@ -418,7 +413,7 @@ func (p *initProc) scatter(s roundSpec) (roundResult, error) {
 	if err != nil {
 		return roundResult{}, err
 	}
-	return roundResult{Ops: uint64(n), Bytes: uint64(n) * uint64(l.IOVs*s.Size), Elapsed: el, Lat: lat}, nil
+	return roundResult{Ops: uint64(n), Bytes: uint64(n) * uint64(size), Elapsed: el, Lat: lat}, nil
 }
 
 // flushIdle measures FLUSH round trips with nothing else in flight.
