@@ -243,23 +243,9 @@ func TestAggregateUnderLoad(t *testing.T) {
 		}
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, Ack: true, Window: 256, OnAck: onAck})
 		const producers, each = 4, 2500
-		var wg sync.WaitGroup
-		for g := 0; g < producers; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 16)
-				for i := 0; i < each; i++ {
-					binary.LittleEndian.PutUint64(buf, uint64(g))
-					binary.LittleEndian.PutUint64(buf[8:], uint64(i))
-					if err := in.Append(uint64(g), 1, 2, buf); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
+		if err := appendFromProducers(in, producers, each); err != nil {
+			t.Error(err)
 		}
-		wg.Wait()
 		ctx := timeout(t, 30*time.Second)
 		if _, err := in.Flush(ctx); err != nil {
 			t.Fatal(err)

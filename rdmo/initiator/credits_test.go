@@ -3,7 +3,6 @@ package initiator_test
 import (
 	"encoding/binary"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,28 +64,10 @@ func TestCreditsKeepWithinWorkerLimit(t *testing.T) {
 			}
 		}()
 		const producers, each = 4, 1500
-		var wg sync.WaitGroup
-		errs := make(chan error, producers)
-		for g := 0; g < producers; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 16)
-				for i := 0; i < each; i++ {
-					binary.LittleEndian.PutUint64(buf, uint64(g))
-					binary.LittleEndian.PutUint64(buf[8:], uint64(i))
-					if err := in.Append(uint64(g), 1, 2, buf); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		err := appendFromProducers(in, producers, each)
 		close(stopSlow)
 		<-slowDone
-		close(errs)
-		for err := range errs {
+		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := in.Flush(timeout(t, 20*time.Second)); err != nil {

@@ -231,30 +231,37 @@ func TestWireLayout(t *testing.T) {
 	})
 }
 
+// appendFromProducers appends each 16-byte records from each of producers
+// goroutines at once: record i of producer g carries g and i, and goes to
+// pointer address g. It returns the first error.
+func appendFromProducers(in *initiator.Initiator, producers, each int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for g := 0; g < producers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 16)
+			for i := 0; i < each; i++ {
+				binary.LittleEndian.PutUint64(buf, uint64(g))
+				binary.LittleEndian.PutUint64(buf[8:], uint64(i))
+				if err := in.Append(uint64(g), 1, 2, buf); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 func TestPipelinedAppendsFromGoroutines(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 256})
 		const producers, each = 4, 2500
-		var wg sync.WaitGroup
-		errs := make(chan error, producers)
-		for g := 0; g < producers; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 16)
-				for i := 0; i < each; i++ {
-					binary.LittleEndian.PutUint64(buf, uint64(g))
-					binary.LittleEndian.PutUint64(buf[8:], uint64(i))
-					if err := in.Append(uint64(g), 1, 2, buf); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		if err := appendFromProducers(in, producers, each); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := in.Flush(timeout(t, 20*time.Second)); err != nil {
