@@ -21,7 +21,6 @@ import (
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/initiator"
-	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 )
@@ -56,12 +55,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // prints "TARGET addr va len rkey" and progresses its worker until stdin
 // closes (or it is killed).
 func faultTargetMain() int {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	ctx, w, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
@@ -103,12 +97,11 @@ func faultTargetWorkerMain() int {
 		fmt.Println("ERR", err)
 		return 1
 	}
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	ctx, uw, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
 	}
-	uw, _ := ctx.NewWorker(ucp.WorkerOptions{})
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)

@@ -18,12 +18,7 @@ import (
 // knows every message before it arrived.
 
 func childSink() int {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	ctx, w, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1

@@ -42,12 +42,7 @@ const regionSize = 1 << 20
 // the fact), echoes AM id 1 back as AM id 2 on the reply endpoint, and
 // answers "dump <alloc|user> <off> <len>" and "quit" on stdin.
 func childServer() int {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	ctx, w, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
@@ -119,12 +114,7 @@ func childServer() int {
 // word, runs UCP_TEST_N fetch-adds of 1 and UCP_TEST_N compare-swap
 // increments, then prints "DONE <retries>".
 func childInitiator() int {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	ctx, w, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1

@@ -12,6 +12,7 @@ import (
 	"github.com/openrdmo/rdmo/internal/netns"
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/ucp"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
 // The child roles run inside a namespace: "server" maps memory and prints
@@ -27,12 +28,11 @@ func TestMain(m *testing.M) {
 }
 
 func server() int {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	ctx, w, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
 	}
-	w, _ := ctx.NewWorker(ucp.WorkerOptions{})
 	mem, _ := ctx.Allocate(4096)
 	addr, _ := w.Address()
 	rk, _ := mem.PackRkey()
@@ -51,12 +51,11 @@ func server() int {
 }
 
 func client() int {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	_, w, err := ucptest.NewChildWorker()
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
 	}
-	w, _ := ctx.NewWorker(ucp.WorkerOptions{})
 	f := strings.Fields(os.Getenv("NETNS_SERVER"))
 	addr, _ := hex.DecodeString(f[0])
 	rk, _ := hex.DecodeString(f[1])

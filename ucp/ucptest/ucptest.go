@@ -152,3 +152,19 @@ func ignorableGoroutine(g string) bool {
 	}
 	return strings.Contains(g, "ucptest.CheckGoroutines")
 }
+
+// NewChildWorker makes the context (from the UCX_* environment the parent
+// chose) and worker of a child process in a test role; the child prints
+// "ERR" and exits when it fails.
+func NewChildWorker() (*ucp.Context, *ucp.Worker, error) {
+	ctx, err := ucp.NewContext(ucp.ContextOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		ctx.Close()
+		return nil, nil, err
+	}
+	return ctx, w, nil
+}
