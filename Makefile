@@ -46,7 +46,7 @@ test: deps fmt-check vet
 # read as a ratio to UCX's own (see docs/BENCHMARKS.md).
 bench: deps
 	ROUNDS=$(or $(ROUNDS),5) ./scripts/bench-ucp.sh
-	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp ./rdmo/...
+	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp ./rdmo/... ./host/initiator
 
 # demo runs the RDMO demo on this machine: bin/rdmo as server (target, with
 # an embedded UROM service) and as client (initiator), separate processes on

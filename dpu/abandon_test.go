@@ -52,7 +52,7 @@ func TestAbandonedRendezvousReleasesFlush(t *testing.T) {
 			DrainTimeout: 200 * time.Millisecond,
 		})
 		// A is the setup's initiator. Like a real initiator
-		// (rdmo/initiator), it uses the active-message rendezvous
+		// (host/initiator), it uses the active-message rendezvous
 		// scheme: it pushes its payload only when it progresses after
 		// the worker's ready-to-receive.
 		ctxA, err := ucp.NewContext(ucp.ContextOptions{Config: ucp.WithRendezvousScheme(tr.Config())})

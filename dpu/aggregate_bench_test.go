@@ -10,7 +10,7 @@ import (
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
-	rdmoinit "github.com/openrdmo/rdmo/rdmo/initiator"
+	rdmoinit "github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 

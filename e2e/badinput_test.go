@@ -19,7 +19,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"

@@ -18,7 +18,7 @@ import (
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )

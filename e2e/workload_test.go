@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 )
 
 // A record is self-describing so the target can check a queue without

@@ -18,7 +18,7 @@ import (
 	"github.com/openrdmo/rdmo/host/oob"
 	"github.com/openrdmo/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 )
 
 // Timeouts of the client side.

@@ -113,7 +113,7 @@ const (
 // DefaultMaxInFlightPerRQ is how many requests of one request queue our
 // worker accepts before they complete, unless configured otherwise
 // (dpu.Config.MaxInFlightPerRQ); more fail with StatusTooManyInFlight. An
-// initiator keeps its unconfirmed requests below it (rdmo/initiator
+// initiator keeps its unconfirmed requests below it (host/initiator
 // Options.Credits).
 const DefaultMaxInFlightPerRQ = 1024
 

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/openrdmo/rdmo/bench"
+	"github.com/openrdmo/rdmo/internal/bench"
 	"github.com/openrdmo/rdmo/internal/cli"
 )
 

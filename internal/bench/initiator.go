@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp"
 )
 

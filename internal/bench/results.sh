@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Produces the figures of bench/RESULTS.md (make bench-rdmo). Every figure is
+# Produces the figures of internal/bench/RESULTS.md (make bench-rdmo). Every figure is
 # a ratio to a baseline measured in the same run: rows of one `rdmo bench`
 # are interleaved round by round, and ucx_perftest alternates with it.
 #

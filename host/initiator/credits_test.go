@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 )
 
 // Topology says where the processes sit and which UCX transports they use.

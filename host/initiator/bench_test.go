@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrdmo/rdmo/rdmo/initiator"
+	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
