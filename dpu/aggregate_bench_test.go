@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	rdmoinit "github.com/openrdmo/rdmo/host/initiator"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
-	rdmoinit "github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 

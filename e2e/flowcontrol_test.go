@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/host/initiator"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )

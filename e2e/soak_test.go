@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )

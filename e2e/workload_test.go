@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo"
 )
 
 // A record is self-describing so the target can check a queue without

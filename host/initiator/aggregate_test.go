@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 

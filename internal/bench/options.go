@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/dpu"
-	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo"
 )
 
 // Topology says where the processes sit and which UCX transports they use.
