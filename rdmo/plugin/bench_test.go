@@ -176,3 +176,26 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
+
+// BenchmarkCodec: a HandleBatch round trip (64 Puts of 64 B, one client)
+// through the same plugin process, with the hand-written codec and with
+// the maintained MessagePack library (by reflection, plus the bounds check
+// of untrusted input). Both run alternately with -count, so benchstat can
+// compare them on the same machine load.
+func BenchmarkCodec(b *testing.B) {
+	for _, codec := range []string{plugin.HandCodec, plugin.LibCodec} {
+		b.Run("codec="+codec, func(b *testing.B) {
+			h, err := plugin.LoadCodec(b.Context(), testPluginPath, plugin.LoadOptions{}, codec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = h.Close() })
+			c := newBenchClients(1)[0]
+			c.run(b, h, 10)
+			b.ReportAllocs()
+			b.ResetTimer()
+			c.run(b, h, b.N)
+			b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
+}

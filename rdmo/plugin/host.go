@@ -135,6 +135,8 @@ type Handler struct {
 	log  *zap.Logger
 	hlog *hcLogger
 	info rdmo.HandlerInfo
+	// codec is the content-subtype of every call (see libCodecName).
+	codec string
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -164,6 +166,10 @@ var (
 // managed client: besides Close, CleanupClients (at worker shutdown) stops
 // it. ctx bounds the start only.
 func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) {
+	return load(ctx, path, opts, codecName)
+}
+
+func load(ctx context.Context, path string, opts LoadOptions, codec string) (*Handler, error) {
 	opts = opts.withDefaults()
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -180,6 +186,7 @@ func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) 
 		opts:  opts,
 		log:   log,
 		hlog:  newHCLogger(log),
+		codec: codec,
 		dirty: make(map[uint64]uint64),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -623,7 +630,7 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 		return nil, info, fmt.Errorf("dispensed %T", raw)
 	}
 	var ir infoResp
-	if err := rc.conn.Invoke(ctx, methodInfo, &infoReq{}, &ir, grpc.CallContentSubtype(codecName)); err != nil {
+	if err := rc.conn.Invoke(ctx, methodInfo, &infoReq{}, &ir, grpc.CallContentSubtype(h.codec)); err != nil {
 		return nil, info, fmt.Errorf("Info: %w", err)
 	}
 	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops}
@@ -634,7 +641,7 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 		return nil, info, fmt.Errorf("plugin %s is version %q, want %q", info.Name, info.Version, h.opts.Version)
 	}
 	sctx, scancel := context.WithCancel(context.Background())
-	st, err := rc.conn.NewStream(sctx, &serviceDesc.Streams[0], methodTarget, grpc.CallContentSubtype(codecName))
+	st, err := rc.conn.NewStream(sctx, &serviceDesc.Streams[0], methodTarget, grpc.CallContentSubtype(h.codec))
 	if err != nil {
 		scancel()
 		return nil, info, fmt.Errorf("Target stream: %w", err)
@@ -979,7 +986,7 @@ func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs 
 	go func() {
 		resp := new(callResp)
 		err := inst.conn.Invoke(ctx, callMethod(kind), &callReq{Inv: inv.id, Client: client, Region: region, Reqs: reqs}, resp,
-			grpc.CallContentSubtype(codecName))
+			grpc.CallContentSubtype(h.codec))
 		done <- result{resp, err}
 	}()
 
