@@ -1,4 +1,4 @@
-package plugin
+package wire
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // decode of an untrusted peer needs (internal/msgpackcheck). It is
 // registered so the benchmark can compare both codecs on one plugin
 // process: the server answers each call in the codec the call names.
-const libCodecName = "rdmo-msgpack-lib"
+const LibCodecName = "rdmo-msgpack-lib"
 
 // libMaxDepth bounds the nesting of a message (callResp → ops → Sync →
 // one op is the deepest).
@@ -27,7 +27,7 @@ func init() { encoding.RegisterCodecV2(libCodec{}) }
 
 type libCodec struct{}
 
-func (libCodec) Name() string { return libCodecName }
+func (libCodec) Name() string { return LibCodecName }
 
 func (libCodec) Marshal(v any) (mem.BufferSlice, error) {
 	var buf bytes.Buffer

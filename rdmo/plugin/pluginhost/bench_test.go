@@ -1,4 +1,4 @@
-package plugin_test
+package pluginhost_test
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/plugin"
 	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
 )
 
@@ -75,8 +75,8 @@ func runClients(tb testing.TB, h rdmo.Handler, cs []*benchClient, n int) float64
 	return float64(n*len(cs)*benchBatch) / time.Since(start).Seconds()
 }
 
-func loadBench(b *testing.B) *plugin.Handler {
-	h, err := plugin.Load(b.Context(), testPluginPath, plugin.LoadOptions{})
+func loadBench(b *testing.B) *pluginhost.Handler {
+	h, err := pluginhost.Load(b.Context(), testPluginPath, pluginhost.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -183,9 +183,9 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 // of untrusted input). Both run alternately with -count, so benchstat can
 // compare them on the same machine load.
 func BenchmarkCodec(b *testing.B) {
-	for _, codec := range []string{plugin.HandCodec, plugin.LibCodec} {
+	for _, codec := range []string{pluginhost.HandCodec, pluginhost.LibCodec} {
 		b.Run("codec="+codec, func(b *testing.B) {
-			h, err := plugin.LoadCodec(b.Context(), testPluginPath, plugin.LoadOptions{}, codec)
+			h, err := pluginhost.LoadCodec(b.Context(), testPluginPath, pluginhost.LoadOptions{}, codec)
 			if err != nil {
 				b.Fatal(err)
 			}

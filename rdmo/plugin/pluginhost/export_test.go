@@ -1,12 +1,14 @@
-package plugin
+package pluginhost
 
 import (
 	"context"
 	"time"
+
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wire"
 )
 
-// MaxMsgSize exports maxMsgSize to the external tests.
-const MaxMsgSize = maxMsgSize
+// MaxMsgSize exports the message bound to the external tests.
+const MaxMsgSize = wire.MaxMsgSize
 
 // Backoff is the delay the last restart waited (0 after a successful call).
 func (h *Handler) Backoff() time.Duration {
@@ -15,10 +17,11 @@ func (h *Handler) Backoff() time.Duration {
 	return h.backoff
 }
 
-// LibCodec names the codec of the maintained MessagePack library.
+// HandCodec and LibCodec name the hand-written codec and the one of the
+// maintained MessagePack library.
 const (
-	HandCodec = codecName
-	LibCodec  = libCodecName
+	HandCodec = wire.CodecName
+	LibCodec  = wire.LibCodecName
 )
 
 // LoadCodec is Load with every call carried by the named codec.
