@@ -47,7 +47,7 @@ type LoadOptions struct {
 	// Env is added to the worker's environment for the plugin process.
 	Env []string
 	// Name and Version, when set, must equal the plugin's HandlerInfo
-	// (SPEC §5: host and plugin versions must match); Load fails otherwise.
+	// (docs/PLUGINS.md, "Versions": they must match); Load fails otherwise.
 	Name, Version string
 	// Checksum, when set, is the SHA-256 of the plugin binary: go-plugin
 	// verifies it before every start (and restart).
@@ -284,7 +284,7 @@ func (h *Handler) Close() error {
 }
 
 // HandleBatch implements rdmo.Handler: one call into the plugin per batch,
-// or, for a batch whose requests would not fit one message (maxMsgSize),
+// or, for a batch whose requests would not fit one message (wire.MaxMsgSize),
 // one per run of requests that fits. A request that cannot fit a message
 // on its own fails with LengthOverflow.
 func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {

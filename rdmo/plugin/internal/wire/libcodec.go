@@ -19,7 +19,7 @@ import (
 // process: the server answers each call in the codec the call names.
 const LibCodecName = "rdmo-msgpack-lib"
 
-// libMaxDepth bounds the nesting of a message (callResp → ops → Sync →
+// libMaxDepth bounds the nesting of a message (CallResp → ops → Sync →
 // one op is the deepest).
 const libMaxDepth = 8
 

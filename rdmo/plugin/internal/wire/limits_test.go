@@ -6,7 +6,7 @@ import (
 	"github.com/openrdmo/rdmo/rdmo"
 )
 
-// TestFitBatchBoundsTheMessage: the runs fitBatch cuts a batch into encode
+// TestFitBatchBoundsTheMessage: the runs FitBatch cuts a batch into encode
 // to at most the limit, and each is as long as the limit allows.
 func TestFitBatchBoundsTheMessage(t *testing.T) {
 	hdr := make([]byte, 40)

@@ -19,7 +19,7 @@ import (
 // service and its messages). go-plugin compares it during the handshake: a
 // plugin built against another version refuses to start with the worker,
 // so the worker and its plugins must be built from matching rdmo
-// releases. Bump it on any incompatible change of wire.go.
+// releases. Bump it on any incompatible change of this package.
 const ProtocolVersion = 1
 
 // Handshake is the go-plugin handshake of RDMO handler plugins. The magic
@@ -31,31 +31,31 @@ var Handshake = goplugin.HandshakeConfig{
 	MagicCookieValue: "b1e5c0a4-rdmo-handler-v1",
 }
 
-// pluginKey is the name the handler is dispensed under.
+// PluginKey is the name the handler is dispensed under.
 const PluginKey = "handler"
 
-// maxMsgSize bounds one gRPC message between the worker and a plugin,
+// MaxMsgSize bounds one gRPC message between the worker and a plugin,
 // either way, and both sides enforce it (the plugin's server options, the
 // worker's dial options): a peer cannot make the other receive more. The
 // messages are kept under it by construction:
 //
-//   - a batch (callReq) carries its requests' headers and eager payloads
+//   - a batch (CallReq) carries its requests' headers and eager payloads
 //     (rendezvous payloads stay in the worker). A dpu worker's batch is at
 //     most MaxBatch requests of at most MaxEagerPayload each (1024 × 1 MiB
 //     by default), so Handler.HandleBatch splits a batch that would not fit
 //     into consecutive calls, and fails a single request that cannot fit
 //     one (only possible with MaxEagerPayload configured near this bound)
 //     with LengthOverflow;
-//   - a frame of target calls holds less than flushBytes of pipelined
-//     calls (their data and maxOpOverhead each) plus one call: a Put of at
-//     most maxPutLen bytes, or a waiting call (a Sync's gets total at most
-//     maxGetLen bytes);
+//   - a frame of target calls holds less than FlushBytes of pipelined
+//     calls (their data and MaxOpOverhead each) plus one call: a Put of at
+//     most MaxPutLen bytes, or a waiting call (a Sync's gets total at most
+//     MaxGetLen bytes);
 //   - an answer carries a Fetch's payload (at most the worker's
 //     MaxRendezvousFetch, 1 MiB by default; a larger one fails with
 //     LengthOverflow) or a Sync's gets.
 const MaxMsgSize = 64 << 20
 
-// maxPutLen bounds the data of one Put of a plugin, and maxGetLen the bytes
+// MaxPutLen bounds the data of one Put of a plugin, and MaxGetLen the bytes
 // one Sync of a plugin reads (its RemoteGets together): larger ones fail
 // with LengthOverflow, nothing sent. Half a message leaves room for the
 // pipelined calls that travel with them.
@@ -64,16 +64,16 @@ const (
 	MaxGetLen = MaxMsgSize / 2
 )
 
-// maxOpOverhead is the encoded size of a target call without its data or
-// its Sync ops (at most 45 bytes); maxSyncOpLen that of one Sync op (at
-// most 56). Pipelined calls count it against flushBytes, so a frame of
+// MaxOpOverhead is the encoded size of a target call without its data or
+// its Sync ops (at most 45 bytes); MaxSyncOpLen that of one Sync op (at
+// most 56). Pipelined calls count it against FlushBytes, so a frame of
 // small or empty Puts stays small too.
 const (
 	MaxOpOverhead = 48
 	MaxSyncOpLen  = 56
 )
 
-// flushBytes is how much pipelined Put data the plugin holds before it sends
+// FlushBytes is how much pipelined Put data the plugin holds before it sends
 // a frame without waiting for a waiting call or the end of the call.
 const FlushBytes = 1 << 20
 
@@ -135,14 +135,14 @@ type Client struct {
 	Done <-chan struct{}
 }
 
-// Bounds of the encoded size of a callReq (wire.go): the message without
+// Bounds of the encoded size of a CallReq (wire.go): the message without
 // its requests, and each request without its header and payload.
 const (
 	MaxCallReqOverhead = 1 + 3*9 + 5
 	MaxRequestOverhead = 1 + 2*9 + 2*5 + 2*5 + 9 + 1
 )
 
-// fitBatch returns how many of reqs, from the first, fit one callReq of at
+// FitBatch returns how many of reqs, from the first, fit one CallReq of at
 // most limit bytes.
 func FitBatch(reqs []rdmo.Request, limit int) int {
 	size := MaxCallReqOverhead
@@ -155,8 +155,8 @@ func FitBatch(reqs []rdmo.Request, limit int) int {
 	return len(reqs)
 }
 
-// syncFits checks a plugin's Sync against the bounds its answer must keep
-// (maxGetLen, maxSyncOpLen).
+// SyncFits checks a plugin's Sync against the bounds its answer must keep
+// (MaxGetLen, MaxSyncOpLen).
 func SyncFits(ops []SyncOp) error {
 	if len(ops) > MaxGetLen/MaxSyncOpLen {
 		return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
@@ -175,6 +175,6 @@ func SyncFits(ops []SyncOp) error {
 	return nil
 }
 
-// maxAnswerOverhead bounds the encoded size of an answer without its data
+// MaxAnswerOverhead bounds the encoded size of an answer without its data
 // and Sync results.
 const MaxAnswerOverhead = 64

@@ -12,23 +12,19 @@ import (
 	"github.com/openrdmo/rdmo/rdmo"
 )
 
-// This file is the wire between worker and plugin: a hand-written gRPC
-// service (no protoc) whose messages are MessagePack, encoded by hand
-// (no reflection) so a batch costs a few copies and no per-field lookups.
+// This file is the service and its messages. Service rdmo.plugin.v1.Handler (the plugin process serves it):
 //
-// Service rdmo.plugin.v1.Handler (the plugin process serves it):
-//
-//	Info          unary   infoReq  -> infoResp   handler name, version, ops
-//	HandleBatch   unary   callReq  -> callResp   one call per batch
-//	Fence         unary   callReq  -> callResp   Handler.Fence
-//	RegionRemoved unary   callReq  -> callResp   Handler.RegionRemoved
-//	ClientRemoved unary   callReq  -> callResp   Handler.ClientRemoved
-//	Target        bidi    answer  <-> frame      opened once by the worker
+//	Info          unary   InfoReq  -> InfoResp   handler name, version, ops
+//	HandleBatch   unary   CallReq  -> CallResp   one call per batch
+//	Fence         unary   CallReq  -> CallResp   Handler.Fence
+//	RegionRemoved unary   CallReq  -> CallResp   Handler.RegionRemoved
+//	ClientRemoved unary   CallReq  -> CallResp   Handler.ClientRemoved
+//	Target        bidi    Answer  <-> Frame      opened once by the worker
 //
 // On the Target stream the plugin sends frames (target calls of one
 // invocation) and the worker sends answers (to the calls that wait).
 
-// codecName is the content-subtype our calls carry ("application/grpc+
+// CodecName is the content-subtype our calls carry ("application/grpc+
 // rdmo-msgpack"). gRPC's server picks the codec registered under it, so
 // go-plugin's own protobuf services on the same connection are unaffected.
 const CodecName = "rdmo-msgpack"
@@ -36,7 +32,7 @@ const CodecName = "rdmo-msgpack"
 func init() { encoding.RegisterCodecV2(msgpackCodec{}) }
 
 // msgpackCodec carries the messages of this file as MessagePack. The
-// encoder and decoder are hand-written for these few types (msgpack_enc.go):
+// encoder and decoder are hand-written for these few types (msgpack.go):
 // no reflection, one buffer per message, byte strings decoded in place.
 type msgpackCodec struct{}
 
@@ -95,7 +91,7 @@ const (
 	MethodTarget        = "/" + serviceName + "/Target"
 )
 
-// Kinds of invocation (worker -> plugin unary calls with a callReq).
+// Kinds of invocation (worker -> plugin unary calls with a CallReq).
 const (
 	CallBatch uint8 = iota + 1
 	CallFence
@@ -103,6 +99,7 @@ const (
 	CallClientRemoved
 )
 
+// CallMethod is the full gRPC method name of a kind of invocation.
 func CallMethod(kind uint8) string {
 	switch kind {
 	case CallBatch:
@@ -115,6 +112,7 @@ func CallMethod(kind uint8) string {
 	return methodClientRemoved
 }
 
+// CallName names a kind of invocation for errors and logs.
 func CallName(kind uint8) string {
 	switch kind {
 	case CallBatch:
@@ -138,7 +136,7 @@ const (
 	OpFence
 )
 
-// rpcServer is what the plugin process implements; serviceDesc dispatches
+// Server is what the plugin process implements; ServiceDesc dispatches
 // to it.
 type Server interface {
 	Info(ctx context.Context) (*InfoResp, error)
@@ -194,7 +192,7 @@ func callHandler(kind uint8) grpc.MethodHandler {
 
 // ---- messages ----
 
-// wireErr carries an error: Status 0 means none. The receiver rebuilds a
+// Fault carries an error: Status 0 means none. The receiver rebuilds a
 // *rdmo.WireError, so errors.Is against the rdmo sentinels keeps working
 // across the process boundary.
 type Fault struct {
@@ -202,6 +200,7 @@ type Fault struct {
 	Detail string
 }
 
+// FaultOf carries err (nil: no error) across the process boundary.
 func FaultOf(err error) Fault {
 	if err == nil {
 		return Fault{}
@@ -213,6 +212,7 @@ func FaultOf(err error) Fault {
 	return Fault{Status: rdmo.StatusOf(err), Detail: err.Error()}
 }
 
+// Err rebuilds the error: nil for none, else a *rdmo.WireError.
 func (w Fault) Err() error {
 	if w.Status == rdmo.StatusOK {
 		return nil
@@ -220,6 +220,7 @@ func (w Fault) Err() error {
 	return &rdmo.WireError{Status: w.Status, Detail: w.Detail}
 }
 
+// InfoReq asks the plugin for its handler's identity; InfoResp answers.
 type InfoReq struct{}
 
 type InfoResp struct {
@@ -229,7 +230,7 @@ type InfoResp struct {
 	Pid     int64
 }
 
-// callReq is one invocation of the handler: a batch, or a hook.
+// CallReq is one invocation of the handler: a batch, or a hook.
 type CallReq struct {
 	Inv    uint64 // invocation id, names the stream frames of this call
 	Client uint64
@@ -237,7 +238,7 @@ type CallReq struct {
 	Reqs   []rdmo.Request
 }
 
-// callResp answers a callReq. Frames is how many stream frames the plugin
+// CallResp answers a CallReq. Frames is how many stream frames the plugin
 // sent for the invocation (the worker runs them all before it finishes the
 // call); Tail holds the pipelined target calls that were not sent yet.
 type CallResp struct {
@@ -248,7 +249,7 @@ type CallResp struct {
 	Panic   string // the handler panicked: the worker restarts the plugin
 }
 
-// frame is a run of target calls of one invocation, sent by the plugin.
+// Frame is a run of target calls of one invocation, sent by the plugin.
 // Only the last op of a frame may wait (ID != 0). A frame with Inv 0 and no
 // ops is the plugin's hello when the stream opens.
 type Frame struct {
@@ -256,6 +257,7 @@ type Frame struct {
 	Ops []Op
 }
 
+// Op is one target call of a plugin's handler.
 type Op struct {
 	ID     uint64 // answer id; 0 for pipelined calls (Put, Place)
 	Kind   uint8
@@ -266,6 +268,7 @@ type Op struct {
 	Sync   []SyncOp
 }
 
+// SyncOp is one rdmo.RemoteOp of a Sync call.
 type SyncOp struct {
 	Kind    rdmo.RemoteOpKind
 	Region  uint64
@@ -275,7 +278,7 @@ type SyncOp struct {
 	Compare uint64
 }
 
-// answer is the worker's reply to a target call that waits.
+// Answer is the worker's reply to a target call that waits.
 type Answer struct {
 	ID     uint64
 	Err    Fault
@@ -284,6 +287,7 @@ type Answer struct {
 	Sync   []SyncRes
 }
 
+// SyncRes is the outcome of one SyncOp.
 type SyncRes struct {
 	Result uint64
 	Status rdmo.Status

@@ -10,8 +10,8 @@ import (
 )
 
 // wireKinds makes an empty message of each type of the worker↔plugin wire:
-// infoResp, callResp and frame come from the plugin process, callReq and
-// answer from the worker.
+// InfoResp, CallResp and Frame come from the plugin process, CallReq and
+// Answer from the worker.
 func wireKinds() []wireMsg {
 	return []wireMsg{new(InfoReq), new(InfoResp), new(CallReq), new(CallResp), new(Frame), new(Answer)}
 }
@@ -89,7 +89,7 @@ func allocBytes(runs int, f func()) float64 {
 // message makes it allocate is bounded by a small multiple of its size.
 // The worst case is a message made of elements at their smallest encoding:
 // each costs its Go struct in memory (88 bytes for a request or an op, on
-// 8 or 9 bytes of wire). Messages are at most maxMsgSize either way.
+// 8 or 9 bytes of wire). Messages are at most MaxMsgSize either way.
 func TestPluginWireAllocationBound(t *testing.T) {
 	const n = 1 << 16
 	const maxRatio = 16
