@@ -100,7 +100,8 @@ func ourGoroutines() []string {
 			continue
 		}
 		if strings.Contains(g, "hashicorp/go-plugin") || strings.Contains(g, "google.golang.org/grpc") ||
-			strings.Contains(g, "rdmo/rdmo/plugin.") || strings.Contains(g, "rdmo/rdmo/plugin/") || strings.Contains(g, "hashicorp/yamux") {
+			strings.Contains(g, "rdmo/rdmo/plugin.") || strings.Contains(g, "rdmo/rdmo/plugin/pluginhost.") ||
+			strings.Contains(g, "rdmo/rdmo/plugin/internal/wire.") || strings.Contains(g, "rdmo/rdmo/plugin/internal/hclogzap.") || strings.Contains(g, "hashicorp/yamux") {
 			out = append(out, g)
 		}
 	}
