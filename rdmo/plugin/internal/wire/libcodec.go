@@ -16,7 +16,9 @@ import (
 // reflection, structs as arrays), with the bounds check every msgpack
 // decode of an untrusted peer needs (internal/msgpackcheck). It is
 // registered so the benchmark can compare both codecs on one plugin
-// process: the server answers each call in the codec the call names.
+// process: the server answers each call in the codec the call names. Only
+// the worker names it (pluginhost uses CodecName), so a plugin cannot make
+// the worker decode its answers with this codec.
 const LibCodecName = "rdmo-msgpack-lib"
 
 // libMaxDepth bounds the nesting of a message (CallResp → ops → Sync →
