@@ -65,8 +65,9 @@ import (
 //	func main() { plugin.Serve(counter{}) }
 //
 // The handler runs as it would in the worker, with the Target semantics
-// documented on pluginhost.Handler. Log with Logger. Run by hand (without the worker's
-// handshake cookie) the binary prints a notice and exits with status 1.
+// documented on pluginhost.Handler. Log with Logger. Run by hand (without
+// the worker's handshake cookie) the binary prints a notice and exits with
+// status 1.
 func Serve(h rdmo.Handler) {
 	log := Logger().Named("rdmo-plugin")
 	info := h.Info()
@@ -210,8 +211,8 @@ func (s *server) Call(ctx context.Context, kind uint8, in *wire.CallReq) (*wire.
 }
 
 // ptarget is the rdmo.Target a handler gets in the plugin process: target
-// calls go to the worker over the Target stream. See pluginhost.Handler for the exact
-// semantics.
+// calls go to the worker over the Target stream. See pluginhost.Handler
+// for the exact semantics.
 type ptarget struct {
 	s      *server
 	ctx    context.Context
