@@ -49,6 +49,7 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 		Listen:           listen,
 		PluginPath:       pluginPath,
 		Builtins:         rdmoworker.Builtins(),
+		Metrics:          rdmoworker.Metrics(),
 		Probe:            rdmoworker.Probe,
 		MaxWorkers:       maxWorkers,
 		WorkerCommand:    append([]string{exe, WorkerSubcommand}, logArgs(log)...),

@@ -17,33 +17,48 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
-
-	"github.com/openrdmo/rdmo/dpu"
-	"github.com/openrdmo/rdmo/rdmo"
 )
-
-// StatsCommand is the worker command that answers with the worker's
-// dpu.Stats. It is the same string as rdmoworker.KindStats (this package
-// cannot import rdmoworker, which imports it).
-const StatsCommand = "stats"
 
 // MetricsScrapeTimeout bounds how long one scrape waits for a worker's
 // counters; a worker that does not answer in time is reported with
 // rdmo_worker_up 0 and no other series.
 const MetricsScrapeTimeout = 5 * time.Second
 
-// WorkerStats is one live worker's counters, as WorkerStats collects them.
-type WorkerStats struct {
+// WorkerMetrics is a component's per-worker series. The service knows the
+// worker processes (their ids, pids, memory) but not what a component
+// counts: at scrape time it sends Command to every live worker and hands
+// each answer to Collect. The RDMO component's is rdmoworker.Metrics; it
+// is set in Config.Metrics.
+type WorkerMetrics interface {
+	// Command is the worker command (with no body) whose answer holds the
+	// worker's counters.
+	Command() string
+	// Describe sends every descriptor Collect may use.
+	Describe(ch chan<- *prometheus.Desc)
+	// Collect decodes one worker's answer with decode and sends its
+	// series, each with the label "worker" = worker first. It sends
+	// nothing when decode fails (the worker is then reported down).
+	Collect(ch chan<- prometheus.Metric, worker string, decode func(v any) error) error
+}
+
+// WorkerAnswer is one live worker's answer to a command sent to every
+// worker (Service.AskWorkers).
+type WorkerAnswer struct {
 	WorkerInfo
-	Stats dpu.Stats
+	// Answer is the worker's answer, undecoded (see Decode).
+	Answer msgpack.RawMessage
 	// Memory is the worker process's resident memory, read from /proc on
 	// the service's host (zeros when it cannot be read).
 	Memory ProcessMemory
-	// Err is why the counters could not be read (the worker did not
-	// answer in time, died, or does not run the RDMO component).
+	// Err is why the worker did not answer (it did not answer in time,
+	// died, or does not know the command).
 	Err error
 }
+
+// Decode decodes the answer into v.
+func (a *WorkerAnswer) Decode(v any) error { return decodeBody(a.Answer, v) }
 
 // liveWorkers lists the workers that are running, by id.
 func (s *Service) liveWorkers() []*workerProc {
@@ -85,20 +100,23 @@ func (w *workerProc) command(ctx context.Context, kind string, req, resp any, ti
 	return decodeBody(raw, resp)
 }
 
-// WorkerStats asks every live worker process, whichever host spawned it,
-// for its counters (the StatsCommand over its control socket), all at
-// once, each bounded by ctx and the service's CallTimeout. The result is
-// ordered by worker id.
-func (s *Service) WorkerStats(ctx context.Context) []WorkerStats {
+// AskWorkers sends the command kind (with body req) to every live worker
+// process, whichever host spawned it, over its control socket, all at
+// once, each bounded by ctx and the service's CallTimeout. The answers are
+// ordered by worker id. With kind "" nothing is sent: the answers hold only
+// the workers' facts and memory.
+func (s *Service) AskWorkers(ctx context.Context, kind string, req any) []WorkerAnswer {
 	ws := s.liveWorkers()
-	out := make([]WorkerStats, len(ws))
+	out := make([]WorkerAnswer, len(ws))
 	var wg sync.WaitGroup
 	for i, w := range ws {
 		out[i].WorkerInfo = w.info()
 		wg.Add(1)
 		go func(i int, w *workerProc) {
 			defer wg.Done()
-			out[i].Err = w.command(ctx, StatsCommand, nil, &out[i].Stats, s.cfg.CallTimeout)
+			if kind != "" {
+				out[i].Err = w.command(ctx, kind, req, &out[i].Answer, s.cfg.CallTimeout)
+			}
 			out[i].Memory = ReadProcessMemory(w.procID())
 		}(i, w)
 	}
@@ -166,19 +184,14 @@ const (
 )
 
 // metricsCollector is a prometheus.Collector that reads every live
-// worker's dpu.Stats at scrape time.
+// worker's counters at scrape time: the service's own series (workers,
+// their processes) and the component's (Config.Metrics).
 type metricsCollector struct {
 	s       *Service
 	timeout time.Duration
+	comp    WorkerMetrics // nil: no component series
 
-	up, rss, anon, shmem, info                *prometheus.Desc
-	requests, reqBytes, dropped               *prometheus.Desc
-	batches, batchSize                        *prometheus.Desc
-	puts, putBytes, places, fetches           *prometheus.Desc
-	syncs, syncOps, fences, flushes           *prometheus.Desc
-	readbacks, panics, flushResponses, acks   *prometheus.Desc
-	failures, inFlight, clients, rqs, regions *prometheus.Desc
-
+	up, rss, anon, shmem, info   *prometheus.Desc
 	workers, maxWorkers, plugins *prometheus.Desc
 }
 
@@ -193,39 +206,13 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 	return &metricsCollector{
 		s:       s,
 		timeout: timeout,
+		comp:    s.cfg.Metrics,
 
 		up:    w("up", "1 when the worker answered the scrape's stats command, 0 when it did not (its other series are then missing)."),
 		rss:   w("resident_memory_bytes", "Resident set size of the worker process (VmRSS)."),
 		anon:  w("resident_anon_memory_bytes", "Private resident memory of the worker process (RssAnon): its own heap and stacks."),
 		shmem: w("resident_shmem_bytes", "Shared memory resident in the worker process (RssShmem): mostly target memory it writes through shared-memory mappings."),
 		info:  w("info", "Worker process facts as labels; the value is always 1.", "pid", "plugins"),
-
-		requests: w("requests_total", "Requests that arrived on the worker's request queues, by op (failed ones included).", "op"),
-		reqBytes: w("request_bytes_total", "Payload bytes of the requests that arrived."),
-		dropped:  w("dropped_total", "Active messages that could not be answered (no reply endpoint, not a request queue, queue being destroyed)."),
-
-		batches:   w("batches_total", "Handler calls (HandleBatch) for requests."),
-		batchSize: w("batch_size", "Requests per handler call (buckets are powers of two)."),
-
-		puts:     w("target_puts_total", "Writes into target memory issued by handlers, by path: ucx (a UCX put) or memcpy (through a shared-memory mapping).", "path"),
-		putBytes: w("target_put_bytes_total", "Bytes written into target memory by handler puts."),
-		places:   w("places_total", "Rendezvous payloads moved straight into target memory."),
-		fetches:  w("fetches_total", "Rendezvous payloads brought into worker memory."),
-		syncs:    w("syncs_total", "Target.Sync calls (groups of reads and atomics a handler waits for)."),
-		syncOps:  w("sync_ops_total", "Operations inside Target.Sync calls."),
-		fences:   w("fences_total", "Target.Fence calls."),
-		flushes:  w("flushes_total", "Target.Flush calls."),
-
-		readbacks:      w("readbacks_total", "Visibility reads after a flush."),
-		panics:         w("handler_panics_total", "Handler calls that panicked."),
-		flushResponses: w("flush_responses_total", "Flush responses sent."),
-		acks:           w("acks_total", "Acks sent for requests sent with the ACK flag."),
-
-		failures: w("failures_total", "Failed requests by wire status name.", "status"),
-		inFlight: w("in_flight_requests", "Requests accepted and not completed, by request queue.", "rq"),
-		clients:  w("clients", "Clients (targets) registered with the worker."),
-		rqs:      w("request_queues", "Request queues of the worker."),
-		regions:  w("regions", "Memory regions registered with the worker."),
 
 		workers:    svc("workers", "Worker processes the service runs."),
 		maxWorkers: svc("max_workers", "Most worker processes the service may run at once."),
@@ -236,12 +223,12 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 // Describe sends every descriptor the collector may produce.
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.up, c.rss, c.anon, c.shmem, c.info, c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
-		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
-		c.readbacks, c.panics, c.flushResponses, c.acks, c.failures, c.inFlight,
-		c.clients, c.rqs, c.regions, c.workers, c.maxWorkers, c.plugins,
+		c.up, c.rss, c.anon, c.shmem, c.info, c.workers, c.maxWorkers, c.plugins,
 	} {
 		ch <- d
+	}
+	if c.comp != nil {
+		c.comp.Describe(ch)
 	}
 }
 
@@ -249,94 +236,36 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	stats := c.s.WorkerStats(ctx)
+	kind := ""
+	if c.comp != nil {
+		kind = c.comp.Command()
+	}
+	answers := c.s.AskWorkers(ctx, kind, nil)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	gauge(c.workers, float64(len(stats)))
+	gauge(c.workers, float64(len(answers)))
 	gauge(c.maxWorkers, float64(c.s.cfg.MaxWorkers))
 	gauge(c.plugins, float64(len(c.s.plugins)))
-	for _, ws := range stats {
-		id := strconv.FormatUint(ws.ID, 10)
-		gauge(c.info, 1, id, strconv.Itoa(ws.PID), strings.Join(ws.Plugins, ","))
-		if m := ws.Memory; m.RSS > 0 {
+	for i := range answers {
+		a := &answers[i]
+		id := strconv.FormatUint(a.ID, 10)
+		gauge(c.info, 1, id, strconv.Itoa(a.PID), strings.Join(a.Plugins, ","))
+		if m := a.Memory; m.RSS > 0 {
 			gauge(c.rss, float64(m.RSS), id)
 			gauge(c.anon, float64(m.Anon), id)
 			gauge(c.shmem, float64(m.Shmem), id)
 		}
-		if ws.Err != nil {
+		err := a.Err
+		if err == nil && c.comp != nil {
+			err = c.comp.Collect(ch, id, a.Decode)
+		}
+		if err != nil {
 			gauge(c.up, 0, id)
 			continue
 		}
 		gauge(c.up, 1, id)
-		st := &ws.Stats
-		ops := make([]uint32, 0, len(st.Requests))
-		for op := range st.Requests {
-			ops = append(ops, op)
-		}
-		sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
-		for _, op := range ops {
-			counter(c.requests, st.Requests[op], id, opLabel(op))
-		}
-		counter(c.reqBytes, st.Bytes, id)
-		counter(c.dropped, st.Dropped, id)
-		counter(c.batches, st.Batches, id)
-		count, buckets := batchBuckets(st.BatchSizes)
-		ch <- prometheus.MustNewConstHistogram(c.batchSize, count, float64(st.BatchedRequests), buckets, id)
-		counter(c.puts, st.TargetPuts, id, "ucx")
-		counter(c.puts, st.MemcpyPuts, id, "memcpy")
-		counter(c.putBytes, st.PutBytes, id)
-		counter(c.places, st.Places, id)
-		counter(c.fetches, st.Fetches, id)
-		counter(c.syncs, st.Syncs, id)
-		counter(c.syncOps, st.SyncOps, id)
-		counter(c.fences, st.Fences, id)
-		counter(c.flushes, st.Flushes, id)
-		counter(c.readbacks, st.Readbacks, id)
-		counter(c.panics, st.HandlerPanics, id)
-		counter(c.flushResponses, st.FlushResponses, id)
-		counter(c.acks, st.Acks, id)
-		failed := map[string]uint64{}
-		for s, n := range st.Failures {
-			failed[s.Name()] += n
-		}
-		for name, n := range failed {
-			counter(c.failures, n, id, name)
-		}
-		for rq, n := range st.InFlight {
-			gauge(c.inFlight, float64(n), id, strconv.FormatUint(rq, 10))
-		}
-		gauge(c.clients, float64(st.Clients), id)
-		gauge(c.rqs, float64(st.RQs), id)
-		gauge(c.regions, float64(st.Regions), id)
 	}
-}
-
-// opLabel names an op for the "op" label.
-func opLabel(op uint32) string {
-	if op == dpu.OtherOp {
-		return "other"
-	}
-	return rdmo.OpName(op)
-}
-
-// batchBuckets turns dpu.Stats.BatchSizes (bucket i counts batches of
-// 2^i .. 2^(i+1)-1 requests, the last one everything larger) into a
-// Prometheus histogram: cumulative counts by upper bound (2^(i+1)-1; the
-// last bucket is +Inf, i.e. the count).
-func batchBuckets(sizes [dpu.BatchSizeBuckets]uint64) (uint64, map[float64]uint64) {
-	buckets := make(map[float64]uint64, len(sizes)-1)
-	var cum uint64
-	for i, n := range sizes {
-		cum += n
-		if i < len(sizes)-1 {
-			buckets[float64(uint64(1)<<(i+1)-1)] = cum
-		}
-	}
-	return cum, buckets
 }
 
 // MetricsHandler returns an http.Handler that serves the service's

@@ -41,12 +41,6 @@ func init() {
 	os.Exit(0)
 }
 
-func TestStatsCommandMatchesRDMOWorker(t *testing.T) {
-	if urom.StatsCommand != rdmoworker.KindStats {
-		t.Fatalf("urom.StatsCommand %q != rdmoworker.KindStats %q", urom.StatsCommand, rdmoworker.KindStats)
-	}
-}
-
 // TestMetricsEndpoint runs a service with two real RDMO workers, sends
 // appends (and one failing request) through one of them, and scrapes
 // /metrics: every per-worker series carries the worker label, and the
@@ -59,6 +53,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	svc, err := urom.NewService(ctx, urom.Config{
 		Listen:           "127.0.0.1:0",
 		Builtins:         rdmoworker.Builtins(),
+		Metrics:          rdmoworker.Metrics(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        append([]string{"UROM_METRICS_ROLE=rdmo-worker"}, tr.Env()...),
@@ -250,7 +245,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	check("rdmo_urom_workers", nil, 1)
 
 	// The Go API behind the endpoint.
-	ws := svc.WorkerStats(ctx)
+	ws := rdmoworker.CollectStats(ctx, svc)
 	if len(ws) != 1 || ws[0].ID != w1.ID || ws[0].Err != nil || ws[0].Stats.Requests[rdmo.OpAppend] != appends+1 || ws[0].Memory.RSS == 0 || ws[0].Memory.Anon == 0 {
 		t.Errorf("WorkerStats = %+v", ws)
 	}

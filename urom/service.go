@@ -33,6 +33,10 @@ type Config struct {
 	PluginPath []string
 	// Builtins are the plugins linked into the worker binary.
 	Builtins []PluginInfo
+	// Metrics is the component's per-worker series (rdmoworker.Metrics for
+	// the RDMO component), served by MetricsHandler. nil: only the
+	// service's own series.
+	Metrics WorkerMetrics
 	// Probe reads a plugin binary's name, version and ops. Without it,
 	// binaries on PluginPath are ignored.
 	Probe func(ctx context.Context, path string) (PluginInfo, error)

@@ -134,6 +134,7 @@ func (d *driver) run(ctx context.Context) error {
 		svc, err := urom.NewService(sctx, urom.Config{
 			Listen:           "127.0.0.1:0",
 			Builtins:         rdmoworker.Builtins(),
+			Metrics:          rdmoworker.Metrics(),
 			MaxWorkers:       4,
 			WorkerCommand:    []string{d.exe},
 			WorkerEnv:        append(append([]string{roleEnv + "=" + roleWorker}, d.o.ChildEnv...), sideEnv...),

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -17,69 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/hclogzap"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wire"
 )
-
-// ProtocolVersion is the version of the worker–plugin protocol (the gRPC
-// service and its messages). go-plugin compares it during the handshake: a
-// plugin built against another version refuses to start with the worker,
-// so the worker and its plugins must be built from matching rdmo
-// releases. Bump it on any incompatible change of wire.go.
-const ProtocolVersion = 1
-
-// Handshake is the go-plugin handshake of RDMO handler plugins. The magic
-// cookie only keeps the binary from being run by hand (or by another
-// go-plugin host) by mistake; it is not a security measure.
-var Handshake = goplugin.HandshakeConfig{
-	ProtocolVersion:  ProtocolVersion,
-	MagicCookieKey:   "RDMO_HANDLER_PLUGIN",
-	MagicCookieValue: "b1e5c0a4-rdmo-handler-v1",
-}
-
-// pluginKey is the name the handler is dispensed under.
-const pluginKey = "handler"
-
-// maxMsgSize bounds one gRPC message between the worker and a plugin,
-// either way, and both sides enforce it (the plugin's server options, the
-// worker's dial options): a peer cannot make the other receive more. The
-// messages are kept under it by construction:
-//
-//   - a batch (callReq) carries its requests' headers and eager payloads
-//     (rendezvous payloads stay in the worker). A dpu worker's batch is at
-//     most MaxBatch requests of at most MaxEagerPayload each (1024 × 1 MiB
-//     by default), so Handler.HandleBatch splits a batch that would not fit
-//     into consecutive calls, and fails a single request that cannot fit
-//     one (only possible with MaxEagerPayload configured near this bound)
-//     with LengthOverflow;
-//   - a frame of target calls holds less than flushBytes of pipelined
-//     calls (their data and maxOpOverhead each) plus one call: a Put of at
-//     most maxPutLen bytes, or a waiting call (a Sync's gets total at most
-//     maxGetLen bytes);
-//   - an answer carries a Fetch's payload (at most the worker's
-//     MaxRendezvousFetch, 1 MiB by default; a larger one fails with
-//     LengthOverflow) or a Sync's gets.
-const maxMsgSize = 64 << 20
-
-// maxPutLen bounds the data of one Put of a plugin, and maxGetLen the bytes
-// one Sync of a plugin reads (its RemoteGets together): larger ones fail
-// with LengthOverflow, nothing sent. Half a message leaves room for the
-// pipelined calls that travel with them.
-const (
-	maxPutLen = maxMsgSize / 2
-	maxGetLen = maxMsgSize / 2
-)
-
-// maxOpOverhead is the encoded size of a target call without its data or
-// its Sync ops (at most 45 bytes); maxSyncOpLen that of one Sync op (at
-// most 56). Pipelined calls count it against flushBytes, so a frame of
-// small or empty Puts stays small too.
-const (
-	maxOpOverhead = 48
-	maxSyncOpLen  = 56
-)
-
-// flushBytes is how much pipelined Put data the plugin holds before it sends
-// a frame without waiting for a waiting call or the end of the call.
-const flushBytes = 1 << 20
 
 // Serve runs h as an RDMO handler plugin and returns when the worker is done
 // with it (main should then return). It is all a plugin's main needs; a
@@ -126,46 +65,24 @@ const flushBytes = 1 << 20
 //	func main() { plugin.Serve(counter{}) }
 //
 // The handler runs as it would in the worker, with the Target semantics
-// documented on Handler. Log with Logger. Run by hand (without the worker's
-// handshake cookie) the binary prints a notice and exits with status 1.
+// documented on pluginhost.Handler. Log with Logger. Run by hand (without
+// the worker's handshake cookie) the binary prints a notice and exits with
+// status 1.
 func Serve(h rdmo.Handler) {
 	log := Logger().Named("rdmo-plugin")
 	info := h.Info()
 	srv := newServer(h, log)
 	go watchParent(log)
 	log.Debug("serving", zap.String("handler", info.Name), zap.String("version", info.Version),
-		zap.Uint32s("ops", info.Ops), zap.Int("protocol", ProtocolVersion))
+		zap.Uint32s("ops", info.Ops), zap.Int("protocol", wire.ProtocolVersion))
 	goplugin.Serve(&goplugin.ServeConfig{
-		HandshakeConfig: Handshake,
-		Plugins:         goplugin.PluginSet{pluginKey: &grpcPlugin{srv: srv}},
+		HandshakeConfig: wire.Handshake,
+		Plugins:         goplugin.PluginSet{wire.PluginKey: &wire.Plugin{Impl: srv}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, serverOptions()...)...)
+			return grpc.NewServer(append(opts, wire.ServerOptions()...)...)
 		},
-		Logger: NewHCLogger(log.Named("go-plugin")),
+		Logger: hclogzap.New(log.Named("go-plugin")),
 	})
-}
-
-// Flow-control windows large enough that a batch never waits for a window
-// update; a fixed window also turns off gRPC's bandwidth-probing pings.
-const window = 16 << 20
-
-func serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(maxMsgSize),
-		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
-		grpc.WriteBufferSize(128 << 10), grpc.ReadBufferSize(128 << 10),
-		grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(4),
-	}
-}
-
-func dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		// After go-plugin's own options (2 GiB), so these apply.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
-		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
-		grpc.WithWriteBufferSize(128 << 10), grpc.WithReadBufferSize(128 << 10),
-		grpc.WithSharedWriteBuffer(true),
-	}
 }
 
 // watchParent ends the plugin when the worker is gone without having
@@ -184,32 +101,6 @@ func watchParent(log *zap.Logger) {
 	}
 }
 
-// grpcPlugin is the go-plugin glue on both sides: srv is set in the plugin
-// process, the worker only dispenses a rawClient.
-type grpcPlugin struct {
-	goplugin.NetRPCUnsupportedPlugin
-	srv *server
-}
-
-func (p *grpcPlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
-	if p.srv == nil {
-		return errors.New("rdmo plugin: no handler to serve")
-	}
-	s.RegisterService(&serviceDesc, p.srv)
-	return nil
-}
-
-func (p *grpcPlugin) GRPCClient(ctx context.Context, _ *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &rawClient{conn: c, done: ctx.Done()}, nil
-}
-
-// rawClient is what the worker gets from Dispense: the connection, and a
-// channel closed when go-plugin sees the process exit.
-type rawClient struct {
-	conn *grpc.ClientConn
-	done <-chan struct{}
-}
-
 // server is the plugin process's side of the protocol.
 type server struct {
 	h   rdmo.Handler
@@ -218,7 +109,7 @@ type server struct {
 	mu     sync.Mutex
 	stream grpc.ServerStream // the worker's Target stream; nil until open
 	gone   chan struct{}     // closed when that stream ends
-	waits  map[uint64]chan *answer
+	waits  map[uint64]chan *wire.Answer
 
 	sendMu   sync.Mutex
 	nextID   atomic.Uint64
@@ -226,18 +117,18 @@ type server struct {
 }
 
 func newServer(h rdmo.Handler, log *zap.Logger) *server {
-	return &server{h: h, log: log, waits: make(map[uint64]chan *answer)}
+	return &server{h: h, log: log, waits: make(map[uint64]chan *wire.Answer)}
 }
 
-func (s *server) info(context.Context) (*infoResp, error) {
+func (s *server) Info(context.Context) (*wire.InfoResp, error) {
 	i := s.h.Info()
-	return &infoResp{Name: i.Name, Version: i.Version, Ops: i.Ops, Pid: int64(os.Getpid())}, nil
+	return &wire.InfoResp{Name: i.Name, Version: i.Version, Ops: i.Ops, Pid: int64(os.Getpid())}, nil
 }
 
 // target serves the worker's Target stream for the life of the process:
 // it says hello, then delivers answers to the target calls waiting for
 // them.
-func (s *server) target(st grpc.ServerStream) error {
+func (s *server) Target(st grpc.ServerStream) error {
 	s.mu.Lock()
 	if s.stream != nil {
 		s.mu.Unlock()
@@ -247,9 +138,9 @@ func (s *server) target(st grpc.ServerStream) error {
 	s.stream, s.gone = st, gone
 	s.mu.Unlock()
 
-	err := s.sendFrame(&frame{})
+	err := s.sendFrame(&wire.Frame{})
 	for err == nil {
-		a := new(answer)
+		a := new(wire.Answer)
 		if err = st.RecvMsg(a); err != nil {
 			break
 		}
@@ -269,7 +160,7 @@ func (s *server) target(st grpc.ServerStream) error {
 	return nil
 }
 
-func (s *server) sendFrame(f *frame) error {
+func (s *server) sendFrame(f *wire.Frame) error {
 	s.mu.Lock()
 	st := s.stream
 	s.mu.Unlock()
@@ -286,8 +177,8 @@ func (s *server) sendFrame(f *frame) error {
 }
 
 // call runs one invocation of the handler.
-func (s *server) call(ctx context.Context, kind uint8, in *callReq) (*callResp, error) {
-	resp := new(callResp)
+func (s *server) Call(ctx context.Context, kind uint8, in *wire.CallReq) (*wire.CallResp, error) {
+	resp := new(wire.CallResp)
 	if p := s.poisoned.Load(); p != nil {
 		resp.Panic = "handler panicked earlier: " + *p
 		return resp, nil
@@ -299,19 +190,19 @@ func (s *server) call(ctx context.Context, kind uint8, in *callReq) (*callResp, 
 				msg := fmt.Sprint(r)
 				s.poisoned.CompareAndSwap(nil, &msg)
 				resp.Panic = msg
-				s.log.Error("handler panicked", zap.String("call", callName(kind)), zap.Uint64("client", in.Client),
+				s.log.Error("handler panicked", zap.String("call", wire.CallName(kind)), zap.Uint64("client", in.Client),
 					zap.String("panic", msg), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
 		switch kind {
-		case callBatch:
+		case wire.CallBatch:
 			resp.Results = make([]rdmo.Result, len(in.Reqs))
 			s.h.HandleBatch(t, in.Reqs, resp.Results)
-		case callFence:
-			resp.Err = toWireErr(s.h.Fence(t))
-		case callRegionRemoved:
-			resp.Err = toWireErr(s.h.RegionRemoved(t, in.Region))
-		case callClientRemoved:
+		case wire.CallFence:
+			resp.Err = wire.FaultOf(s.h.Fence(t))
+		case wire.CallRegionRemoved:
+			resp.Err = wire.FaultOf(s.h.RegionRemoved(t, in.Region))
+		case wire.CallClientRemoved:
 			s.h.ClientRemoved(in.Client)
 		}
 	}()
@@ -320,8 +211,8 @@ func (s *server) call(ctx context.Context, kind uint8, in *callReq) (*callResp, 
 }
 
 // ptarget is the rdmo.Target a handler gets in the plugin process: target
-// calls go to the worker over the Target stream. See Load for the exact
-// semantics.
+// calls go to the worker over the Target stream. See pluginhost.Handler
+// for the exact semantics.
 type ptarget struct {
 	s      *server
 	ctx    context.Context
@@ -330,7 +221,7 @@ type ptarget struct {
 	reqs   []rdmo.Request
 
 	mu           sync.Mutex
-	pending      []op // pipelined calls not sent yet
+	pending      []wire.Op // pipelined calls not sent yet
 	pendingBytes int
 	frames       uint64 // frames sent for this invocation
 	regions      map[uint64]regionEntry
@@ -352,7 +243,7 @@ func (t *ptarget) ClientID() uint64 { return t.client }
 
 // finish ends the invocation: later target calls fail, and the pipelined
 // calls not sent yet travel in the response.
-func (t *ptarget) finish() ([]op, uint64) {
+func (t *ptarget) finish() ([]wire.Op, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done = true
@@ -391,7 +282,7 @@ func (t *ptarget) checkLocked(region, addr, n uint64) error {
 	return e.r.CheckRange(addr, n)
 }
 
-func (t *ptarget) pipeline(o op, n int) error {
+func (t *ptarget) pipeline(o wire.Op, n int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
@@ -402,19 +293,19 @@ func (t *ptarget) pipeline(o op, n int) error {
 	}
 	if t.pending == nil {
 		// Most handlers Put about once per request: size for that.
-		t.pending = make([]op, 0, max(8, len(t.reqs)))
+		t.pending = make([]wire.Op, 0, max(8, len(t.reqs)))
 	}
-	if o.Kind == opPut && n > maxPutLen {
+	if o.Kind == wire.OpPut && n > wire.MaxPutLen {
 		return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
-			Detail: fmt.Sprintf("Put of %d bytes: a plugin Puts at most %d bytes at once", n, maxPutLen)}
+			Detail: fmt.Sprintf("Put of %d bytes: a plugin Puts at most %d bytes at once", n, wire.MaxPutLen)}
 	}
 	t.pending = append(t.pending, o)
-	t.pendingBytes += maxOpOverhead
-	if o.Kind == opPut {
+	t.pendingBytes += wire.MaxOpOverhead
+	if o.Kind == wire.OpPut {
 		t.pendingBytes += n
 	}
-	if t.pendingBytes >= flushBytes {
-		f := &frame{Inv: t.inv, Ops: t.pending}
+	if t.pendingBytes >= wire.FlushBytes {
+		f := &wire.Frame{Inv: t.inv, Ops: t.pending}
 		t.pending, t.pendingBytes = nil, 0
 		if err := t.s.sendFrame(f); err != nil {
 			return err
@@ -425,7 +316,7 @@ func (t *ptarget) pipeline(o op, n int) error {
 }
 
 func (t *ptarget) Put(region, addr uint64, data []byte) error {
-	return t.pipeline(op{Kind: opPut, Region: region, Addr: addr, Data: data}, len(data))
+	return t.pipeline(wire.Op{Kind: wire.OpPut, Region: region, Addr: addr, Data: data}, len(data))
 }
 
 func (t *ptarget) Place(req *rdmo.Request, region, addr uint64) error {
@@ -433,14 +324,14 @@ func (t *ptarget) Place(req *rdmo.Request, region, addr uint64) error {
 	if i < 0 {
 		return &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("Place: request %d is not in this batch", req.Seq)}
 	}
-	return t.pipeline(op{Kind: opPlace, Region: region, Addr: addr, Req: i}, int(min(req.Length, 1<<62)))
+	return t.pipeline(wire.Op{Kind: wire.OpPlace, Region: region, Addr: addr, Req: i}, int(min(req.Length, 1<<62)))
 }
 
 // wait sends the pending pipelined calls and o in one frame and waits for
 // o's answer.
-func (t *ptarget) wait(o op) (*answer, error) {
+func (t *ptarget) wait(o wire.Op) (*wire.Answer, error) {
 	s := t.s
-	ch := make(chan *answer, 1)
+	ch := make(chan *wire.Answer, 1)
 	t.mu.Lock()
 	if t.done {
 		t.mu.Unlock()
@@ -451,7 +342,7 @@ func (t *ptarget) wait(o op) (*answer, error) {
 	gone := s.gone
 	s.waits[o.ID] = ch
 	s.mu.Unlock()
-	f := &frame{Inv: t.inv, Ops: append(t.pending, o)}
+	f := &wire.Frame{Inv: t.inv, Ops: append(t.pending, o)}
 	t.pending, t.pendingBytes = nil, 0
 	err := s.sendFrame(f)
 	if err == nil {
@@ -481,11 +372,11 @@ func (t *ptarget) Region(id uint64) (rdmo.Region, error) {
 	if ok {
 		return e.r, e.err
 	}
-	a, err := t.wait(op{Kind: opRegion, Region: id})
+	a, err := t.wait(wire.Op{Kind: wire.OpRegion, Region: id})
 	if err != nil {
 		return rdmo.Region{}, err
 	}
-	e = regionEntry{r: a.Region, err: a.Err.err()}
+	e = regionEntry{r: a.Region, err: a.Err.Err()}
 	if e.err != nil {
 		e.r = rdmo.Region{}
 		if s := rdmo.StatusOf(e.err); s != rdmo.StatusUnknownRegion && s != rdmo.StatusRegionNotOwned {
@@ -505,22 +396,22 @@ func (t *ptarget) Sync(ops []rdmo.RemoteOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	so := make([]syncOp, len(ops))
+	so := make([]wire.SyncOp, len(ops))
 	for i := range ops {
 		o := &ops[i]
-		so[i] = syncOp{Kind: o.Kind, Region: o.Region, Addr: o.Addr, Operand: o.Operand, Compare: o.Compare}
+		so[i] = wire.SyncOp{Kind: o.Kind, Region: o.Region, Addr: o.Addr, Operand: o.Operand, Compare: o.Compare}
 		if o.Kind == rdmo.RemoteGet {
 			so[i].Len = uint64(len(o.Buf))
 		}
 	}
-	if err := syncFits(so); err != nil {
+	if err := wire.SyncFits(so); err != nil {
 		return err
 	}
-	a, err := t.wait(op{Kind: opSync, Sync: so})
+	a, err := t.wait(wire.Op{Kind: wire.OpSync, Sync: so})
 	if err != nil {
 		return err
 	}
-	if err := a.Err.err(); err != nil {
+	if err := a.Err.Err(); err != nil {
 		return err
 	}
 	if len(a.Sync) != len(ops) {
@@ -544,11 +435,11 @@ func (t *ptarget) Fetch(req *rdmo.Request) ([]byte, error) {
 	if i < 0 {
 		return nil, &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("Fetch: request %d is not in this batch", req.Seq)}
 	}
-	a, err := t.wait(op{Kind: opFetch, Req: i})
+	a, err := t.wait(wire.Op{Kind: wire.OpFetch, Req: i})
 	if err != nil {
 		return nil, err
 	}
-	if err := a.Err.err(); err != nil {
+	if err := a.Err.Err(); err != nil {
 		return nil, err
 	}
 	if a.Data == nil {
@@ -558,17 +449,17 @@ func (t *ptarget) Fetch(req *rdmo.Request) ([]byte, error) {
 }
 
 func (t *ptarget) Flush() error {
-	a, err := t.wait(op{Kind: opFlush})
+	a, err := t.wait(wire.Op{Kind: wire.OpFlush})
 	if err != nil {
 		return err
 	}
-	return a.Err.err()
+	return a.Err.Err()
 }
 
 func (t *ptarget) Fence() error {
-	a, err := t.wait(op{Kind: opFence})
+	a, err := t.wait(wire.Op{Kind: wire.OpFence})
 	if err != nil {
 		return err
 	}
-	return a.Err.err()
+	return a.Err.Err()
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/plugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/urom"
 )
 
@@ -141,7 +141,7 @@ func Builtins() []urom.PluginInfo {
 
 // Probe starts a plugin binary once to read its name, version and ops.
 func Probe(ctx context.Context, path string) (urom.PluginInfo, error) {
-	h, err := plugin.Load(ctx, path, plugin.LoadOptions{})
+	h, err := pluginhost.Load(ctx, path, pluginhost.LoadOptions{})
 	if err != nil {
 		return urom.PluginInfo{}, err
 	}
@@ -170,7 +170,7 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 			handlers = append(handlers, h)
 			continue
 		}
-		h, err := plugin.Load(ctx, p.Path, plugin.LoadOptions{
+		h, err := pluginhost.Load(ctx, p.Path, pluginhost.LoadOptions{
 			Logger: log.With(zap.String("plugin", p.Name)), Name: p.Name, Version: p.Version,
 			Env:           configEnv(spec.Config),
 			NoCachedState: stateless[p.Name],
@@ -222,7 +222,7 @@ func findBuiltin(name string) *builtin {
 
 type commands struct {
 	w       *dpu.Worker
-	plugins []*plugin.Handler
+	plugins []*pluginhost.Handler
 	log     *zap.Logger
 }
 

@@ -1,5 +1,5 @@
 // Command rdmo-plugin-scatter serves the SCATTER handler as an RDMO handler
-// plugin: load it with plugin.Load in the worker.
+// plugin: load it with pluginhost.Load in the worker.
 package main
 
 import (

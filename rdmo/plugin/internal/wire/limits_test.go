@@ -1,4 +1,4 @@
-package plugin
+package wire
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/openrdmo/rdmo/rdmo"
 )
 
-// TestFitBatchBoundsTheMessage: the runs fitBatch cuts a batch into encode
+// TestFitBatchBoundsTheMessage: the runs FitBatch cuts a batch into encode
 // to at most the limit, and each is as long as the limit allows.
 func TestFitBatchBoundsTheMessage(t *testing.T) {
 	hdr := make([]byte, 40)
@@ -23,21 +23,21 @@ func TestFitBatchBoundsTheMessage(t *testing.T) {
 		}
 		const limit = 10000
 		for rest := reqs; len(rest) > 0; {
-			n := fitBatch(rest, limit)
+			n := FitBatch(rest, limit)
 			if n == 0 {
-				if got := len((&callReq{Inv: 1 << 60, Reqs: rest[:1]}).appendTo(nil)); got <= limit {
+				if got := len((&CallReq{Inv: 1 << 60, Reqs: rest[:1]}).appendTo(nil)); got <= limit {
 					t.Errorf("sizes %v: a request encoding to %d bytes does not fit %d", sizes, got, limit)
 				}
 				rest = rest[1:]
 				continue
 			}
-			m := &callReq{Inv: 1 << 60, Client: 1 << 60, Region: 1 << 60, Reqs: rest[:n]}
+			m := &CallReq{Inv: 1 << 60, Client: 1 << 60, Region: 1 << 60, Reqs: rest[:n]}
 			if got := len(m.appendTo(nil)); got > limit {
 				t.Errorf("sizes %v: %d requests encode to %d bytes, over %d", sizes, n, got, limit)
 			}
 			if n < len(rest) {
 				m.Reqs = rest[:n+1]
-				if got := len(m.appendTo(nil)); got <= limit-maxCallReqOverhead {
+				if got := len(m.appendTo(nil)); got <= limit-MaxCallReqOverhead {
 					t.Errorf("sizes %v: cut after %d requests, but %d encode to %d bytes", sizes, n, n+1, got)
 				}
 			}

@@ -1,4 +1,4 @@
-package plugin
+package pluginhost
 
 import (
 	"context"
@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/hclogzap"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wire"
 )
 
 // LoadOptions configures Load. The zero value is usable.
@@ -45,7 +47,7 @@ type LoadOptions struct {
 	// Env is added to the worker's environment for the plugin process.
 	Env []string
 	// Name and Version, when set, must equal the plugin's HandlerInfo
-	// (SPEC §5: host and plugin versions must match); Load fails otherwise.
+	// (docs/PLUGINS.md, "Versions": they must match); Load fails otherwise.
 	Name, Version string
 	// Checksum, when set, is the SHA-256 of the plugin binary: go-plugin
 	// verifies it before every start (and restart).
@@ -133,8 +135,10 @@ type Handler struct {
 	path string
 	opts LoadOptions
 	log  *zap.Logger
-	hlog *hcLogger
+	hlog hclog.Logger
 	info rdmo.HandlerInfo
+	// codec is the content-subtype of every call (see libCodecName).
+	codec string
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -164,6 +168,10 @@ var (
 // managed client: besides Close, CleanupClients (at worker shutdown) stops
 // it. ctx bounds the start only.
 func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) {
+	return load(ctx, path, opts, wire.CodecName)
+}
+
+func load(ctx context.Context, path string, opts LoadOptions, codec string) (*Handler, error) {
 	opts = opts.withDefaults()
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -179,7 +187,8 @@ func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) 
 		path:  abs,
 		opts:  opts,
 		log:   log,
-		hlog:  newHCLogger(log),
+		hlog:  hclogzap.New(log),
+		codec: codec,
 		dirty: make(map[uint64]uint64),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -275,15 +284,15 @@ func (h *Handler) Close() error {
 }
 
 // HandleBatch implements rdmo.Handler: one call into the plugin per batch,
-// or, for a batch whose requests would not fit one message (maxMsgSize),
+// or, for a batch whose requests would not fit one message (wire.MaxMsgSize),
 // one per run of requests that fits. A request that cannot fit a message
 // on its own fails with LengthOverflow.
 func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	for len(reqs) > 0 {
-		n := fitBatch(reqs, maxMsgSize)
+		n := wire.FitBatch(reqs, wire.MaxMsgSize)
 		if n == 0 {
 			results[0] = rdmo.Fail(rdmo.StatusLengthOverflow, "request of %d header and %d payload bytes exceeds the plugin message limit of %d bytes",
-				len(reqs[0].Header), len(reqs[0].Payload), maxMsgSize)
+				len(reqs[0].Header), len(reqs[0].Payload), wire.MaxMsgSize)
 			reqs, results = reqs[1:], results[1:]
 			continue
 		}
@@ -292,29 +301,9 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 	}
 }
 
-// Bounds of the encoded size of a callReq (wire.go): the message without
-// its requests, and each request without its header and payload.
-const (
-	maxCallReqOverhead = 1 + 3*9 + 5
-	maxRequestOverhead = 1 + 2*9 + 2*5 + 2*5 + 9 + 1
-)
-
-// fitBatch returns how many of reqs, from the first, fit one callReq of at
-// most limit bytes.
-func fitBatch(reqs []rdmo.Request, limit int) int {
-	size := maxCallReqOverhead
-	for i := range reqs {
-		size += maxRequestOverhead + len(reqs[i].Header) + len(reqs[i].Payload)
-		if size > limit {
-			return i
-		}
-	}
-	return len(reqs)
-}
-
 func (h *Handler) handleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	client := t.ClientID()
-	resp, inv, err := h.invoke(callBatch, t, client, 0, reqs)
+	resp, inv, err := h.invoke(wire.CallBatch, t, client, 0, reqs)
 	if err == nil && len(resp.Results) != len(reqs) {
 		err = h.fail(inv.inst, fmt.Sprintf("protocol error: %d results for %d requests", len(resp.Results), len(reqs)))
 	}
@@ -338,7 +327,7 @@ func (h *Handler) handleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 			}
 		}
 	}
-	_ = h.succeeded(inv.inst, client, callBatch)
+	_ = h.succeeded(inv.inst, client, wire.CallBatch)
 }
 
 // Fence implements rdmo.Handler.
@@ -349,7 +338,7 @@ func (h *Handler) Fence(t rdmo.Target) error {
 		// the flushes of clients that never touched the plugin.
 		return nil
 	}
-	resp, inv, err := h.invoke(callFence, t, client, 0, nil)
+	resp, inv, err := h.invoke(wire.CallFence, t, client, 0, nil)
 	if err != nil {
 		if h.nothingCached(client) {
 			// The plugin failed (or was down) with nothing of this
@@ -358,13 +347,13 @@ func (h *Handler) Fence(t rdmo.Target) error {
 		}
 		return err
 	}
-	if err := resp.Err.err(); err != nil {
+	if err := resp.Err.Err(); err != nil {
 		return err
 	}
 	if aerr := inv.unreported(); aerr != nil {
 		return aerr
 	}
-	return h.succeeded(inv.inst, client, callFence)
+	return h.succeeded(inv.inst, client, wire.CallFence)
 }
 
 // RegionRemoved implements rdmo.Handler.
@@ -373,7 +362,7 @@ func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
 	if h.downWithNothingCached(client) {
 		return nil
 	}
-	resp, inv, err := h.invoke(callRegionRemoved, t, client, region, nil)
+	resp, inv, err := h.invoke(wire.CallRegionRemoved, t, client, region, nil)
 	if err != nil {
 		if h.nothingCached(client) {
 			// The plugin failed (or was down) with nothing of this
@@ -382,13 +371,13 @@ func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
 		}
 		return err
 	}
-	if err := resp.Err.err(); err != nil {
+	if err := resp.Err.Err(); err != nil {
 		return err
 	}
 	if aerr := inv.unreported(); aerr != nil {
 		return aerr
 	}
-	return h.succeeded(inv.inst, client, callRegionRemoved)
+	return h.succeeded(inv.inst, client, wire.CallRegionRemoved)
 }
 
 // ClientRemoved implements rdmo.Handler. A plugin that is down has no state
@@ -397,10 +386,10 @@ func (h *Handler) ClientRemoved(client uint64) {
 	h.mu.Lock()
 	delete(h.dirty, client)
 	h.mu.Unlock()
-	if _, inv, err := h.invoke(callClientRemoved, nil, client, 0, nil); err != nil {
+	if _, inv, err := h.invoke(wire.CallClientRemoved, nil, client, 0, nil); err != nil {
 		h.log.Debug("ClientRemoved not delivered", zap.Uint64("client", client), zap.Error(err))
 	} else {
-		_ = h.succeeded(inv.inst, client, callClientRemoved)
+		_ = h.succeeded(inv.inst, client, wire.CallClientRemoved)
 	}
 }
 
@@ -455,13 +444,13 @@ func (h *Handler) succeeded(inst *instance, client uint64, kind uint8) error {
 	}
 	g, dirty := h.dirty[client]
 	switch kind {
-	case callBatch:
+	case wire.CallBatch:
 		h.dirty[client] = inst.gen
 		return nil
-	case callFence, callClientRemoved:
+	case wire.CallFence, wire.CallClientRemoved:
 		delete(h.dirty, client)
 	}
-	if kind == callClientRemoved || !dirty || g == inst.gen {
+	if kind == wire.CallClientRemoved || !dirty || g == inst.gen {
 		return nil
 	}
 	return &rdmo.WireError{Status: rdmo.StatusHandlerFailed, Detail: fmt.Sprintf(
@@ -551,15 +540,15 @@ func (h *Handler) start(ctx context.Context) (*instance, rdmo.HandlerInfo, error
 	defer cancel()
 
 	cmd := exec.Command(h.path, h.opts.Args...)
-	cmd.Env = append(os.Environ(), EnvLogLevel+"="+h.hlog.GetLevel().String())
+	cmd.Env = append(os.Environ(), wire.EnvLogLevel+"="+h.hlog.GetLevel().String())
 	cmd.Env = append(cmd.Env, h.opts.Env...)
 	var sc *goplugin.SecureConfig
 	if len(h.opts.Checksum) > 0 {
 		sc = &goplugin.SecureConfig{Checksum: h.opts.Checksum, Hash: sha256.New()}
 	}
 	c := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  Handshake,
-		Plugins:          goplugin.PluginSet{pluginKey: &grpcPlugin{}},
+		HandshakeConfig:  wire.Handshake,
+		Plugins:          goplugin.PluginSet{wire.PluginKey: &wire.Plugin{}},
 		Cmd:              cmd,
 		SkipHostEnv:      true,
 		SecureConfig:     sc,
@@ -567,7 +556,7 @@ func (h *Handler) start(ctx context.Context) (*instance, rdmo.HandlerInfo, error
 		Managed:          true,
 		Logger:           h.hlog,
 		StartTimeout:     h.opts.StartTimeout,
-		GRPCDialOptions:  dialOptions(),
+		GRPCDialOptions:  wire.DialOptions(),
 		SyncStdout:       h.hlog.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Info}),
 		SyncStderr:       h.hlog.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true, ForceLevel: hclog.Info}),
 	})
@@ -614,16 +603,16 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 	if cmd.Process == nil {
 		return nil, info, errors.New("no process")
 	}
-	raw, err := rpc.Dispense(pluginKey)
+	raw, err := rpc.Dispense(wire.PluginKey)
 	if err != nil {
 		return nil, info, err
 	}
-	rc, ok := raw.(*rawClient)
+	rc, ok := raw.(*wire.Client)
 	if !ok {
 		return nil, info, fmt.Errorf("dispensed %T", raw)
 	}
-	var ir infoResp
-	if err := rc.conn.Invoke(ctx, methodInfo, &infoReq{}, &ir, grpc.CallContentSubtype(codecName)); err != nil {
+	var ir wire.InfoResp
+	if err := rc.Conn.Invoke(ctx, wire.MethodInfo, &wire.InfoReq{}, &ir, grpc.CallContentSubtype(h.codec)); err != nil {
 		return nil, info, fmt.Errorf("Info: %w", err)
 	}
 	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops}
@@ -634,12 +623,12 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 		return nil, info, fmt.Errorf("plugin %s is version %q, want %q", info.Name, info.Version, h.opts.Version)
 	}
 	sctx, scancel := context.WithCancel(context.Background())
-	st, err := rc.conn.NewStream(sctx, &serviceDesc.Streams[0], methodTarget, grpc.CallContentSubtype(codecName))
+	st, err := rc.Conn.NewStream(sctx, &wire.ServiceDesc.Streams[0], wire.MethodTarget, grpc.CallContentSubtype(h.codec))
 	if err != nil {
 		scancel()
 		return nil, info, fmt.Errorf("Target stream: %w", err)
 	}
-	var hello frame
+	var hello wire.Frame
 	if err := st.RecvMsg(&hello); err != nil {
 		scancel()
 		return nil, info, fmt.Errorf("Target stream: no hello: %w", err)
@@ -656,8 +645,8 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 		h:      h,
 		gen:    gen,
 		client: c,
-		conn:   rc.conn,
-		exited: rc.done,
+		conn:   rc.Conn,
+		exited: rc.Done,
 		proc:   cmd.Process,
 		pid:    cmd.Process.Pid,
 		stream: st,
@@ -734,7 +723,7 @@ func (inst *instance) die(reason string, force bool) {
 	})
 }
 
-func (inst *instance) send(a *answer) error {
+func (inst *instance) send(a *wire.Answer) error {
 	inst.sendMu.Lock()
 	defer inst.sendMu.Unlock()
 	return inst.stream.SendMsg(a)
@@ -743,7 +732,7 @@ func (inst *instance) send(a *answer) error {
 // read receives the plugin's frames and queues each for its invocation.
 func (inst *instance) read() {
 	for {
-		f := new(frame)
+		f := new(wire.Frame)
 		if err := inst.stream.RecvMsg(f); err != nil {
 			inst.die("Target stream closed: "+err.Error(), true)
 			return
@@ -759,7 +748,7 @@ func (inst *instance) read() {
 		// calls are dropped, a waiting one is told.
 		for i := range f.Ops {
 			if id := f.Ops[i].ID; id != 0 {
-				a := &answer{ID: id, Err: wireErr{Status: rdmo.StatusHandlerFailed, Detail: "the worker is no longer running this call"}}
+				a := &wire.Answer{ID: id, Err: wire.Fault{Status: rdmo.StatusHandlerFailed, Detail: "the worker is no longer running this call"}}
 				if err := inst.send(a); err != nil {
 					inst.die("Target stream send: "+err.Error(), true)
 					return
@@ -777,7 +766,7 @@ type invocation struct {
 	reqs []rdmo.Request
 
 	mu    sync.Mutex
-	queue []*frame
+	queue []*wire.Frame
 	wake  chan struct{}
 
 	frames   uint64 // frames run
@@ -785,7 +774,7 @@ type invocation struct {
 	reported bool   // asyncErr was returned by a Flush
 }
 
-func (inv *invocation) push(f *frame) {
+func (inv *invocation) push(f *wire.Frame) {
 	inv.mu.Lock()
 	inv.queue = append(inv.queue, f)
 	inv.mu.Unlock()
@@ -831,42 +820,18 @@ func (inv *invocation) drain() error {
 	}
 }
 
-// syncFits checks a plugin's Sync against the bounds its answer must keep
-// (maxGetLen, maxSyncOpLen).
-func syncFits(ops []syncOp) error {
-	if len(ops) > maxGetLen/maxSyncOpLen {
-		return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
-			Detail: fmt.Sprintf("Sync of %d ops: at most %d at once", len(ops), maxGetLen/maxSyncOpLen)}
-	}
-	gets := uint64(0)
-	for i := range ops {
-		if ops[i].Kind != rdmo.RemoteGet {
-			continue
-		}
-		if gets += min(ops[i].Len, maxGetLen+1); gets > maxGetLen {
-			return &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
-				Detail: fmt.Sprintf("Sync reading more than %d bytes at once", maxGetLen)}
-		}
-	}
-	return nil
-}
-
-// maxAnswerOverhead bounds the encoded size of an answer without its data
-// and Sync results.
-const maxAnswerOverhead = 64
-
 var errNoTarget = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "no Target in ClientRemoved"}
 
 // exec runs one target call against the worker's Target and answers it if
 // it waits. The error is for the stream only.
-func (inv *invocation) exec(o *op) error {
+func (inv *invocation) exec(o *wire.Op) error {
 	t := inv.t
 	if t == nil {
 		if o.ID == 0 {
 			inv.noteAsync(errNoTarget)
 			return nil
 		}
-		return inv.inst.send(&answer{ID: o.ID, Err: toWireErr(errNoTarget)})
+		return inv.inst.send(&wire.Answer{ID: o.ID, Err: wire.FaultOf(errNoTarget)})
 	}
 	req := func() (*rdmo.Request, error) {
 		if o.Req < 0 || o.Req >= int64(len(inv.reqs)) {
@@ -874,24 +839,24 @@ func (inv *invocation) exec(o *op) error {
 		}
 		return &inv.reqs[o.Req], nil
 	}
-	var a *answer
+	var a *wire.Answer
 	switch o.Kind {
-	case opPut:
+	case wire.OpPut:
 		inv.noteAsync(t.Put(o.Region, o.Addr, o.Data))
-	case opPlace:
+	case wire.OpPlace:
 		r, err := req()
 		if err == nil {
 			err = t.Place(r, o.Region, o.Addr)
 		}
 		inv.noteAsync(err)
-	case opRegion:
+	case wire.OpRegion:
 		r, err := t.Region(o.Region)
-		a = &answer{Region: r, Err: toWireErr(err)}
-	case opSync:
+		a = &wire.Answer{Region: r, Err: wire.FaultOf(err)}
+	case wire.OpSync:
 		// The answer must fit a message: the ops and the bytes they read
 		// are bounded (as the plugin's Sync does) before anything is
 		// allocated.
-		err := syncFits(o.Sync)
+		err := wire.SyncFits(o.Sync)
 		var ops []rdmo.RemoteOp
 		if err == nil {
 			ops = make([]rdmo.RemoteOp, len(o.Sync))
@@ -903,49 +868,49 @@ func (inv *invocation) exec(o *op) error {
 			}
 			err = t.Sync(ops)
 		}
-		a = &answer{}
-		if a.Err = toWireErr(err); err == nil {
-			a.Sync = make([]syncRes, len(ops))
+		a = &wire.Answer{}
+		if a.Err = wire.FaultOf(err); err == nil {
+			a.Sync = make([]wire.SyncRes, len(ops))
 			for i := range ops {
-				a.Sync[i] = syncRes{Result: ops[i].Result, Status: ops[i].Status}
+				a.Sync[i] = wire.SyncRes{Result: ops[i].Result, Status: ops[i].Status}
 				if ops[i].Kind == rdmo.RemoteGet && ops[i].Status == rdmo.StatusOK {
 					a.Sync[i].Data = ops[i].Buf
 				}
 			}
 		}
-	case opFetch:
+	case wire.OpFetch:
 		r, err := req()
 		var data []byte
 		if err == nil {
 			data, err = t.Fetch(r)
 		}
-		if err == nil && len(data) > maxMsgSize-maxAnswerOverhead {
+		if err == nil && len(data) > wire.MaxMsgSize-wire.MaxAnswerOverhead {
 			// The worker's MaxRendezvousFetch is above the message limit.
 			data, err = nil, &rdmo.WireError{Status: rdmo.StatusLengthOverflow,
-				Detail: fmt.Sprintf("Fetch of %d bytes exceeds the plugin message limit of %d bytes", len(data), maxMsgSize)}
+				Detail: fmt.Sprintf("Fetch of %d bytes exceeds the plugin message limit of %d bytes", len(data), wire.MaxMsgSize)}
 		}
-		a = &answer{Data: data, Err: toWireErr(err)}
-	case opFlush:
+		a = &wire.Answer{Data: data, Err: wire.FaultOf(err)}
+	case wire.OpFlush:
 		err := t.Flush()
 		if err == nil && inv.unreported() != nil {
 			err, inv.reported = inv.asyncErr, true
 		}
-		a = &answer{Err: toWireErr(err)}
-	case opFence:
-		a = &answer{Err: toWireErr(t.Fence())}
+		a = &wire.Answer{Err: wire.FaultOf(err)}
+	case wire.OpFence:
+		a = &wire.Answer{Err: wire.FaultOf(t.Fence())}
 	default:
 		err := &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("unknown target call %d", o.Kind)}
 		if o.ID == 0 {
 			inv.noteAsync(err)
 		} else {
-			a = &answer{Err: toWireErr(err)}
+			a = &wire.Answer{Err: wire.FaultOf(err)}
 		}
 	}
 	if o.ID == 0 {
 		return nil
 	}
 	if a == nil {
-		a = &answer{Err: wireErr{Status: rdmo.StatusInternal, Detail: "pipelined call sent as a waiting one"}}
+		a = &wire.Answer{Err: wire.Fault{Status: rdmo.StatusInternal, Detail: "pipelined call sent as a waiting one"}}
 	}
 	a.ID = o.ID
 	return inv.inst.send(a)
@@ -954,7 +919,7 @@ func (inv *invocation) exec(o *op) error {
 // invoke makes one call into the plugin and runs the target calls it
 // makes meanwhile on this goroutine. A non-nil error is a
 // StatusHandlerFailed *rdmo.WireError: the call did not complete.
-func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs []rdmo.Request) (*callResp, *invocation, error) {
+func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs []rdmo.Request) (*wire.CallResp, *invocation, error) {
 	inst, err := h.current()
 	if err != nil {
 		return nil, nil, err
@@ -972,18 +937,18 @@ func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs 
 	ctx, cancel := context.WithTimeout(h.ctx, h.opts.CallTimeout)
 	defer cancel()
 	type result struct {
-		resp *callResp
+		resp *wire.CallResp
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp := new(callResp)
-		err := inst.conn.Invoke(ctx, callMethod(kind), &callReq{Inv: inv.id, Client: client, Region: region, Reqs: reqs}, resp,
-			grpc.CallContentSubtype(codecName))
+		resp := new(wire.CallResp)
+		err := inst.conn.Invoke(ctx, wire.CallMethod(kind), &wire.CallReq{Inv: inv.id, Client: client, Region: region, Reqs: reqs}, resp,
+			grpc.CallContentSubtype(h.codec))
 		done <- result{resp, err}
 	}()
 
-	var resp *callResp
+	var resp *wire.CallResp
 	for resp == nil || inv.frames < resp.Frames {
 		var err error
 		select {
@@ -1000,7 +965,7 @@ func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs 
 			if resp == nil {
 				<-done
 			}
-			return nil, inv, h.errf("(pid %d) %s during %s", inst.pid, inst.reason, callName(kind))
+			return nil, inv, h.errf("(pid %d) %s during %s", inst.pid, inst.reason, wire.CallName(kind))
 		case <-ctx.Done():
 			if resp == nil {
 				r := <-done // the call ends with ctx
@@ -1017,7 +982,7 @@ func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs 
 		}
 	}
 	if resp.Panic != "" {
-		return nil, inv, h.fail(inst, fmt.Sprintf("handler panicked in %s: %s", callName(kind), resp.Panic))
+		return nil, inv, h.fail(inst, fmt.Sprintf("handler panicked in %s: %s", wire.CallName(kind), resp.Panic))
 	}
 	for i := range resp.Tail {
 		o := &resp.Tail[i]
@@ -1034,7 +999,7 @@ func (h *Handler) invoke(kind uint8, t rdmo.Target, client, region uint64, reqs 
 // callFailed turns the error of a unary call into the call's error, and
 // kills the instance: whatever happened, its state is unknown now.
 func (h *Handler) callFailed(inst *instance, kind uint8, err error) error {
-	name := callName(kind)
+	name := wire.CallName(kind)
 	var reason string
 	switch {
 	case h.ctx.Err() != nil:

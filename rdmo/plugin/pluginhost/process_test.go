@@ -1,10 +1,8 @@
-package plugin_test
+package pluginhost_test
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,19 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/plugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
 )
 
 const ucpPkg = "github.com/openrdmo/rdmo/ucp"
 
-// TestNoLibUCP: the plugin package and every plugin binary are pure Go
+// TestNoLibUCP: the plugin packages and every plugin binary are pure Go
 // against the SDK: none imports package ucp, none links libucp or libucs.
 func TestNoLibUCP(t *testing.T) {
 	mains := []string{
@@ -37,7 +34,7 @@ func TestNoLibUCP(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	for _, pkg := range append([]string{"github.com/openrdmo/rdmo/rdmo/plugin"}, mains...) {
+	for _, pkg := range append([]string{"github.com/openrdmo/rdmo/rdmo/plugin", "github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"}, mains...) {
 		out, err := exec.CommandContext(ctx, goTool(), "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
@@ -93,7 +90,7 @@ func pluginProcesses(t *testing.T) []int {
 }
 
 // ourGoroutines returns the stacks of goroutines running code of the
-// plugin machinery (go-plugin, gRPC, this package).
+// plugin machinery (go-plugin, gRPC, the plugin packages).
 func ourGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
@@ -103,7 +100,8 @@ func ourGoroutines() []string {
 			continue
 		}
 		if strings.Contains(g, "hashicorp/go-plugin") || strings.Contains(g, "google.golang.org/grpc") ||
-			strings.Contains(g, "rdmo/rdmo/plugin.") || strings.Contains(g, "hashicorp/yamux") {
+			strings.Contains(g, "rdmo/rdmo/plugin.") || strings.Contains(g, "rdmo/rdmo/plugin/pluginhost.") ||
+			strings.Contains(g, "rdmo/rdmo/plugin/internal/wire.") || strings.Contains(g, "rdmo/rdmo/plugin/internal/hclogzap.") || strings.Contains(g, "hashicorp/yamux") {
 			out = append(out, g)
 		}
 	}
@@ -115,7 +113,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return len(pluginProcesses(t)) == 0 && len(ourGoroutines()) == 0 },
 		func() string { return "before: " + strings.Join(ourGoroutines(), "\n\n") })
 
-	h, err := plugin.Load(context.Background(), testPluginPath, plugin.LoadOptions{MinBackoff: time.Millisecond})
+	h, err := pluginhost.Load(context.Background(), testPluginPath, pluginhost.LoadOptions{MinBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,13 +146,13 @@ func TestCloseLeavesNothing(t *testing.T) {
 }
 
 func TestCleanupClientsStopsRestarts(t *testing.T) {
-	h := load(t, plugin.LoadOptions{MinBackoff: 20 * time.Millisecond})
+	h := load(t, pluginhost.LoadOptions{MinBackoff: 20 * time.Millisecond})
 	tg, _ := newTarget(t)
 	wantStatus(t, run(h, tg, ctlReq(tg, "pid")), 0)
 	pid := h.Pid()
 	// Shut down while a restart is due: none happens.
 	wantStatus(t, run(h, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
-	plugin.CleanupClients()
+	pluginhost.CleanupClients()
 	time.Sleep(100 * time.Millisecond)
 	waitGone(t, pid)
 	if pids := pluginProcesses(t); len(pids) != 0 {
@@ -177,7 +175,7 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool, msg func() string) {
 // reaches the worker's zap logger as a Warn entry, with its fields.
 func TestPluginLogLevels(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	h := load(t, plugin.LoadOptions{Logger: zap.New(core)})
+	h := load(t, pluginhost.LoadOptions{Logger: zap.New(core)})
 	tg, _ := newTarget(t)
 	wantStatus(t, run(h, tg, ctlReq(tg, "warn careful now")), 0)
 	waitFor(t, 5*time.Second, func() bool { return logs.FilterMessage("careful now").Len() > 0 },
@@ -196,86 +194,11 @@ func TestPluginLogLevels(t *testing.T) {
 	}
 }
 
-// TestPluginLoggerFormat: Logger's lines are hclog JSON.
-func TestPluginLoggerFormat(t *testing.T) {
-	var buf bytes.Buffer
-	l := plugin.NewPluginLogger(&buf, zapcore.DebugLevel).Named("mod")
-	l.Warn("w", zap.Int("n", 3))
-	l.Debug("d")
-	l.Error("e")
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("lines %q", lines)
-	}
-	for i, want := range []string{"warn", "debug", "error"} {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(lines[i]), &m); err != nil {
-			t.Fatal(err)
-		}
-		if m["@level"] != want || m["@module"] != "mod" {
-			t.Errorf("line %d: %v", i, m)
-		}
-		if _, err := time.Parse("2006-01-02T15:04:05.000000Z07:00", m["@timestamp"].(string)); err != nil {
-			t.Errorf("timestamp: %v", err)
-		}
-	}
-	if !strings.Contains(lines[0], `"@message":"w"`) || !strings.Contains(lines[0], `"n":3`) {
-		t.Errorf("line %s", lines[0])
-	}
-}
-
-// TestHCLogger: the hclog adapter keeps levels, fields and names.
-func TestHCLogger(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	l := plugin.NewHCLogger(zap.New(core))
-	if l.GetLevel() != hclog.Info || l.IsDebug() || !l.IsWarn() {
-		t.Fatalf("level %v", l.GetLevel())
-	}
-	l.Trace("t")
-	l.Debug("d")
-	l.Info("i", "k", 1)
-	l.Named("sub").With("w", "x").Warn("w", "@module", "m")
-	l.Error("e", "err", os.ErrNotExist, "odd")
-	l.Log(hclog.Warn, "lw")
-	l.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}).Print("[ERROR] std")
-	all := logs.AllUntimed()
-	want := []struct {
-		msg string
-		lvl zapcore.Level
-	}{{"i", zapcore.InfoLevel}, {"w", zapcore.WarnLevel}, {"e", zapcore.ErrorLevel}, {"lw", zapcore.WarnLevel}, {"std", zapcore.ErrorLevel}}
-	if len(all) != len(want) {
-		t.Fatalf("entries %v", all)
-	}
-	for i, w := range want {
-		if all[i].Message != w.msg || all[i].Level != w.lvl {
-			t.Errorf("entry %d: %s at %v, want %s at %v", i, all[i].Message, all[i].Level, w.msg, w.lvl)
-		}
-	}
-	if m := all[1].ContextMap(); m["w"] != "x" || m["plugin_module"] != "m" || all[1].LoggerName != "sub" {
-		t.Errorf("fields %v name %q", m, all[1].LoggerName)
-	}
-	if m := all[2].ContextMap(); m["err"] == nil || m["EXTRA_VALUE_AT_END"] != "odd" {
-		t.Errorf("fields %v", m)
-	}
-	l.SetLevel(hclog.Error)
-	if l.IsWarn() || l.GetLevel() != hclog.Error {
-		t.Error("SetLevel")
-	}
-	dbg := plugin.NewHCLogger(zap.New(zapcore.NewNopCore()))
-	if dbg.GetLevel() != hclog.Off {
-		t.Errorf("nop core level %v", dbg.GetLevel())
-	}
-	core2, _ := observer.New(zapcore.DebugLevel)
-	if plugin.NewHCLogger(zap.New(core2)).GetLevel() != hclog.Trace {
-		t.Error("debug core should take trace lines")
-	}
-}
-
 // TestExamplePlugin: the plugin of Serve's documentation works as
 // documented.
 func TestExamplePlugin(t *testing.T) {
 	bin := buildOnce(t, "github.com/openrdmo/rdmo/rdmo/plugin/internal/exampleplugin")
-	h, err := plugin.Load(context.Background(), bin, plugin.LoadOptions{Name: "counter", Version: "1.0.0", Logger: testLogger(t)})
+	h, err := pluginhost.Load(context.Background(), bin, pluginhost.LoadOptions{Name: "counter", Version: "1.0.0", Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,13 +217,13 @@ func TestExamplePlugin(t *testing.T) {
 }
 
 // TestReferencePlugins: the append, flush and scatter plugins work through
-// plugin.Load, including the flush plugin's Fence reaching the append
+// pluginhost.Load, including the flush plugin's Fence reaching the append
 // plugin (a call into one plugin from inside another's batch).
 func TestReferencePlugins(t *testing.T) {
-	hs := map[string]*plugin.Handler{}
+	hs := map[string]*pluginhost.Handler{}
 	for _, name := range []string{"append", "flush", "scatter"} {
 		bin := buildOnce(t, "github.com/openrdmo/rdmo/plugins/"+name+"/cmd/rdmo-plugin-"+name)
-		h, err := plugin.Load(context.Background(), bin, plugin.LoadOptions{Name: name, Logger: testLogger(t)})
+		h, err := pluginhost.Load(context.Background(), bin, pluginhost.LoadOptions{Name: name, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

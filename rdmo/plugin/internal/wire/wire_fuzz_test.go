@@ -1,4 +1,4 @@
-package plugin
+package wire
 
 import (
 	"bytes"
@@ -10,30 +10,30 @@ import (
 )
 
 // wireKinds makes an empty message of each type of the worker↔plugin wire:
-// infoResp, callResp and frame come from the plugin process, callReq and
-// answer from the worker.
+// InfoResp, CallResp and Frame come from the plugin process, CallReq and
+// Answer from the worker.
 func wireKinds() []wireMsg {
-	return []wireMsg{new(infoReq), new(infoResp), new(callReq), new(callResp), new(frame), new(answer)}
+	return []wireMsg{new(InfoReq), new(InfoResp), new(CallReq), new(CallResp), new(Frame), new(Answer)}
 }
 
 func wireSamples() []wireMsg {
-	ops := []op{
-		{Kind: opPut, Region: 3, Addr: 0x1000, Data: []byte("put")},
-		{ID: 7, Kind: opSync, Sync: []syncOp{{Kind: rdmo.RemoteFetchAdd, Region: 3, Addr: 8, Operand: 1}, {Kind: rdmo.RemoteGet, Len: 8}}},
-		{ID: 8, Kind: opPlace, Req: 1, Region: 4, Addr: 16},
+	ops := []Op{
+		{Kind: OpPut, Region: 3, Addr: 0x1000, Data: []byte("put")},
+		{ID: 7, Kind: OpSync, Sync: []SyncOp{{Kind: rdmo.RemoteFetchAdd, Region: 3, Addr: 8, Operand: 1}, {Kind: rdmo.RemoteGet, Len: 8}}},
+		{ID: 8, Kind: OpPlace, Req: 1, Region: 4, Addr: 16},
 	}
 	return []wireMsg{
-		&infoReq{},
-		&infoResp{Name: "scatter", Version: "1.0.0", Ops: []uint32{2, 16}, Pid: 4242},
-		&callReq{Inv: 1, Client: 2, Region: 3, Reqs: []rdmo.Request{
+		&InfoReq{},
+		&InfoResp{Name: "scatter", Version: "1.0.0", Ops: []uint32{2, 16}, Pid: 4242},
+		&CallReq{Inv: 1, Client: 2, Region: 3, Reqs: []rdmo.Request{
 			{Seq: 1, Client: 2, Op: 1, Flags: 2, Header: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
 			{Seq: 2, Client: 2, Op: 2, Length: 1 << 20, Rendezvous: true},
 		}},
-		&callResp{Results: []rdmo.Result{{Status: rdmo.StatusOutOfBounds, Detail: "out", Value: 0}, {Value: 9}},
-			Err: wireErr{Status: rdmo.StatusHandlerFailed, Detail: "x"}, Frames: 2, Tail: ops, Panic: ""},
-		&frame{Inv: 5, Ops: ops},
-		&answer{ID: 7, Err: wireErr{}, Region: rdmo.Region{ID: 3, Base: 0x1000, Len: 64}, Data: []byte("data"),
-			Sync: []syncRes{{Result: 1, Status: 0, Data: []byte{1, 2}}, {Status: rdmo.StatusOutOfBounds}}},
+		&CallResp{Results: []rdmo.Result{{Status: rdmo.StatusOutOfBounds, Detail: "out", Value: 0}, {Value: 9}},
+			Err: Fault{Status: rdmo.StatusHandlerFailed, Detail: "x"}, Frames: 2, Tail: ops, Panic: ""},
+		&Frame{Inv: 5, Ops: ops},
+		&Answer{ID: 7, Err: Fault{}, Region: rdmo.Region{ID: 3, Base: 0x1000, Len: 64}, Data: []byte("data"),
+			Sync: []SyncRes{{Result: 1, Status: 0, Data: []byte{1, 2}}, {Status: rdmo.StatusOutOfBounds}}},
 	}
 }
 
@@ -89,7 +89,7 @@ func allocBytes(runs int, f func()) float64 {
 // message makes it allocate is bounded by a small multiple of its size.
 // The worst case is a message made of elements at their smallest encoding:
 // each costs its Go struct in memory (88 bytes for a request or an op, on
-// 8 or 9 bytes of wire). Messages are at most maxMsgSize either way.
+// 8 or 9 bytes of wire). Messages are at most MaxMsgSize either way.
 func TestPluginWireAllocationBound(t *testing.T) {
 	const n = 1 << 16
 	const maxRatio = 16
@@ -99,22 +99,22 @@ func TestPluginWireAllocationBound(t *testing.T) {
 		body []byte
 	}{
 		// A frame of n ops, each 7 fields of one byte.
-		{"frame ops", func() wireMsg { return new(frame) },
+		{"frame ops", func() wireMsg { return new(Frame) },
 			cat([]byte{0x92, 0x01}, arr32(n), bytes.Repeat([]byte{0x97, 0, 0, 0, 0, 0, 0xc0, 0x90}, n))},
 		// A frame of one op with n Sync ops.
-		{"frame sync ops", func() wireMsg { return new(frame) },
+		{"frame sync ops", func() wireMsg { return new(Frame) },
 			cat([]byte{0x92, 0x01, 0x91, 0x97, 0, 0, 0, 0, 0, 0xc0}, arr32(n), bytes.Repeat([]byte{0x96, 0, 0, 0, 0, 0, 0}, n))},
 		// A callResp of n results (plugin to worker).
-		{"callResp results", func() wireMsg { return new(callResp) },
+		{"callResp results", func() wireMsg { return new(CallResp) },
 			cat([]byte{0x95}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0xa0, 0}, n), []byte{0x92, 0, 0xa0, 0, 0x90, 0xa0})},
 		// An infoResp of n op ids.
-		{"infoResp ops", func() wireMsg { return new(infoResp) },
+		{"infoResp ops", func() wireMsg { return new(InfoResp) },
 			cat([]byte{0x94, 0xa0, 0xa0}, arr32(n), bytes.Repeat([]byte{0x10}, n), []byte{0})},
 		// A callReq of n requests (worker to plugin).
-		{"callReq requests", func() wireMsg { return new(callReq) },
+		{"callReq requests", func() wireMsg { return new(CallReq) },
 			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
 		// An answer with n Sync results.
-		{"answer sync results", func() wireMsg { return new(answer) },
+		{"answer sync results", func() wireMsg { return new(Answer) },
 			cat([]byte{0x95, 0, 0x92, 0, 0xa0, 0x93, 0, 0, 0, 0xc0}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0, 0xc0}, n))},
 	} {
 		if err := unmarshal(c.body, c.msg()); err != nil {
@@ -140,17 +140,17 @@ func TestPluginWireHostileCounts(t *testing.T) {
 		msg  func() wireMsg
 		body []byte
 	}{
-		{"frame ops: 2^32-1", func() wireMsg { return new(frame) }, cat([]byte{0x92, 0x01}, arr32(1<<32-1), pad)},
-		{"frame ops: one per byte", func() wireMsg { return new(frame) }, cat([]byte{0x92, 0x01}, arr32(64), pad)},
-		{"frame sync ops: one per byte", func() wireMsg { return new(frame) },
+		{"frame ops: 2^32-1", func() wireMsg { return new(Frame) }, cat([]byte{0x92, 0x01}, arr32(1<<32-1), pad)},
+		{"frame ops: one per byte", func() wireMsg { return new(Frame) }, cat([]byte{0x92, 0x01}, arr32(64), pad)},
+		{"frame sync ops: one per byte", func() wireMsg { return new(Frame) },
 			cat([]byte{0x92, 0x01, 0x91, 0x97, 0, 0, 0, 0, 0, 0xc0}, arr32(64), pad)},
-		{"callResp results: one per byte", func() wireMsg { return new(callResp) }, cat([]byte{0x95}, arr32(64), pad)},
-		{"callResp tail: 2^32-1", func() wireMsg { return new(callResp) },
+		{"callResp results: one per byte", func() wireMsg { return new(CallResp) }, cat([]byte{0x95}, arr32(64), pad)},
+		{"callResp tail: 2^32-1", func() wireMsg { return new(CallResp) },
 			cat([]byte{0x95, 0x90, 0x92, 0, 0xa0, 0}, arr32(1<<32-1), pad)},
-		{"infoResp ops: 2^32-1", func() wireMsg { return new(infoResp) }, cat([]byte{0x94, 0xa0, 0xa0}, arr32(1<<32-1), pad)},
-		{"callReq requests: one per byte", func() wireMsg { return new(callReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(64), pad)},
-		{"callReq requests: 2^32-1", func() wireMsg { return new(callReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(1<<32-1), pad)},
-		{"answer sync results: one per byte", func() wireMsg { return new(answer) },
+		{"infoResp ops: 2^32-1", func() wireMsg { return new(InfoResp) }, cat([]byte{0x94, 0xa0, 0xa0}, arr32(1<<32-1), pad)},
+		{"callReq requests: one per byte", func() wireMsg { return new(CallReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(64), pad)},
+		{"callReq requests: 2^32-1", func() wireMsg { return new(CallReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(1<<32-1), pad)},
+		{"answer sync results: one per byte", func() wireMsg { return new(Answer) },
 			cat([]byte{0x95, 0, 0x92, 0, 0xa0, 0x93, 0, 0, 0, 0xc0}, arr32(64), pad)},
 	} {
 		if err := unmarshal(c.body, c.msg()); !errors.Is(err, errCount) {

@@ -1,4 +1,4 @@
-package plugin
+package wire
 
 import (
 	"context"
@@ -12,31 +12,27 @@ import (
 	"github.com/openrdmo/rdmo/rdmo"
 )
 
-// This file is the wire between worker and plugin: a hand-written gRPC
-// service (no protoc) whose messages are MessagePack, encoded by hand
-// (no reflection) so a batch costs a few copies and no per-field lookups.
+// This file is the service and its messages. Service rdmo.plugin.v1.Handler (the plugin process serves it):
 //
-// Service rdmo.plugin.v1.Handler (the plugin process serves it):
-//
-//	Info          unary   infoReq  -> infoResp   handler name, version, ops
-//	HandleBatch   unary   callReq  -> callResp   one call per batch
-//	Fence         unary   callReq  -> callResp   Handler.Fence
-//	RegionRemoved unary   callReq  -> callResp   Handler.RegionRemoved
-//	ClientRemoved unary   callReq  -> callResp   Handler.ClientRemoved
-//	Target        bidi    answer  <-> frame      opened once by the worker
+//	Info          unary   InfoReq  -> InfoResp   handler name, version, ops
+//	HandleBatch   unary   CallReq  -> CallResp   one call per batch
+//	Fence         unary   CallReq  -> CallResp   Handler.Fence
+//	RegionRemoved unary   CallReq  -> CallResp   Handler.RegionRemoved
+//	ClientRemoved unary   CallReq  -> CallResp   Handler.ClientRemoved
+//	Target        bidi    Answer  <-> Frame      opened once by the worker
 //
 // On the Target stream the plugin sends frames (target calls of one
 // invocation) and the worker sends answers (to the calls that wait).
 
-// codecName is the content-subtype our calls carry ("application/grpc+
+// CodecName is the content-subtype our calls carry ("application/grpc+
 // rdmo-msgpack"). gRPC's server picks the codec registered under it, so
 // go-plugin's own protobuf services on the same connection are unaffected.
-const codecName = "rdmo-msgpack"
+const CodecName = "rdmo-msgpack"
 
 func init() { encoding.RegisterCodecV2(msgpackCodec{}) }
 
 // msgpackCodec carries the messages of this file as MessagePack. The
-// encoder and decoder are hand-written for these few types (msgpack_enc.go):
+// encoder and decoder are hand-written for these few types (msgpack.go):
 // no reflection, one buffer per message, byte strings decoded in place.
 type msgpackCodec struct{}
 
@@ -47,7 +43,7 @@ type wireMsg interface {
 	decode(r *dec)            // reads what appendTo wrote; errors in r.err
 }
 
-func (msgpackCodec) Name() string { return codecName }
+func (msgpackCodec) Name() string { return CodecName }
 
 func (msgpackCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(wireMsg)
@@ -87,41 +83,43 @@ func unmarshal(b []byte, m wireMsg) error {
 const (
 	serviceName = "rdmo.plugin.v1.Handler"
 
-	methodInfo          = "/" + serviceName + "/Info"
+	MethodInfo          = "/" + serviceName + "/Info"
 	methodHandleBatch   = "/" + serviceName + "/HandleBatch"
 	methodFence         = "/" + serviceName + "/Fence"
 	methodRegionRemoved = "/" + serviceName + "/RegionRemoved"
 	methodClientRemoved = "/" + serviceName + "/ClientRemoved"
-	methodTarget        = "/" + serviceName + "/Target"
+	MethodTarget        = "/" + serviceName + "/Target"
 )
 
-// Kinds of invocation (worker -> plugin unary calls with a callReq).
+// Kinds of invocation (worker -> plugin unary calls with a CallReq).
 const (
-	callBatch uint8 = iota + 1
-	callFence
-	callRegionRemoved
-	callClientRemoved
+	CallBatch uint8 = iota + 1
+	CallFence
+	CallRegionRemoved
+	CallClientRemoved
 )
 
-func callMethod(kind uint8) string {
+// CallMethod is the full gRPC method name of a kind of invocation.
+func CallMethod(kind uint8) string {
 	switch kind {
-	case callBatch:
+	case CallBatch:
 		return methodHandleBatch
-	case callFence:
+	case CallFence:
 		return methodFence
-	case callRegionRemoved:
+	case CallRegionRemoved:
 		return methodRegionRemoved
 	}
 	return methodClientRemoved
 }
 
-func callName(kind uint8) string {
+// CallName names a kind of invocation for errors and logs.
+func CallName(kind uint8) string {
 	switch kind {
-	case callBatch:
+	case CallBatch:
 		return "HandleBatch"
-	case callFence:
+	case CallFence:
 		return "Fence"
-	case callRegionRemoved:
+	case CallRegionRemoved:
 		return "RegionRemoved"
 	}
 	return "ClientRemoved"
@@ -129,144 +127,149 @@ func callName(kind uint8) string {
 
 // Kinds of target call (plugin -> worker, on the stream).
 const (
-	opPut   uint8 = iota + 1 // pipelined
-	opPlace                  // pipelined
-	opRegion
-	opSync
-	opFetch
-	opFlush
-	opFence
+	OpPut   uint8 = iota + 1 // pipelined
+	OpPlace                  // pipelined
+	OpRegion
+	OpSync
+	OpFetch
+	OpFlush
+	OpFence
 )
 
-// rpcServer is what the plugin process implements; serviceDesc dispatches
+// Server is what the plugin process implements; ServiceDesc dispatches
 // to it.
-type rpcServer interface {
-	info(ctx context.Context) (*infoResp, error)
-	call(ctx context.Context, kind uint8, in *callReq) (*callResp, error)
-	target(stream grpc.ServerStream) error
+type Server interface {
+	Info(ctx context.Context) (*InfoResp, error)
+	Call(ctx context.Context, kind uint8, in *CallReq) (*CallResp, error)
+	Target(stream grpc.ServerStream) error
 }
 
-var serviceDesc = grpc.ServiceDesc{
+var ServiceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
-	HandlerType: (*rpcServer)(nil),
+	HandlerType: (*Server)(nil),
 	Methods: []grpc.MethodDesc{
 		{MethodName: "Info", Handler: infoHandler},
-		{MethodName: "HandleBatch", Handler: callHandler(callBatch)},
-		{MethodName: "Fence", Handler: callHandler(callFence)},
-		{MethodName: "RegionRemoved", Handler: callHandler(callRegionRemoved)},
-		{MethodName: "ClientRemoved", Handler: callHandler(callClientRemoved)},
+		{MethodName: "HandleBatch", Handler: callHandler(CallBatch)},
+		{MethodName: "Fence", Handler: callHandler(CallFence)},
+		{MethodName: "RegionRemoved", Handler: callHandler(CallRegionRemoved)},
+		{MethodName: "ClientRemoved", Handler: callHandler(CallClientRemoved)},
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Target",
-		Handler:       func(srv any, s grpc.ServerStream) error { return srv.(rpcServer).target(s) },
+		Handler:       func(srv any, s grpc.ServerStream) error { return srv.(Server).Target(s) },
 		ServerStreams: true,
 		ClientStreams: true,
 	}},
 }
 
 func infoHandler(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-	in := new(infoReq)
+	in := new(InfoReq)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	s := srv.(rpcServer)
+	s := srv.(Server)
 	if ic == nil {
-		return s.info(ctx)
+		return s.Info(ctx)
 	}
-	return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodInfo},
-		func(ctx context.Context, _ any) (any, error) { return s.info(ctx) })
+	return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: MethodInfo},
+		func(ctx context.Context, _ any) (any, error) { return s.Info(ctx) })
 }
 
 func callHandler(kind uint8) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-		in := new(callReq)
+		in := new(CallReq)
 		if err := dec(in); err != nil {
 			return nil, err
 		}
-		s := srv.(rpcServer)
+		s := srv.(Server)
 		if ic == nil {
-			return s.call(ctx, kind, in)
+			return s.Call(ctx, kind, in)
 		}
-		return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: callMethod(kind)},
-			func(ctx context.Context, req any) (any, error) { return s.call(ctx, kind, req.(*callReq)) })
+		return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: CallMethod(kind)},
+			func(ctx context.Context, req any) (any, error) { return s.Call(ctx, kind, req.(*CallReq)) })
 	}
 }
 
 // ---- messages ----
 
-// wireErr carries an error: Status 0 means none. The receiver rebuilds a
+// Fault carries an error: Status 0 means none. The receiver rebuilds a
 // *rdmo.WireError, so errors.Is against the rdmo sentinels keeps working
 // across the process boundary.
-type wireErr struct {
+type Fault struct {
 	Status rdmo.Status
 	Detail string
 }
 
-func toWireErr(err error) wireErr {
+// FaultOf carries err (nil: no error) across the process boundary.
+func FaultOf(err error) Fault {
 	if err == nil {
-		return wireErr{}
+		return Fault{}
 	}
 	var we *rdmo.WireError
 	if errors.As(err, &we) && error(we) == err {
-		return wireErr{Status: rdmo.StatusOf(err), Detail: we.Detail}
+		return Fault{Status: rdmo.StatusOf(err), Detail: we.Detail}
 	}
-	return wireErr{Status: rdmo.StatusOf(err), Detail: err.Error()}
+	return Fault{Status: rdmo.StatusOf(err), Detail: err.Error()}
 }
 
-func (w wireErr) err() error {
+// Err rebuilds the error: nil for none, else a *rdmo.WireError.
+func (w Fault) Err() error {
 	if w.Status == rdmo.StatusOK {
 		return nil
 	}
 	return &rdmo.WireError{Status: w.Status, Detail: w.Detail}
 }
 
-type infoReq struct{}
+// InfoReq asks the plugin for its handler's identity; InfoResp answers.
+type InfoReq struct{}
 
-type infoResp struct {
+type InfoResp struct {
 	Name    string
 	Version string
 	Ops     []uint32
 	Pid     int64
 }
 
-// callReq is one invocation of the handler: a batch, or a hook.
-type callReq struct {
+// CallReq is one invocation of the handler: a batch, or a hook.
+type CallReq struct {
 	Inv    uint64 // invocation id, names the stream frames of this call
 	Client uint64
 	Region uint64 // RegionRemoved
 	Reqs   []rdmo.Request
 }
 
-// callResp answers a callReq. Frames is how many stream frames the plugin
+// CallResp answers a CallReq. Frames is how many stream frames the plugin
 // sent for the invocation (the worker runs them all before it finishes the
 // call); Tail holds the pipelined target calls that were not sent yet.
-type callResp struct {
+type CallResp struct {
 	Results []rdmo.Result
-	Err     wireErr // Fence, RegionRemoved
+	Err     Fault // Fence, RegionRemoved
 	Frames  uint64
-	Tail    []op
+	Tail    []Op
 	Panic   string // the handler panicked: the worker restarts the plugin
 }
 
-// frame is a run of target calls of one invocation, sent by the plugin.
+// Frame is a run of target calls of one invocation, sent by the plugin.
 // Only the last op of a frame may wait (ID != 0). A frame with Inv 0 and no
 // ops is the plugin's hello when the stream opens.
-type frame struct {
+type Frame struct {
 	Inv uint64
-	Ops []op
+	Ops []Op
 }
 
-type op struct {
+// Op is one target call of a plugin's handler.
+type Op struct {
 	ID     uint64 // answer id; 0 for pipelined calls (Put, Place)
 	Kind   uint8
 	Region uint64
 	Addr   uint64
 	Req    int64 // index of the request in the batch (Place, Fetch)
 	Data   []byte
-	Sync   []syncOp
+	Sync   []SyncOp
 }
 
-type syncOp struct {
+// SyncOp is one rdmo.RemoteOp of a Sync call.
+type SyncOp struct {
 	Kind    rdmo.RemoteOpKind
 	Region  uint64
 	Addr    uint64
@@ -275,16 +278,17 @@ type syncOp struct {
 	Compare uint64
 }
 
-// answer is the worker's reply to a target call that waits.
-type answer struct {
+// Answer is the worker's reply to a target call that waits.
+type Answer struct {
 	ID     uint64
-	Err    wireErr
+	Err    Fault
 	Region rdmo.Region
 	Data   []byte
-	Sync   []syncRes
+	Sync   []SyncRes
 }
 
-type syncRes struct {
+// SyncRes is the outcome of one SyncOp.
+type SyncRes struct {
 	Result uint64
 	Status rdmo.Status
 	Data   []byte
@@ -295,25 +299,25 @@ type syncRes struct {
 // Every struct is a MessagePack array of its fields in order. A decoder
 // reads the fields it knows and skips any that a newer peer appended.
 
-func (w wireErr) size() int { return 1 + 9 + 5 + len(w.Detail) }
-func (w wireErr) append(b []byte) []byte {
+func (w Fault) size() int { return 1 + 9 + 5 + len(w.Detail) }
+func (w Fault) append(b []byte) []byte {
 	b = appendArr(b, 2)
 	b = appendUint(b, uint64(w.Status))
 	return appendStr(b, w.Detail)
 }
-func (r *dec) werr() wireErr {
+func (r *dec) werr() Fault {
 	x := r.fields(2)
-	w := wireErr{Status: rdmo.Status(r.u32()), Detail: r.s()}
+	w := Fault{Status: rdmo.Status(r.u32()), Detail: r.s()}
 	r.skipN(x)
 	return w
 }
 
-func (m *infoReq) sizeHint() int            { return 1 }
-func (m *infoReq) appendTo(b []byte) []byte { return appendArr(b, 0) }
-func (m *infoReq) decode(r *dec)            { r.skipN(r.fields(0)) }
+func (m *InfoReq) sizeHint() int            { return 1 }
+func (m *InfoReq) appendTo(b []byte) []byte { return appendArr(b, 0) }
+func (m *InfoReq) decode(r *dec)            { r.skipN(r.fields(0)) }
 
-func (m *infoResp) sizeHint() int { return 32 + len(m.Name) + len(m.Version) + 5*len(m.Ops) }
-func (m *infoResp) appendTo(b []byte) []byte {
+func (m *InfoResp) sizeHint() int { return 32 + len(m.Name) + len(m.Version) + 5*len(m.Ops) }
+func (m *InfoResp) appendTo(b []byte) []byte {
 	b = appendArr(b, 4)
 	b = appendStr(b, m.Name)
 	b = appendStr(b, m.Version)
@@ -323,7 +327,7 @@ func (m *infoResp) appendTo(b []byte) []byte {
 	}
 	return appendInt(b, m.Pid)
 }
-func (m *infoResp) decode(r *dec) {
+func (m *InfoResp) decode(r *dec) {
 	x := r.fields(4)
 	m.Name, m.Version = r.s(), r.s()
 	if n := r.count(minOpLen); n >= 0 && r.err == nil {
@@ -338,14 +342,14 @@ func (m *infoResp) decode(r *dec) {
 
 const reqFields = 8
 
-func (m *callReq) sizeHint() int {
+func (m *CallReq) sizeHint() int {
 	n := 32
 	for i := range m.Reqs {
 		n += 48 + len(m.Reqs[i].Header) + len(m.Reqs[i].Payload)
 	}
 	return n
 }
-func (m *callReq) appendTo(b []byte) []byte {
+func (m *CallReq) appendTo(b []byte) []byte {
 	b = appendArr(b, 4)
 	b = appendUint(b, m.Inv)
 	b = appendUint(b, m.Client)
@@ -365,7 +369,7 @@ func (m *callReq) appendTo(b []byte) []byte {
 	}
 	return b
 }
-func (m *callReq) decode(r *dec) {
+func (m *CallReq) decode(r *dec) {
 	x := r.fields(4)
 	m.Inv, m.Client, m.Region = r.u(), r.u(), r.u()
 	if n := r.count(minRequestLen); n >= 0 && r.err == nil {
@@ -385,14 +389,14 @@ func (m *callReq) decode(r *dec) {
 	r.skipN(x)
 }
 
-func (m *callResp) sizeHint() int {
+func (m *CallResp) sizeHint() int {
 	n := 32 + m.Err.size() + len(m.Panic) + opsSize(m.Tail)
 	for i := range m.Results {
 		n += 24 + len(m.Results[i].Detail)
 	}
 	return n
 }
-func (m *callResp) appendTo(b []byte) []byte {
+func (m *CallResp) appendTo(b []byte) []byte {
 	b = appendArr(b, 5)
 	b = appendArr(b, len(m.Results))
 	for i := range m.Results {
@@ -407,7 +411,7 @@ func (m *callResp) appendTo(b []byte) []byte {
 	b = appendOps(b, m.Tail)
 	return appendStr(b, m.Panic)
 }
-func (m *callResp) decode(r *dec) {
+func (m *CallResp) decode(r *dec) {
 	x := r.fields(5)
 	if n := r.count(minResultLen); n >= 0 && r.err == nil {
 		m.Results = make([]rdmo.Result, n)
@@ -428,7 +432,7 @@ func (m *callResp) decode(r *dec) {
 	r.skipN(x)
 }
 
-func opsSize(ops []op) int {
+func opsSize(ops []Op) int {
 	n := 8
 	for i := range ops {
 		n += 64 + len(ops[i].Data) + 56*len(ops[i].Sync)
@@ -436,7 +440,7 @@ func opsSize(ops []op) int {
 	return n
 }
 
-func appendOps(b []byte, ops []op) []byte {
+func appendOps(b []byte, ops []Op) []byte {
 	b = appendArr(b, len(ops))
 	for i := range ops {
 		o := &ops[i]
@@ -462,12 +466,12 @@ func appendOps(b []byte, ops []op) []byte {
 	return b
 }
 
-func (r *dec) ops() []op {
+func (r *dec) ops() []Op {
 	n := r.count(minTargetOp)
 	if n <= 0 || r.err != nil {
 		return nil
 	}
-	ops := make([]op, n)
+	ops := make([]Op, n)
 	for i := range ops {
 		o := &ops[i]
 		x := r.fields(7)
@@ -475,7 +479,7 @@ func (r *dec) ops() []op {
 		o.Region, o.Addr, o.Req = r.u(), r.u(), r.i()
 		o.Data = r.bin()
 		if m := r.count(minSyncOpLen); m > 0 && r.err == nil {
-			o.Sync = make([]syncOp, m)
+			o.Sync = make([]SyncOp, m)
 			for j := range o.Sync {
 				s := &o.Sync[j]
 				y := r.fields(6)
@@ -492,27 +496,27 @@ func (r *dec) ops() []op {
 	return ops
 }
 
-func (m *frame) sizeHint() int { return 16 + opsSize(m.Ops) }
-func (m *frame) appendTo(b []byte) []byte {
+func (m *Frame) sizeHint() int { return 16 + opsSize(m.Ops) }
+func (m *Frame) appendTo(b []byte) []byte {
 	b = appendArr(b, 2)
 	b = appendUint(b, m.Inv)
 	return appendOps(b, m.Ops)
 }
-func (m *frame) decode(r *dec) {
+func (m *Frame) decode(r *dec) {
 	x := r.fields(2)
 	m.Inv = r.u()
 	m.Ops = r.ops()
 	r.skipN(x)
 }
 
-func (m *answer) sizeHint() int {
+func (m *Answer) sizeHint() int {
 	n := 48 + m.Err.size() + len(m.Data)
 	for i := range m.Sync {
 		n += 24 + len(m.Sync[i].Data)
 	}
 	return n
 }
-func (m *answer) appendTo(b []byte) []byte {
+func (m *Answer) appendTo(b []byte) []byte {
 	b = appendArr(b, 5)
 	b = appendUint(b, m.ID)
 	b = m.Err.append(b)
@@ -531,7 +535,7 @@ func (m *answer) appendTo(b []byte) []byte {
 	}
 	return b
 }
-func (m *answer) decode(r *dec) {
+func (m *Answer) decode(r *dec) {
 	x := r.fields(5)
 	m.ID = r.u()
 	m.Err = r.werr()
@@ -540,7 +544,7 @@ func (m *answer) decode(r *dec) {
 	r.skipN(y)
 	m.Data = r.bin()
 	if n := r.count(minSyncResLen); n > 0 && r.err == nil {
-		m.Sync = make([]syncRes, n)
+		m.Sync = make([]SyncRes, n)
 		for i := range m.Sync {
 			s := &m.Sync[i]
 			z := r.fields(3)

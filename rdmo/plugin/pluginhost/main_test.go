@@ -1,4 +1,4 @@
-package plugin_test
+package pluginhost_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrdmo/rdmo/rdmo/plugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 )
 
 // testPluginPath is the test plugin binary, built once by TestMain.
@@ -78,7 +78,7 @@ func TestMain(m *testing.M) {
 const envHostMode = "RDMO_PLUGIN_TEST_HOST"
 
 func hostMode(path string) int {
-	h, err := plugin.Load(context.Background(), path, plugin.LoadOptions{})
+	h, err := pluginhost.Load(context.Background(), path, pluginhost.LoadOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -108,6 +108,6 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
-	plugin.CleanupClients()
+	pluginhost.CleanupClients()
 	return code
 }

@@ -1,4 +1,4 @@
-package plugin
+package wire
 
 import (
 	"encoding/binary"
@@ -347,12 +347,12 @@ func (r *dec) count(min int) int {
 // struct is an array header and one byte per field at least (a fixint, nil,
 // a bool or an empty string).
 const (
-	minOpLen      = 1     // an op id (u32) of infoResp.Ops
+	minOpLen      = 1     // an op id (u32) of InfoResp.Ops
 	minRequestLen = 1 + 8 // rdmo.Request: 8 fields
 	minResultLen  = 1 + 3 // rdmo.Result: 3 fields
 	minTargetOp   = 1 + 7 // op: 7 fields
-	minSyncOpLen  = 1 + 6 // syncOp: 6 fields
-	minSyncResLen = 1 + 3 // syncRes: 3 fields
+	minSyncOpLen  = 1 + 6 // SyncOp: 6 fields
+	minSyncResLen = 1 + 3 // SyncRes: 3 fields
 )
 
 // fields opens a struct (an array) of at least want fields and returns how

@@ -1,4 +1,4 @@
-package plugin_test
+package pluginhost_test
 
 import (
 	"bytes"
@@ -18,8 +18,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/plugin"
 	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
 )
 
@@ -40,14 +40,14 @@ func newTarget(t testing.TB) (*rdmotest.Target, []byte) {
 	return tg, mem
 }
 
-func load(t testing.TB, opts plugin.LoadOptions) *plugin.Handler {
+func load(t testing.TB, opts pluginhost.LoadOptions) *pluginhost.Handler {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := plugin.Load(ctx, testPluginPath, opts)
+	h, err := pluginhost.Load(ctx, testPluginPath, opts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -103,7 +103,7 @@ func wantStatus(t *testing.T, res []rdmo.Result, want ...rdmo.Status) {
 }
 
 // waitUp waits until h has a running process other than old.
-func waitUp(t *testing.T, h *plugin.Handler, old int) int {
+func waitUp(t *testing.T, h *pluginhost.Handler, old int) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -139,7 +139,7 @@ func waitGone(t *testing.T, pid int) {
 }
 
 func TestInfo(t *testing.T) {
-	h := load(t, plugin.LoadOptions{Name: tp.Name, Version: tp.Version})
+	h := load(t, pluginhost.LoadOptions{Name: tp.Name, Version: tp.Version})
 	info := h.Info()
 	if info.Name != tp.Name || info.Version != tp.Version || len(info.Ops) != 5 || info.Ops[0] != tp.OpPut {
 		t.Fatalf("Info = %+v", info)
@@ -152,31 +152,31 @@ func TestInfo(t *testing.T) {
 
 func TestLoadVersionMismatch(t *testing.T) {
 	ctx := context.Background()
-	_, err := plugin.Load(ctx, testPluginPath, plugin.LoadOptions{Version: "9.9.9"})
+	_, err := pluginhost.Load(ctx, testPluginPath, pluginhost.LoadOptions{Version: "9.9.9"})
 	if err == nil || !strings.Contains(err.Error(), `version "1.2.3", want "9.9.9"`) {
 		t.Fatalf("Load with another version: %v", err)
 	}
-	_, err = plugin.Load(ctx, testPluginPath, plugin.LoadOptions{Name: "append"})
+	_, err = pluginhost.Load(ctx, testPluginPath, pluginhost.LoadOptions{Name: "append"})
 	if err == nil || !strings.Contains(err.Error(), "want \"append\"") {
 		t.Fatalf("Load with another name: %v", err)
 	}
-	_, err = plugin.Load(ctx, testPluginPath, plugin.LoadOptions{Checksum: make([]byte, 32)})
+	_, err = pluginhost.Load(ctx, testPluginPath, pluginhost.LoadOptions{Checksum: make([]byte, 32)})
 	if err == nil || !strings.Contains(err.Error(), "checksum") {
 		t.Fatalf("Load with a wrong checksum: %v", err)
 	}
-	_, err = plugin.Load(ctx, filepath.Join(t.TempDir(), "nope"), plugin.LoadOptions{})
+	_, err = pluginhost.Load(ctx, filepath.Join(t.TempDir(), "nope"), pluginhost.LoadOptions{})
 	if err == nil {
 		t.Fatal("Load of a missing file succeeded")
 	}
 	// A binary that is not a plugin (no handshake line).
-	_, err = plugin.Load(ctx, "/bin/true", plugin.LoadOptions{StartTimeout: 5 * time.Second})
+	_, err = pluginhost.Load(ctx, "/bin/true", pluginhost.LoadOptions{StartTimeout: 5 * time.Second})
 	if err == nil {
 		t.Fatal("Load of /bin/true succeeded")
 	}
 }
 
 func TestBatchRoundTrip(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, mem := newTarget(t)
 	le.PutUint64(mem[256:], 40)
 	le.PutUint64(mem[512:], 0xfeedface)
@@ -217,7 +217,7 @@ func TestBatchRoundTrip(t *testing.T) {
 }
 
 func TestTargetErrors(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, mem := newTarget(t)
 
 	// Waiting calls: the error reaches the handler, which makes it the
@@ -280,7 +280,7 @@ func TestTargetErrors(t *testing.T) {
 }
 
 func TestRendezvous(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, mem := newTarget(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 64)
 	res := run(h, tg,
@@ -310,7 +310,7 @@ func events(t *testing.T, h rdmo.Handler, tg *rdmotest.Target) string {
 }
 
 func TestHooks(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, mem := newTarget(t)
 	tg.Register(h)
 	tg.AddRegion(0x11, base+1<<16, 64)
@@ -368,7 +368,7 @@ func TestHooks(t *testing.T) {
 }
 
 func TestConcurrentClients(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, _ := newTarget(t)
 	var wg sync.WaitGroup
 	for c := uint64(1); c <= 4; c++ {
@@ -400,19 +400,19 @@ func TestConcurrentClients(t *testing.T) {
 func TestCrashIsolation(t *testing.T) {
 	cases := []struct {
 		name  string
-		crash func(t *testing.T, h *plugin.Handler, tg *rdmotest.Target) []rdmo.Result
+		crash func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result
 		want  string // in the Detail
 	}{
-		{"panic", func(t *testing.T, h *plugin.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"panic", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "panic"))
 		}, "panic on command"},
-		{"exit", func(t *testing.T, h *plugin.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"exit", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "exit"))
 		}, "HandleBatch"},
-		{"exit-after-put", func(t *testing.T, h *plugin.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"exit-after-put", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutThenExit, []byte("a")), ctlReq(tg, "pid"))
 		}, "HandleBatch"},
-		{"sigkill", func(t *testing.T, h *plugin.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"sigkill", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
 			pid := h.Pid()
 			go func() {
 				time.Sleep(300 * time.Millisecond)
@@ -420,14 +420,14 @@ func TestCrashIsolation(t *testing.T) {
 			}()
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "sleep 20s"))
 		}, "HandleBatch"},
-		{"timeout", func(t *testing.T, h *plugin.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"timeout", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "sleep 20s"))
 		}, "CallTimeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// A long first backoff, so the test sees the plugin down.
-			h := load(t, plugin.LoadOptions{CallTimeout: 2 * time.Second, MinBackoff: 500 * time.Millisecond})
+			h := load(t, pluginhost.LoadOptions{CallTimeout: 2 * time.Second, MinBackoff: 500 * time.Millisecond})
 			tg, mem := newTarget(t)
 			wantStatus(t, run(h, tg, putReq(tg, region, base+100, tp.PutDirect, []byte("before"))), 0)
 			pid := h.Pid()
@@ -475,7 +475,7 @@ func TestCrashIsolation(t *testing.T) {
 }
 
 func TestBackoffGrows(t *testing.T) {
-	h := load(t, plugin.LoadOptions{MinBackoff: 100 * time.Millisecond, MaxBackoff: 800 * time.Millisecond})
+	h := load(t, pluginhost.LoadOptions{MinBackoff: 100 * time.Millisecond, MaxBackoff: 800 * time.Millisecond})
 	tg, _ := newTarget(t)
 	var gaps []time.Duration
 	pid := h.Pid()
@@ -509,7 +509,7 @@ func TestBackoffGrows(t *testing.T) {
 }
 
 func TestLostStateReported(t *testing.T) {
-	h := load(t, plugin.LoadOptions{MinBackoff: 10 * time.Millisecond})
+	h := load(t, pluginhost.LoadOptions{MinBackoff: 10 * time.Millisecond})
 	tg, mem := newTarget(t)
 	wantStatus(t, run(h, tg, req(tg, tp.OpCache, region, base+8, 0x77, nil)), 0)
 	pid := h.Pid()
@@ -530,7 +530,7 @@ func TestLostStateReported(t *testing.T) {
 		t.Fatal("lost value written")
 	}
 	// A stateless handler does not report it.
-	h2 := load(t, plugin.LoadOptions{MinBackoff: 10 * time.Millisecond, NoCachedState: true})
+	h2 := load(t, pluginhost.LoadOptions{MinBackoff: 10 * time.Millisecond, NoCachedState: true})
 	wantStatus(t, run(h2, tg, ctlReq(tg, "pid")), 0)
 	pid = h2.Pid()
 	wantStatus(t, run(h2, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
@@ -541,7 +541,7 @@ func TestLostStateReported(t *testing.T) {
 }
 
 func TestClosedHandler(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, _ := newTarget(t)
 	pid := h.Pid()
 	if err := h.Close(); err != nil {

@@ -1,5 +1,5 @@
 //go:build race
 
-package plugin_test
+package pluginhost_test
 
 const raceEnabled = true

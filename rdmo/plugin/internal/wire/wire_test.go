@@ -1,4 +1,4 @@
-package plugin
+package wire
 
 import (
 	"math"
@@ -48,28 +48,28 @@ func roundTrip[T any, P interface {
 }
 
 func TestWireRoundTrip(t *testing.T) {
-	roundTrip(t, &infoReq{})
-	roundTrip(t, &infoResp{Name: "x", Version: "1.0", Ops: []uint32{16, 1 << 31}, Pid: 42})
+	roundTrip(t, &InfoReq{})
+	roundTrip(t, &InfoResp{Name: "x", Version: "1.0", Ops: []uint32{16, 1 << 31}, Pid: 42})
 	long := string(make([]byte, 300))
-	roundTrip(t, &callReq{Inv: 1, Client: 2, Region: math.MaxUint64, Reqs: []rdmo.Request{
+	roundTrip(t, &CallReq{Inv: 1, Client: 2, Region: math.MaxUint64, Reqs: []rdmo.Request{
 		{Seq: 1, Client: 2, Op: 16, Flags: 3, Header: []byte("0123456789abcdef"), Payload: []byte{}, Length: 0},
 		{Seq: 2, Client: 2, Op: 1, Header: []byte("h"), Payload: nil, Length: 1 << 40, Rendezvous: true},
 		{Seq: 1 << 20, Payload: make([]byte, 70<<10), Header: make([]byte, 300)},
 	}})
-	roundTrip(t, &callResp{
+	roundTrip(t, &CallResp{
 		Results: []rdmo.Result{{}, {Status: rdmo.StatusOutOfBounds, Detail: "d", Value: 1 << 63}, {Detail: long}},
-		Err:     wireErr{Status: 99, Detail: "new status"},
+		Err:     Fault{Status: 99, Detail: "new status"},
 		Frames:  3,
-		Tail:    []op{{Kind: opPut, Region: 1, Addr: 2, Data: []byte("x")}, {Kind: opPlace, Req: 5}},
+		Tail:    []Op{{Kind: OpPut, Region: 1, Addr: 2, Data: []byte("x")}, {Kind: OpPlace, Req: 5}},
 		Panic:   "boom",
 	})
-	roundTrip(t, &frame{Inv: 9, Ops: []op{{ID: 1, Kind: opSync, Req: -1, Sync: []syncOp{
+	roundTrip(t, &Frame{Inv: 9, Ops: []Op{{ID: 1, Kind: OpSync, Req: -1, Sync: []SyncOp{
 		{Kind: rdmo.RemoteGet, Region: 1, Addr: 2, Len: 8}, {Kind: rdmo.RemoteCompareSwap, Operand: 4, Compare: 5}}}}})
-	roundTrip(t, &answer{ID: 3, Region: rdmo.Region{ID: 1, Base: 2, Len: 3}, Data: []byte("abc"),
-		Sync: []syncRes{{Result: 1, Status: rdmo.StatusOK, Data: []byte{1}}, {Status: rdmo.StatusOutOfBounds}}})
-	roundTrip(t, &frame{})
-	ops := make([]op, 20) // an array16
-	roundTrip(t, &frame{Inv: 1, Ops: ops})
+	roundTrip(t, &Answer{ID: 3, Region: rdmo.Region{ID: 1, Base: 2, Len: 3}, Data: []byte("abc"),
+		Sync: []SyncRes{{Result: 1, Status: rdmo.StatusOK, Data: []byte{1}}, {Status: rdmo.StatusOutOfBounds}}})
+	roundTrip(t, &Frame{})
+	ops := make([]Op, 20) // an array16
+	roundTrip(t, &Frame{Inv: 1, Ops: ops})
 }
 
 // TestWireIntegers: every integer encoding round-trips, through our
@@ -107,31 +107,31 @@ func TestWireIntegers(t *testing.T) {
 // TestWireSkipsNewFields: a newer peer may append fields of any type to
 // any struct; this decoder skips them.
 func TestWireSkipsNewFields(t *testing.T) {
-	newer := []any{uint64(9), []any{[]any{uint64(1), uint64(opPut), uint64(2), uint64(3), int64(-1), []byte("d"), []any{},
+	newer := []any{uint64(9), []any{[]any{uint64(1), uint64(OpPut), uint64(2), uint64(3), int64(-1), []byte("d"), []any{},
 		3.5, map[string]any{"x": []any{"y", true, nil}}, float32(1)}}, "extra", map[string]int{"a": 1}}
 	b, err := msgpack.Marshal(newer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f frame
+	var f Frame
 	if err := unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	want := frame{Inv: 9, Ops: []op{{ID: 1, Kind: opPut, Region: 2, Addr: 3, Req: -1, Data: []byte("d")}}}
+	want := Frame{Inv: 9, Ops: []Op{{ID: 1, Kind: OpPut, Region: 2, Addr: 3, Req: -1, Data: []byte("d")}}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("got %+v", f)
 	}
 }
 
 func TestWireErr(t *testing.T) {
-	if toWireErr(nil).err() != nil {
+	if FaultOf(nil).Err() != nil {
 		t.Fatal("nil error")
 	}
-	e := toWireErr(rdmo.ErrOutOfBounds).err()
+	e := FaultOf(rdmo.ErrOutOfBounds).Err()
 	if e.Error() != rdmo.ErrOutOfBounds.Error() {
 		t.Fatalf("%v", e)
 	}
-	w := toWireErr(&rdmo.WireError{Status: rdmo.StatusUnknownRegion, Detail: "r 5"})
+	w := FaultOf(&rdmo.WireError{Status: rdmo.StatusUnknownRegion, Detail: "r 5"})
 	if w.Detail != "r 5" || w.Status != rdmo.StatusUnknownRegion {
 		t.Fatalf("%+v", w)
 	}

@@ -1,21 +1,21 @@
-package plugin_test
+package pluginhost_test
 
 import (
 	"testing"
 
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/rdmo/plugin"
 	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
+	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 )
 
 // TestMessageLimit: messages between the worker and a plugin are at most
-// plugin.MaxMsgSize either way, and nothing a handler does within its
+// pluginhost.MaxMsgSize either way, and nothing a handler does within its
 // contract breaks that or the plugin: a batch larger than a message reaches
 // the plugin in several calls, a request that cannot fit a message, a Put
 // or a Fetch too large for one fail with LengthOverflow, and the plugin is
 // never restarted for any of it.
 func TestMessageLimit(t *testing.T) {
-	h := load(t, plugin.LoadOptions{})
+	h := load(t, pluginhost.LoadOptions{})
 	tg, _ := newTarget(t)
 	pid := h.Pid()
 
@@ -23,7 +23,7 @@ func TestMessageLimit(t *testing.T) {
 	// which fails each on its own (an unknown put mode).
 	mib := make([]byte, 1<<20)
 	var reqs []rdmo.Request
-	for range plugin.MaxMsgSize>>20 + 8 {
+	for range pluginhost.MaxMsgSize>>20 + 8 {
 		reqs = append(reqs, putReq(tg, region, base, 99, mib))
 	}
 	res := run(h, tg, reqs...)
@@ -34,12 +34,12 @@ func TestMessageLimit(t *testing.T) {
 	}
 
 	// A request larger than a message, between two that fit.
-	huge := make([]byte, plugin.MaxMsgSize)
+	huge := make([]byte, pluginhost.MaxMsgSize)
 	res = run(h, tg, putReq(tg, region, base, 99, nil), putReq(tg, region, base, 99, huge), putReq(tg, region, base, 99, nil))
 	wantStatus(t, res, rdmo.StatusUnknownFlags, rdmo.StatusLengthOverflow, rdmo.StatusUnknownFlags)
 
 	// A Put of more than half a message fails in the plugin, nothing sent.
-	res = run(h, tg, putReq(tg, region, base, tp.PutDirect, huge[:plugin.MaxMsgSize/2+1]), putReq(tg, region, base, tp.PutDirect, []byte("small")))
+	res = run(h, tg, putReq(tg, region, base, tp.PutDirect, huge[:pluginhost.MaxMsgSize/2+1]), putReq(tg, region, base, tp.PutDirect, []byte("small")))
 	wantStatus(t, res, rdmo.StatusLengthOverflow, rdmo.StatusOK)
 
 	// A Fetch whose payload (allowed by the worker's fetch limit) cannot

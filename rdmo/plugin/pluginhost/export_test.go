@@ -1,0 +1,30 @@
+package pluginhost
+
+import (
+	"context"
+	"time"
+
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wire"
+)
+
+// MaxMsgSize exports the message bound to the external tests.
+const MaxMsgSize = wire.MaxMsgSize
+
+// Backoff is the delay the last restart waited (0 after a successful call).
+func (h *Handler) Backoff() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.backoff
+}
+
+// HandCodec and LibCodec name the hand-written codec and the one of the
+// maintained MessagePack library.
+const (
+	HandCodec = wire.CodecName
+	LibCodec  = wire.LibCodecName
+)
+
+// LoadCodec is Load with every call carried by the named codec.
+func LoadCodec(ctx context.Context, path string, opts LoadOptions, codec string) (*Handler, error) {
+	return load(ctx, path, opts, codec)
+}

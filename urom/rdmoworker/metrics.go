@@ -1,0 +1,184 @@
+package rdmoworker
+
+import (
+	"context"
+	"sort"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/urom"
+)
+
+// Metrics returns the RDMO component's per-worker series for
+// urom.Config.Metrics: a UROM service serving them asks every worker for
+// its dpu.Stats (KindStats) at scrape time.
+func Metrics() urom.WorkerMetrics { return newMetrics() }
+
+// metrics turns one worker's dpu.Stats into series named
+// rdmo_worker_*, each with the label "worker" first.
+type metrics struct {
+	requests, reqBytes, dropped               *prometheus.Desc
+	batches, batchSize                        *prometheus.Desc
+	puts, putBytes, places, fetches           *prometheus.Desc
+	syncs, syncOps, fences, flushes           *prometheus.Desc
+	readbacks, panics, flushResponses, acks   *prometheus.Desc
+	failures, inFlight, clients, rqs, regions *prometheus.Desc
+}
+
+func newMetrics() *metrics {
+	w := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("rdmo", "worker", name), help,
+			append([]string{"worker"}, labels...), nil)
+	}
+	return &metrics{
+		requests: w("requests_total", "Requests that arrived on the worker's request queues, by op (failed ones included).", "op"),
+		reqBytes: w("request_bytes_total", "Payload bytes of the requests that arrived."),
+		dropped:  w("dropped_total", "Active messages that could not be answered (no reply endpoint, not a request queue, queue being destroyed)."),
+
+		batches:   w("batches_total", "Handler calls (HandleBatch) for requests."),
+		batchSize: w("batch_size", "Requests per handler call (buckets are powers of two)."),
+
+		puts:     w("target_puts_total", "Writes into target memory issued by handlers, by path: ucx (a UCX put) or memcpy (through a shared-memory mapping).", "path"),
+		putBytes: w("target_put_bytes_total", "Bytes written into target memory by handler puts."),
+		places:   w("places_total", "Rendezvous payloads moved straight into target memory."),
+		fetches:  w("fetches_total", "Rendezvous payloads brought into worker memory."),
+		syncs:    w("syncs_total", "Target.Sync calls (groups of reads and atomics a handler waits for)."),
+		syncOps:  w("sync_ops_total", "Operations inside Target.Sync calls."),
+		fences:   w("fences_total", "Target.Fence calls."),
+		flushes:  w("flushes_total", "Target.Flush calls."),
+
+		readbacks:      w("readbacks_total", "Visibility reads after a flush."),
+		panics:         w("handler_panics_total", "Handler calls that panicked."),
+		flushResponses: w("flush_responses_total", "Flush responses sent."),
+		acks:           w("acks_total", "Acks sent for requests sent with the ACK flag."),
+
+		failures: w("failures_total", "Failed requests by wire status name.", "status"),
+		inFlight: w("in_flight_requests", "Requests accepted and not completed, by request queue.", "rq"),
+		clients:  w("clients", "Clients (targets) registered with the worker."),
+		rqs:      w("request_queues", "Request queues of the worker."),
+		regions:  w("regions", "Memory regions registered with the worker."),
+	}
+}
+
+// Command implements urom.WorkerMetrics.
+func (*metrics) Command() string { return KindStats }
+
+// Describe implements urom.WorkerMetrics.
+func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
+		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
+		c.readbacks, c.panics, c.flushResponses, c.acks, c.failures, c.inFlight,
+		c.clients, c.rqs, c.regions,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements urom.WorkerMetrics.
+func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v any) error) error {
+	var st dpu.Stats
+	if err := decode(&st); err != nil {
+		return err
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	ops := make([]uint32, 0, len(st.Requests))
+	for op := range st.Requests {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
+	for _, op := range ops {
+		counter(c.requests, st.Requests[op], id, opLabel(op))
+	}
+	counter(c.reqBytes, st.Bytes, id)
+	counter(c.dropped, st.Dropped, id)
+	counter(c.batches, st.Batches, id)
+	count, buckets := batchBuckets(st.BatchSizes)
+	ch <- prometheus.MustNewConstHistogram(c.batchSize, count, float64(st.BatchedRequests), buckets, id)
+	counter(c.puts, st.TargetPuts, id, "ucx")
+	counter(c.puts, st.MemcpyPuts, id, "memcpy")
+	counter(c.putBytes, st.PutBytes, id)
+	counter(c.places, st.Places, id)
+	counter(c.fetches, st.Fetches, id)
+	counter(c.syncs, st.Syncs, id)
+	counter(c.syncOps, st.SyncOps, id)
+	counter(c.fences, st.Fences, id)
+	counter(c.flushes, st.Flushes, id)
+	counter(c.readbacks, st.Readbacks, id)
+	counter(c.panics, st.HandlerPanics, id)
+	counter(c.flushResponses, st.FlushResponses, id)
+	counter(c.acks, st.Acks, id)
+	failed := map[string]uint64{}
+	for s, n := range st.Failures {
+		failed[s.Name()] += n
+	}
+	for name, n := range failed {
+		counter(c.failures, n, id, name)
+	}
+	for rq, n := range st.InFlight {
+		gauge(c.inFlight, float64(n), id, strconv.FormatUint(rq, 10))
+	}
+	gauge(c.clients, float64(st.Clients), id)
+	gauge(c.rqs, float64(st.RQs), id)
+	gauge(c.regions, float64(st.Regions), id)
+	return nil
+}
+
+// opLabel names an op for the "op" label.
+func opLabel(op uint32) string {
+	if op == dpu.OtherOp {
+		return "other"
+	}
+	return rdmo.OpName(op)
+}
+
+// batchBuckets turns dpu.Stats.BatchSizes (bucket i counts batches of
+// 2^i .. 2^(i+1)-1 requests, the last one everything larger) into a
+// Prometheus histogram: cumulative counts by upper bound (2^(i+1)-1; the
+// last bucket is +Inf, i.e. the count).
+func batchBuckets(sizes [dpu.BatchSizeBuckets]uint64) (uint64, map[float64]uint64) {
+	buckets := make(map[float64]uint64, len(sizes)-1)
+	var cum uint64
+	for i, n := range sizes {
+		cum += n
+		if i < len(sizes)-1 {
+			buckets[float64(uint64(1)<<(i+1)-1)] = cum
+		}
+	}
+	return cum, buckets
+}
+
+// WorkerStats is one live worker's counters, as WorkerStats collects them.
+type WorkerStats struct {
+	urom.WorkerInfo
+	Stats dpu.Stats
+	// Memory is the worker process's resident memory, read from /proc on
+	// the service's host (zeros when it cannot be read).
+	Memory urom.ProcessMemory
+	// Err is why the counters could not be read (the worker did not
+	// answer in time, died, or does not run the RDMO component).
+	Err error
+}
+
+// CollectStats asks every live worker process of s, whichever host spawned
+// it, for its counters, all at once (urom.Service.AskWorkers), each bounded
+// by ctx and the service's CallTimeout. The result is ordered by worker id.
+func CollectStats(ctx context.Context, s *urom.Service) []WorkerStats {
+	as := s.AskWorkers(ctx, KindStats, nil)
+	out := make([]WorkerStats, len(as))
+	for i := range as {
+		out[i] = WorkerStats{WorkerInfo: as[i].WorkerInfo, Memory: as[i].Memory, Err: as[i].Err}
+		if out[i].Err == nil {
+			out[i].Err = as[i].Decode(&out[i].Stats)
+		}
+	}
+	return out
+}
