@@ -181,6 +181,12 @@ type LogConfig struct {
 	Format   LogFormat // --log-format
 }
 
+// ChildArgs are the flags that pass this log configuration on to a child
+// rdmo process (the embedded UROM service, its worker processes).
+func (l LogConfig) ChildArgs() []string {
+	return []string{"--log-level", l.Level.String(), "--sdk-log-level", l.SDKLevel.String(), "--log-format", l.Format.String()}
+}
+
 // DefaultLogConfig is INFO for rdmo, WARNING for the SDK, console output.
 func DefaultLogConfig() LogConfig {
 	return LogConfig{Level: LogInfo, SDKLevel: LogWarning, Format: LogConsole}

@@ -1,4 +1,4 @@
-package host
+package target
 
 import (
 	"errors"
@@ -10,11 +10,11 @@ import (
 	"github.com/openrdmo/rdmo/ucp"
 )
 
-// targetUCX is the target's own UCX: a context whose memory the RDMO worker
-// writes into, and a worker (the one CLIENT_INIT names) that one goroutine
-// owns and progresses — TCP RMA needs the target side to progress — and
-// that sleeps in Wait when idle.
-type targetUCX struct {
+// Local is a target's own UCX: a context whose memory RDMO workers write
+// into, and a UCP worker (the one CLIENT_INIT names: Options.Address) that
+// one goroutine owns and progresses once started — TCP RMA needs the
+// target side to progress — and that sleeps in Wait when idle.
+type Local struct {
 	log  *zap.Logger
 	ctx  *ucp.Context
 	w    *ucp.Worker
@@ -26,8 +26,19 @@ type targetUCX struct {
 	done    chan struct{}
 }
 
-func newTargetUCX(cfg map[string]string, log *zap.Logger) (*targetUCX, error) {
-	ctx, err := ucp.NewContext(ucp.ContextOptions{Name: "rdmo-target", Config: cfg})
+// LocalOptions configure NewLocal.
+type LocalOptions struct {
+	// Config is UCX configuration (names without the UCX_ prefix), e.g.
+	// {"TLS": "shm,self"}; nil: UCX's defaults and environment.
+	Config map[string]string
+	Logger *zap.Logger
+}
+
+// NewLocal makes the target's UCX context and worker. Allocate its memory,
+// then Start it.
+func NewLocal(opts LocalOptions) (*Local, error) {
+	log := orNop(opts.Logger)
+	ctx, err := ucp.NewContext(ucp.ContextOptions{Name: "rdmo-target", Config: opts.Config})
 	if err != nil {
 		return nil, err
 	}
@@ -42,12 +53,15 @@ func newTargetUCX(cfg map[string]string, log *zap.Logger) (*targetUCX, error) {
 		ctx.Close()
 		return nil, err
 	}
-	return &targetUCX{log: log, ctx: ctx, w: w, addr: addr, done: make(chan struct{})}, nil
+	return &Local{log: log, ctx: ctx, w: w, addr: addr, done: make(chan struct{})}, nil
 }
 
-// allocate maps n bytes of UCX-allocated memory (which the shared-memory
+// Address is the UCP worker's address, for Options.Address.
+func (t *Local) Address() []byte { return t.addr }
+
+// Allocate maps n bytes of UCX-allocated memory (which the shared-memory
 // transports reach directly) and returns it zeroed.
-func (t *targetUCX) allocate(n int) (*ucp.Memory, error) {
+func (t *Local) Allocate(n int) (*ucp.Memory, error) {
 	m, err := t.ctx.Allocate(n)
 	if err != nil {
 		return nil, err
@@ -57,14 +71,14 @@ func (t *targetUCX) allocate(n int) (*ucp.Memory, error) {
 	return m, nil
 }
 
-// start hands the worker to its progress goroutine; from then on only
+// Start hands the worker to its progress goroutine; from then on only
 // Wake is called on it from elsewhere.
-func (t *targetUCX) start() {
+func (t *Local) Start() {
 	t.running = true
 	go t.progress()
 }
 
-func (t *targetUCX) progress() {
+func (t *Local) progress() {
 	defer close(t.done)
 	reported := false
 	for !t.stop.Load() {
@@ -86,9 +100,10 @@ func (t *targetUCX) progress() {
 	}
 }
 
-// close stops the progress goroutine and releases everything. Call it
-// after the RDMO worker is gone: it must not write into freed memory.
-func (t *targetUCX) close() error {
+// Close stops the progress goroutine and frees the memory and the context.
+// Call it after every Target that registered this memory is closed: no
+// worker may write into freed memory.
+func (t *Local) Close() error {
 	var errs []error
 	if t.running {
 		t.stop.Store(true)
