@@ -21,11 +21,6 @@ import (
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
-// WorkerSubcommand is the hidden rdmo subcommand a UROM service starts
-// worker processes with: `rdmo __urom-worker`, which runs urom.ServeWorker
-// with the RDMO component (rdmoworker.Factory).
-const WorkerSubcommand = "__urom-worker"
-
 // Stdout is where `rdmo dpu` and `rdmo plugins` print (the announce line,
 // the plugin table). Tests may replace it.
 var Stdout io.Writer = os.Stdout
@@ -49,10 +44,22 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 		Builtins:         rdmoworker.Builtins(),
 		Probe:            rdmoworker.Probe,
 		MaxWorkers:       maxWorkers,
-		WorkerCommand:    append([]string{exe, WorkerSubcommand}, log.ChildArgs()...),
+		WorkerCommand:    append([]string{exe, cli.WorkerSubcommand}, log.ChildArgs()...),
 		ComponentVersion: rdmoworker.ComponentVersion,
 		Logger:           logger,
 	}, nil
+}
+
+// RunWorker is the body of a worker process that `rdmo dpu` started
+// (`rdmo __urom-worker`, cli.WorkerSubcommand): it serves the RDMO
+// component (rdmoworker.Factory) on the control socket the service handed
+// it on file descriptor urom.ControlFD. It is not for people to run.
+func RunWorker(ctx context.Context, log *zap.Logger) error {
+	ctl := os.NewFile(urom.ControlFD, "urom-control")
+	if ctl == nil {
+		return cli.Usagef("%s runs only as a worker process of `rdmo dpu` (no control socket on fd %d)", cli.WorkerSubcommand, urom.ControlFD)
+	}
+	return urom.ServeWorker(ctx, ctl, rdmoworker.Factory, log.Named("worker"))
 }
 
 // RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends. Once it
