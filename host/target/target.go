@@ -299,8 +299,9 @@ func (t *Target) CreateRQ(ctx context.Context, addr []byte) (uint64, error) {
 }
 
 // DestroyRQ closes a request queue (RQ_DESTROY): in-flight requests
-// finish, then the connection closes. The queue is forgotten even when
-// the worker reports a failure (e.g. the initiator left first).
+// finish, then the connection closes. Call it before the initiator
+// disconnects: one that left first took its queue with it, and the worker
+// then reports the queue unknown. The queue is forgotten either way.
 func (t *Target) DestroyRQ(ctx context.Context, rq uint64) error {
 	if err := t.checkOpen(dpu.CmdRQDestroy); err != nil {
 		return err
@@ -325,8 +326,10 @@ func (t *Target) Stats(ctx context.Context) (dpu.Stats, error) {
 	return t.remote.Stats(cctx)
 }
 
-// Close tears down in order: RQ_DESTROY of every open request queue,
-// MR_DEREG of every region (last registered first), stop the worker, then
+// Close tears down in order: RQ_DESTROY of every open request queue (a
+// failure there, from a queue its initiator took along, is no failure of
+// Close), MR_DEREG of every region (last registered first), stop the
+// worker, then
 // (if the Target made them) end the UROM session and stop the embedded
 // service. A worker already gone is no failure. The target's memory may
 // be freed once Close returned. Close is CloseContext with a 30 s bound.
@@ -353,28 +356,36 @@ func (t *Target) CloseContext(ctx context.Context) error {
 	gone := func(err error) bool {
 		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited)
 	}
-	undo := func(cmd dpu.Command) {
+	undo := func(cmd dpu.Command) error {
 		if !alive {
-			return
+			return nil
 		}
-		if _, err := t.do(ctx, cmd); err != nil {
-			if alive = !gone(err); alive {
-				errs = append(errs, err)
-			}
+		_, err := t.do(ctx, cmd)
+		if err != nil && gone(err) {
+			alive = false
+			return nil
 		}
+		return err
 	}
 	for _, rq := range rqs {
-		undo(dpu.RQDestroy{Client: t.client, RQ: rq})
+		// An initiator that disconnected first took its queue with it:
+		// a failure here is no teardown failure.
+		if err := undo(dpu.RQDestroy{Client: t.client, RQ: rq}); err != nil {
+			t.log.Debug("RQ_DESTROY", zap.Uint64("rq", rq), zap.Error(err))
+		}
 	}
 	for _, r := range slices.Backward(regions) {
-		undo(dpu.MRDereg{Client: t.client, Region: r})
+		if err := undo(dpu.MRDereg{Client: t.client, Region: r}); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	// From here on the worker's end is this Close, not a death.
+	t.finish(ErrClosed)
 	if t.w != nil {
 		if err := t.w.Stop(ctx); err != nil && alive && !gone(err) {
 			errs = append(errs, fmt.Errorf("stopping the RDMO worker: %w", err))
 		}
 	}
-	t.finish(ErrClosed)
 	if t.ownsSvc {
 		errs = append(errs, t.svc.Close())
 	}
