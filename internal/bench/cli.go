@@ -10,7 +10,7 @@ import (
 )
 
 // The rdmo binary's `bench` command registers only the common flags of
-// cli.Config. Until it has a hook for a mode's own flags, cmd/rdmo takes the
+// cli.Config. Until cli.App has a place for a mode's own flags, cmd/rdmo takes the
 // benchmark's flags (FlagSet) out of the command line before the command
 // parser sees it (TakeArgs), and the mode TakeArgs returns parses them.
 
