@@ -10,9 +10,10 @@ import (
 )
 
 // The rdmo binary's `bench` command registers only the common flags of
-// cli.Config. Until cli.App has a place for a mode's own flags, cmd/rdmo takes the
-// benchmark's flags (FlagSet) out of the command line before the command
-// parser sees it (TakeArgs), and the mode TakeArgs returns parses them.
+// cli.Config. Until cli.App has a place for a mode's own flags, cmd/rdmo
+// takes the benchmark's flags (FlagSet) out of the command line before the
+// command parser sees it (TakeArgs), and the mode TakeArgs returns parses
+// them.
 
 // rootValueFlags are the flags of the rdmo binary that take a value as the
 // next argument; SplitArgs skips those values when it looks for the
