@@ -31,6 +31,7 @@ type LocalOptions struct {
 	// Config is UCX configuration (names without the UCX_ prefix), e.g.
 	// {"TLS": "shm,self"}; nil: UCX's defaults and environment.
 	Config map[string]string
+	// Logger gets the progress goroutine's UCX errors (once each).
 	Logger *zap.Logger
 }
 

@@ -211,9 +211,11 @@ func (t *Target) WorkerAddress() []byte { return t.workerAddr }
 // say (rdmo.DefaultMaxInFlightPerRQ).
 func (t *Target) MaxInFlightPerRQ() uint32 { return t.maxInFlight }
 
-// WorkerID and WorkerPID name the worker process at its UROM service.
+// WorkerID is the worker's id at its UROM service.
 func (t *Target) WorkerID() uint64 { return t.w.ID }
-func (t *Target) WorkerPID() int   { return t.w.PID }
+
+// WorkerPID is the worker process's id (on the service's machine).
+func (t *Target) WorkerPID() int { return t.w.PID }
 
 // Service is the session the worker runs on.
 func (t *Target) Service() *Service { return t.svc }
