@@ -1,29 +1,12 @@
-// Package host is the host application of rdmo: the two sides of the demo
-// of NVIDIA DOCA's doca_urom_rdmo, and the UROM service daemon, as the rdmo
-// binary runs them.
+// Package host holds no code: its subpackages are the host-side libraries
+// of rdmo, one job each.
 //
-//   - RunServer (-m server) is the target: it owns memory, gets an RDMO
-//     worker from a UROM service (--urom, or one it starts from its own
-//     binary), registers its regions, and hands the worker's address to one
-//     initiator over the out-of-band channel (package oob). When the
-//     initiator reports Done, after its final flush returned, the target
-//     checks its memory byte for byte and answers Verified. It never polls
-//     its memory to learn that work is done (SPEC §6 defect 10).
-//   - RunClient (-m client) is the initiator: it runs the seed flow of the
-//     reference demo (an 8-byte append, flush, barrier, 16 scattered 8-byte
-//     chunks, flush), then a workload both sides derive from a seed the
-//     target chose (mixed-size appends of self-describing records and
-//     scatters, flushed periodically), and succeeds only when the target
-//     verified every byte.
-//   - RunDPU and RunPlugins are `rdmo dpu` and `rdmo plugins`.
+//   - host/initiator sends RDMO requests (append, scatter, flush, ...) to an
+//     RDMO worker over UCX.
+//   - host/target gets an RDMO worker from a UROM service, registers the
+//     target's memory with it and opens request queues for initiators.
+//   - host/oob is the out-of-band channel on which a target hands its
+//     worker's address and regions to an initiator.
 //
-// The rest (ValidateDevice, ApplySDKLogLevel, UCXVersion) are the UCX
-// hooks of package internal/cli. cmd/rdmo/wire_host.go plugs all of them in.
-//
-// Every failure ends both sides with a clear error and no process left
-// behind: the out-of-band connection closing tells each side the other is
-// gone (the client then fails its initiator with PeerFailed, as UCX over
-// shared memory cannot notice), a dead worker or embedded service ends the
-// server, and an interrupt tears everything down in order (RQ_DESTROY,
-// MR_DEREG, worker stop, embedded service stop, target memory).
+// The rdmo binary's demo built on them is internal/demo.
 package host

@@ -6,8 +6,10 @@
 // included. rdmo adds its own flags and the subcommands dpu (the UROM
 // service daemon), plugins and bench.
 //
-// The behaviour of each mode is plugged in through the hooks of package
-// internal/cli (cli.RunServer, cli.RunClient, ...); see wire.go.
+// The behaviour of each mode is a value of cli.App that main builds
+// (rdmoApp): the demo (internal/demo), the UROM service (internal/dpucmd),
+// the benchmark (internal/bench) and the UCX flags (internal/ucxflag). The
+// flag layer (internal/cli and this file) never changes when a mode does.
 //
 // Exit status: 0 success (and -h, -v), 1 the command failed, 2 usage error
 // (flags, params file, values), 3 the mode is not built into this binary,
@@ -25,22 +27,55 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/openrdmo/rdmo/internal/cli"
 	"github.com/spf13/cobra"
+
+	"github.com/openrdmo/rdmo/internal/bench"
+	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/internal/demo"
+	"github.com/openrdmo/rdmo/internal/dpucmd"
+	"github.com/openrdmo/rdmo/internal/ucxflag"
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	// The benchmark's processes are this binary re-executed in a hidden
+	// role named by the environment: RoleMain runs them and never returns
+	// for them.
+	if code, ok := bench.RoleMain(); ok {
+		os.Exit(code)
+	}
+	// The bench command's own flags (--topology, --size, --json, --plot,
+	// --short, ...) are not cli.Config flags: TakeArgs keeps them for the
+	// bench mode it returns and hands the rest of the command line to the
+	// parser.
+	args, benchMode := bench.TakeArgs(os.Args, os.Stdout)
+	os.Exit(run(context.Background(), args[1:], os.Stdout, os.Stderr, rdmoApp(benchMode)))
 }
 
-// run executes the rdmo command line args and returns the exit status. It
-// writes help and version output to stdout and errors to stderr, one line
-// each: "rdmo: error: ...".
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// rdmoApp is every mode of the rdmo binary.
+func rdmoApp(benchMode func(context.Context, cli.Config) error) cli.App {
+	return cli.App{
+		Server:  demo.RunServer,
+		Client:  demo.RunClient,
+		Bench:   benchMode,
+		DPU:     dpucmd.RunDPU,
+		Plugins: dpucmd.RunPlugins,
+		Worker:  dpucmd.RunWorker,
+		UCX: cli.UCX{
+			ValidateDevice: ucxflag.ValidateDevice,
+			ApplyLogLevel:  ucxflag.ApplySDKLogLevel,
+			Version:        ucxflag.UCXVersion,
+		},
+	}
+}
+
+// run executes the rdmo command line args with the modes of modes and
+// returns the exit status. It writes help and version output to stdout
+// and errors to stderr, one line each: "rdmo: error: ...".
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, modes cli.App) int {
 	ctx, caught, stop := withSignals(ctx)
 	defer stop()
 
-	a := newApp(stdout, stderr)
+	a := newApp(stdout, stderr, modes)
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -109,6 +144,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // app holds the configuration the flags are bound to.
 type app struct {
 	stdout, stderr io.Writer
+	modes          cli.App
 
 	showVersion bool
 	log         cli.LogConfig
@@ -118,10 +154,11 @@ type app struct {
 	plugins     cli.PluginsConfig
 }
 
-func newApp(stdout, stderr io.Writer) *app {
+func newApp(stdout, stderr io.Writer, modes cli.App) *app {
 	return &app{
 		stdout:  stdout,
 		stderr:  stderr,
+		modes:   modes,
 		log:     cli.DefaultLogConfig(),
 		cfg:     cli.DefaultConfig(),
 		bench:   cli.DefaultConfig(),
@@ -199,16 +236,16 @@ func (a *app) dpuCommand() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if cli.RunDPU == nil {
+			if a.modes.DPU == nil {
 				return cli.NotBuilt("dpu")
 			}
-			log, err := cli.SetupLogging(cfg.Log, a.stderr)
+			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = log.Sync() }()
 			cfg.Logger = log
-			return cli.RunDPU(cmd.Context(), cfg)
+			return a.modes.DPU(cmd.Context(), cfg)
 		},
 	}
 	a.dpu.RegisterFlags(cmd.Flags())
@@ -231,16 +268,16 @@ func (a *app) pluginsCommand() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if cli.RunPlugins == nil {
+			if a.modes.Plugins == nil {
 				return cli.NotBuilt("plugins")
 			}
-			log, err := cli.SetupLogging(cfg.Log, a.stderr)
+			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = log.Sync() }()
 			cfg.Logger = log
-			return cli.RunPlugins(cmd.Context(), cfg)
+			return a.modes.Plugins(cmd.Context(), cfg)
 		},
 	}
 	a.plugins.RegisterFlags(cmd.Flags())
@@ -263,10 +300,10 @@ func (a *app) benchCommand() *cobra.Command {
 			}
 			cfg := a.bench
 			cfg.Log = a.log
-			if err := cfg.Validate(false); err != nil {
+			if err := cfg.Validate(false, a.modes.UCX); err != nil {
 				return err
 			}
-			return a.start(cmd.Context(), "bench", cli.RunBench, cfg)
+			return a.start(cmd.Context(), "bench", a.modes.Bench, cfg)
 		},
 	}
 	a.bench.RegisterFlags(cmd.Flags())
@@ -282,32 +319,55 @@ func (a *app) runRoot(cmd *cobra.Command, _ []string) error {
 	}
 	cfg := a.cfg
 	cfg.Log = a.log
-	if err := cfg.Validate(true); err != nil {
+	if err := cfg.Validate(true, a.modes.UCX); err != nil {
 		return err
 	}
-	hook := cli.RunServer
+	mode := a.modes.Server
 	if cfg.Mode == cli.ModeClient {
-		hook = cli.RunClient
+		mode = a.modes.Client
 	}
-	return a.start(cmd.Context(), string(cfg.Mode), hook, cfg)
+	return a.start(cmd.Context(), string(cfg.Mode), mode, cfg)
 }
 
-// start runs a Run hook with a logger, or reports that it is not built.
-func (a *app) start(ctx context.Context, name string, hook func(context.Context, cli.Config) error, cfg cli.Config) error {
-	if hook == nil {
+// start runs a mode with a logger, or reports that it is not built.
+func (a *app) start(ctx context.Context, name string, mode func(context.Context, cli.Config) error, cfg cli.Config) error {
+	if mode == nil {
 		return cli.NotBuilt(name)
 	}
-	log, err := cli.SetupLogging(cfg.Log, a.stderr)
+	log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
 	cfg.Logger = log
-	return hook(ctx, cfg)
+	return mode(ctx, cfg)
+}
+
+// uromWorkerCommand is the hidden `rdmo __urom-worker`: the body of an RDMO
+// worker process that a UROM service (rdmo dpu) starts. It is not for
+// people to run.
+func (a *app) uromWorkerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    cli.WorkerSubcommand,
+		Short:  "Run an RDMO worker process (started by the UROM service)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.modes.Worker == nil {
+				return cli.NotBuilt(cli.WorkerSubcommand)
+			}
+			log, err := cli.SetupLogging(a.log, a.stderr, a.modes.UCX)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			return a.modes.Worker(cmd.Context(), log)
+		},
+	}
 }
 
 func (a *app) printVersion() error {
-	_, err := fmt.Fprint(a.stdout, cli.VersionInfo().String())
+	_, err := fmt.Fprint(a.stdout, cli.VersionInfo(a.modes.UCX).String())
 	return err
 }
 

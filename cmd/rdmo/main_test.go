@@ -23,6 +23,18 @@ const shipped = "../../internal/cli/testdata/urom_rdmo_params.json"
 
 const cliPkg = "github.com/openrdmo/rdmo/internal/cli"
 
+// bareEnv makes the test binary run as rdmo with no modes at all (an empty
+// cli.App): the flag layer alone, every mode "not built", as TestBinary
+// checks it in a real process.
+const bareEnv = "RDMO_TEST_BARE_BINARY"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(bareEnv) == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, cli.App{}))
+	}
+	os.Exit(m.Run())
+}
+
 func goTool(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("go"); err == nil {
@@ -54,6 +66,7 @@ func runBinary(t *testing.T, bin string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), bareEnv+"=1")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -69,16 +82,17 @@ func runBinary(t *testing.T, bin string, args ...string) result {
 }
 
 // TestBinary builds rdmo into a temporary directory and runs it as a real
-// process: exit statuses, stdout and stderr.
+// process: exit statuses, stdout and stderr. The binary is this package's
+// test binary, built with the link-time build information, which runs as
+// rdmo with an empty cli.App (bareEnv): the flag layer alone, every mode
+// "not built"; internal/demo's tests run the binary with the modes.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rdmo")
-	// rdmo_nohost: the flag layer alone, every mode "not built" (see
-	// wire_host.go); host/'s tests run the binary with the modes.
-	build := exec.Command(goTool(t), "build", "-o", bin, "-tags", "rdmo_nohost",
+	build := exec.Command(goTool(t), "test", "-c", "-o", bin,
 		"-ldflags", "-X "+cliPkg+".Version=9.9.9-test -X "+cliPkg+".Commit=feedbeef -X "+cliPkg+".BuildDate=2030-01-02",
 		".")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -281,41 +295,28 @@ func checkRootHelp(t *testing.T, out string) {
 	}
 }
 
-// saveHooks restores the registry after a test that sets hooks.
-func saveHooks(t *testing.T) {
-	t.Helper()
-	rs, rc, rb, rd, rp := cli.RunServer, cli.RunClient, cli.RunBench, cli.RunDPU, cli.RunPlugins
-	vd, sdk, ucx := cli.ValidateDevice, cli.ApplySDKLogLevel, cli.UCXVersion
-	t.Cleanup(func() {
-		cli.RunServer, cli.RunClient, cli.RunBench, cli.RunDPU, cli.RunPlugins = rs, rc, rb, rd, rp
-		cli.ValidateDevice, cli.ApplySDKLogLevel, cli.UCXVersion = vd, sdk, ucx
-	})
-	// Start from an empty registry: the test binary links the real hooks
-	// (wire_host.go), which the tests replace one by one.
-	cli.RunServer, cli.RunClient, cli.RunBench, cli.RunDPU, cli.RunPlugins = nil, nil, nil, nil, nil
-	cli.ValidateDevice, cli.ApplySDKLogLevel, cli.UCXVersion = nil, nil, nil
-}
-
-func runInProcess(args ...string) result {
+// runInProcess runs the command line with modes; the tests
+// start from an empty cli.App and set the modes they check.
+func runInProcess(modes cli.App, args ...string) result {
 	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb)
+	code := run(context.Background(), args, &out, &errb, modes)
 	return result{out.String(), errb.String(), code}
 }
 
 func TestRunHooksGetConfig(t *testing.T) {
-	saveHooks(t)
+	var modes cli.App
 	var got cli.Config
-	cli.RunClient = func(ctx context.Context, cfg cli.Config) error {
+	modes.Client = func(ctx context.Context, cfg cli.Config) error {
 		got = cfg
 		if cfg.Logger == nil || ctx == nil {
 			t.Error("nil logger or context")
 		}
 		return nil
 	}
-	cli.RunServer = func(context.Context, cli.Config) error { t.Error("server ran"); return nil }
+	modes.Server = func(context.Context, cli.Config) error { t.Error("server ran"); return nil }
 	var sdk string
-	cli.ApplySDKLogLevel = func(l string) error { sdk = l; return nil }
-	r := runInProcess("-j", shipped, "-m", "client", "--ops", "12", "--sdk-log-level", "70")
+	modes.UCX.ApplyLogLevel = func(l string) error { sdk = l; return nil }
+	r := runInProcess(modes, "-j", shipped, "-m", "client", "--ops", "12", "--sdk-log-level", "70")
 	if r.code != 0 || r.stderr != "" || r.stdout != "" {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -330,59 +331,59 @@ func TestRunHooksGetConfig(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	saveHooks(t)
-	cli.RunServer = func(context.Context, cli.Config) error { return errors.New("worker failed:\n  details") }
-	r := runInProcess("-m", "server")
+	var modes cli.App
+	modes.Server = func(context.Context, cli.Config) error { return errors.New("worker failed:\n  details") }
+	r := runInProcess(modes, "-m", "server")
 	if r.code != 1 || r.stderr != "rdmo: error: worker failed: details\n" {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
-	cli.RunServer = func(context.Context, cli.Config) error {
+	modes.Server = func(context.Context, cli.Config) error {
 		return &cli.ExitError{Code: 4, Err: errors.New("peer gone")}
 	}
-	if r := runInProcess("-m", "server"); r.code != 4 || r.stderr != "rdmo: error: peer gone\n" {
+	if r := runInProcess(modes, "-m", "server"); r.code != 4 || r.stderr != "rdmo: error: peer gone\n" {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
-	cli.ApplySDKLogLevel = func(string) error { return errors.New("UCX refused") }
-	if r := runInProcess("-m", "server"); r.code != 1 || r.stderr != "rdmo: error: --sdk-log-level: UCX refused\n" {
+	modes.UCX.ApplyLogLevel = func(string) error { return errors.New("UCX refused") }
+	if r := runInProcess(modes, "-m", "server"); r.code != 1 || r.stderr != "rdmo: error: --sdk-log-level: UCX refused\n" {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
 func TestValidateDeviceHook(t *testing.T) {
-	saveHooks(t)
-	cli.RunServer = func(context.Context, cli.Config) error { return nil }
-	cli.ValidateDevice = func(name string) error {
+	var modes cli.App
+	modes.Server = func(context.Context, cli.Config) error { return nil }
+	modes.UCX.ValidateDevice = func(name string) error {
 		if name == "mlx5_0" {
 			return nil
 		}
 		return errors.New(`no IB device "` + name + `"; devices: mlx5_0`)
 	}
-	if r := runInProcess("-m", "server", "-d", "mlx5_0"); r.code != 0 {
+	if r := runInProcess(modes, "-m", "server", "-d", "mlx5_0"); r.code != 0 {
 		t.Errorf("valid device: exit %d %q", r.code, r.stderr)
 	}
-	r := runInProcess("-m", "server", "-d", "mlx9")
+	r := runInProcess(modes, "-m", "server", "-d", "mlx9")
 	if r.code != 2 || r.stderr != "rdmo: error: -d/--device: no IB device \"mlx9\"; devices: mlx5_0\n" {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
 func TestVersionHook(t *testing.T) {
-	saveHooks(t)
-	cli.UCXVersion = func() string { return "1.16.0" }
-	r := runInProcess("--version")
+	var modes cli.App
+	modes.UCX.Version = func() string { return "1.16.0" }
+	r := runInProcess(modes, "--version")
 	if r.code != 0 || !strings.HasSuffix(r.stdout, "\nucx: 1.16.0\n") {
 		t.Errorf("exit %d, stdout %q", r.code, r.stdout)
 	}
 }
 
 func TestLogging(t *testing.T) {
-	saveHooks(t)
-	cli.RunServer = func(_ context.Context, cfg cli.Config) error {
+	var modes cli.App
+	modes.Server = func(_ context.Context, cfg cli.Config) error {
 		cfg.Logger.Info("ready", zap.String("device", cfg.Device))
 		cfg.Logger.Debug("detail")
 		return nil
 	}
-	r := runInProcess("-m", "server", "-d", "mlx5_0", "--log-format", "json")
+	r := runInProcess(modes, "-m", "server", "-d", "mlx5_0", "--log-format", "json")
 	if r.code != 0 {
 		t.Fatalf("exit %d %q", r.code, r.stderr)
 	}
@@ -390,18 +391,18 @@ func TestLogging(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stderr), &m); err != nil || m["msg"] != "ready" || m["device"] != "mlx5_0" || m["level"] != "info" {
 		t.Errorf("json log %q: %v", r.stderr, err)
 	}
-	r = runInProcess("-m", "server", "-l", "60")
+	r = runInProcess(modes, "-m", "server", "-l", "60")
 	if r.code != 0 || !strings.Contains(r.stderr, "INFO  rdmo  ready") || !strings.Contains(r.stderr, "DEBUG  rdmo  detail") {
 		t.Errorf("console log %q", r.stderr)
 	}
-	r = runInProcess("-m", "server", "-l", "10")
+	r = runInProcess(modes, "-m", "server", "-l", "10")
 	if r.code != 0 || r.stderr != "" {
 		t.Errorf("DISABLE logged %q", r.stderr)
 	}
 }
 
 func TestSubcommandHooks(t *testing.T) {
-	saveHooks(t)
+	var modes cli.App
 	plugins := t.TempDir()
 	secret := writeFile(t, t.TempDir(), "secret", "0123456789abcdef0123456789abcdef\n")
 	other := writeFile(t, t.TempDir(), "other", "fedcba9876543210fedcba9876543210\n")
@@ -411,8 +412,8 @@ func TestSubcommandHooks(t *testing.T) {
 	"doca_program_flags": {"listen": "0.0.0.0:18600", "plugin-path": ["`+plugins+`"], "max-workers": 8, "secret-file": "`+secret+`",},
 }`)
 	var dpu cli.DPUConfig
-	cli.RunDPU = func(_ context.Context, cfg cli.DPUConfig) error { dpu = cfg; return nil }
-	if r := runInProcess("dpu", "--config", conf, "--max-workers", "2"); r.code != 0 {
+	modes.DPU = func(_ context.Context, cfg cli.DPUConfig) error { dpu = cfg; return nil }
+	if r := runInProcess(modes, "dpu", "--config", conf, "--max-workers", "2"); r.code != 0 {
 		t.Fatalf("dpu: exit %d %q", r.code, r.stderr)
 	}
 	if dpu.Listen != "0.0.0.0:18600" || len(dpu.PluginPath) != 1 || dpu.PluginPath[0] != plugins || dpu.MaxWorkers != 2 ||
@@ -420,29 +421,29 @@ func TestSubcommandHooks(t *testing.T) {
 		t.Errorf("dpu config %+v", dpu)
 	}
 	// The flag overrides the file's key.
-	if r := runInProcess("dpu", "--config", conf, "--secret-file", other); r.code != 0 || dpu.SecretFile != other {
+	if r := runInProcess(modes, "dpu", "--config", conf, "--secret-file", other); r.code != 0 || dpu.SecretFile != other {
 		t.Errorf("dpu --secret-file: exit %d %q %+v", r.code, r.stderr, dpu)
 	}
 	var pl cli.PluginsConfig
-	cli.RunPlugins = func(_ context.Context, cfg cli.PluginsConfig) error { pl = cfg; return nil }
-	if r := runInProcess("plugins", "--urom", "dpu:18516", "-l", "30"); r.code != 0 || pl.UROMAddress != "dpu:18516" || pl.Log.Level != cli.LogError || pl.Logger == nil || pl.SecretFile != "" {
+	modes.Plugins = func(_ context.Context, cfg cli.PluginsConfig) error { pl = cfg; return nil }
+	if r := runInProcess(modes, "plugins", "--urom", "dpu:18516", "-l", "30"); r.code != 0 || pl.UROMAddress != "dpu:18516" || pl.Log.Level != cli.LogError || pl.Logger == nil || pl.SecretFile != "" {
 		t.Errorf("plugins: exit %d %q %+v", r.code, r.stderr, pl)
 	}
-	if r := runInProcess("plugins", "--urom", "dpu:18516", "--secret-file", secret); r.code != 0 || pl.SecretFile != secret {
+	if r := runInProcess(modes, "plugins", "--urom", "dpu:18516", "--secret-file", secret); r.code != 0 || pl.SecretFile != secret {
 		t.Errorf("plugins --secret-file: exit %d %q %+v", r.code, r.stderr, pl)
 	}
 	var bench cli.Config
-	cli.RunBench = func(_ context.Context, cfg cli.Config) error { bench = cfg; return nil }
-	if r := runInProcess("bench", "--ops", "1000", "--append-strategy", "shared"); r.code != 0 || bench.Mode != "" || bench.Ops != 1000 || bench.AppendStrategy != cli.AppendShared {
+	modes.Bench = func(_ context.Context, cfg cli.Config) error { bench = cfg; return nil }
+	if r := runInProcess(modes, "bench", "--ops", "1000", "--append-strategy", "shared"); r.code != 0 || bench.Mode != "" || bench.Ops != 1000 || bench.AppendStrategy != cli.AppendShared {
 		t.Errorf("bench: exit %d %q %+v", r.code, r.stderr, bench)
 	}
-	if r := runInProcess("bench", "-j", shipped); r.code != 0 || bench.Mode != cli.ModeServer || bench.Device != "mlx5_0" {
+	if r := runInProcess(modes, "bench", "-j", shipped); r.code != 0 || bench.Mode != cli.ModeServer || bench.Device != "mlx5_0" {
 		t.Errorf("bench -j: exit %d %q %+v", r.code, r.stderr, bench)
 	}
 }
 
 func TestSignalsCancelContext(t *testing.T) {
-	saveHooks(t)
+	var modes cli.App
 	for _, tc := range []struct {
 		sig      syscall.Signal
 		retErr   bool
@@ -453,7 +454,7 @@ func TestSignalsCancelContext(t *testing.T) {
 		{syscall.SIGTERM, false, 0}, // a clean shutdown after the signal
 	} {
 		ready := make(chan struct{})
-		cli.RunDPU = func(ctx context.Context, _ cli.DPUConfig) error {
+		modes.DPU = func(ctx context.Context, _ cli.DPUConfig) error {
 			close(ready)
 			select {
 			case <-ctx.Done():
@@ -466,7 +467,7 @@ func TestSignalsCancelContext(t *testing.T) {
 			return nil
 		}
 		done := make(chan result, 1)
-		go func() { done <- runInProcess("dpu", "-l", "10") }()
+		go func() { done <- runInProcess(modes, "dpu", "-l", "10") }()
 		<-ready
 		if err := syscall.Kill(os.Getpid(), tc.sig); err != nil {
 			t.Fatal(err)
@@ -487,7 +488,7 @@ func TestClosest(t *testing.T) {
 			t.Errorf("closest(%q) = %q, want %q", in, got, want)
 		}
 	}
-	r := runInProcess("plugin")
+	r := runInProcess(cli.App{}, "plugin")
 	if r.code != 2 || !strings.Contains(r.stderr, `did you mean "plugins"?`) {
 		t.Errorf("exit %d %q", r.code, r.stderr)
 	}

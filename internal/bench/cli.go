@@ -10,11 +10,10 @@ import (
 )
 
 // The rdmo binary's `bench` command registers only the common flags of
-// cli.Config. Until it has a hook for a mode's own flags, cmd/rdmo takes the
-// benchmark's flags (FlagSet) out of the command line before the command
-// parser sees it (TakeArgs), and RunCLI parses them.
-
-var pendingArgs []string
+// cli.Config. Until cli.App has a place for a mode's own flags, cmd/rdmo
+// takes the benchmark's flags (FlagSet) out of the command line before the
+// command parser sees it (TakeArgs), and the mode TakeArgs returns parses
+// them.
 
 // rootValueFlags are the flags of the rdmo binary that take a value as the
 // next argument; SplitArgs skips those values when it looks for the
@@ -88,18 +87,20 @@ func SplitArgs(args []string) (benchArgs, rest []string, ok bool) {
 }
 
 // TakeArgs is called by cmd/rdmo before the command line is parsed: it
-// keeps the benchmark's flags of `rdmo bench` for RunCLI and returns argv
-// without them. On `rdmo bench -h` it also prints the benchmark's flags to
-// help (before the command's own help).
-func TakeArgs(argv []string, help io.Writer) []string {
+// returns argv without the benchmark's own flags of `rdmo bench`, and the
+// bench mode (cli.App.Bench) that runs with them. On `rdmo bench -h` it
+// also prints the benchmark's flags to help (before the command's own
+// help).
+func TakeArgs(argv []string, help io.Writer) (rest []string, mode func(context.Context, cli.Config) error) {
+	mode = func(ctx context.Context, cfg cli.Config) error { return runCLI(ctx, cfg, nil) }
 	if len(argv) < 2 {
-		return argv
+		return argv, mode
 	}
 	ba, rest, ok := SplitArgs(argv[1:])
 	if !ok {
-		return argv
+		return argv, mode
 	}
-	pendingArgs = ba
+	mode = func(ctx context.Context, cfg cli.Config) error { return runCLI(ctx, cfg, ba) }
 	for _, a := range rest {
 		if a == "-h" || a == "--help" {
 			o := DefaultOptions()
@@ -107,17 +108,18 @@ func TakeArgs(argv []string, help io.Writer) []string {
 			break
 		}
 	}
-	return append([]string{argv[0]}, rest...)
+	return append([]string{argv[0]}, rest...), mode
 }
 
-// RunCLI is the cli.RunBench hook: `rdmo bench`. It runs a target, an RDMO
-// worker and initiators as processes of this host and reports the rows.
-func RunCLI(ctx context.Context, cfg cli.Config) error {
+// runCLI is `rdmo bench` with the benchmark's flags args: it runs a target,
+// an RDMO worker and initiators as processes of this host and reports the
+// rows.
+func runCLI(ctx context.Context, cfg cli.Config, args []string) error {
 	if cfg.Mode != "" {
 		return cli.Usagef("rdmo bench starts its target, worker and initiator processes itself; -m/--mode does not apply")
 	}
 	o := DefaultOptions()
-	if err := FlagSet(&o).Parse(pendingArgs); err != nil {
+	if err := FlagSet(&o).Parse(args); err != nil {
 		return cli.Usagef("%v", err)
 	}
 	if cfg.Ops != cli.DefaultOps && o.MaxOps == 0 {

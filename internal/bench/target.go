@@ -13,10 +13,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/host/target"
 	"github.com/openrdmo/rdmo/ucp"
-	"github.com/openrdmo/rdmo/urom"
-	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // AM ids of the target's sink (the raw-AM baselines).
@@ -36,21 +34,19 @@ const (
 const clientID = 1 // the target's client id on every worker it starts
 
 // workerState is one RDMO worker the target started (one per append
-// strategy), with what the target registered there.
+// strategy): the host/target library's Target, which also remembers the
+// request queues and regions to undo.
 type workerState struct {
 	strategy string
-	w        *urom.Worker
-	remote   rdmoworker.Remote
-	addr     []byte
+	tg       *target.Target
 	scatReg  uint64 // the scatter region's id here, 0 if not registered
-	rqs      []uint64
 }
 
-// target is the target process: it owns the memory the rows write into,
-// starts the RDMO worker through the UROM service and registers with it
-// (CLIENT_INIT, MR_REG, RQ_CREATE), counts the raw AMs of the baselines,
-// and checks what landed in its memory.
-type target struct {
+// benchTarget is the target process: it owns the memory the rows write
+// into, starts the RDMO workers through the UROM service and registers
+// with them (host/target: CLIENT_INIT, MR_REG, RQ_CREATE), counts the raw
+// AMs of the baselines, and checks what landed in its memory.
+type benchTarget struct {
 	log  *zap.Logger
 	uctx *ucp.Context
 	w    *ucp.Worker
@@ -67,7 +63,7 @@ type target struct {
 	sinkNext  [maxInitiators]uint64
 	sinkRound [maxInitiators]uint32
 
-	uc        *urom.Client
+	svc       *target.Service
 	workers   map[string]*workerState // by append strategy
 	workerEnv []string
 
@@ -96,7 +92,7 @@ func targetMain() error {
 		w.Close()
 		return err
 	}
-	t := &target{log: log, uctx: uctx, w: w, addr: addr, done: make(chan struct{}), workers: map[string]*workerState{}}
+	t := &benchTarget{log: log, uctx: uctx, w: w, addr: addr, done: make(chan struct{}), workers: map[string]*workerState{}}
 	if err := w.SetHandler(amSink, ucp.MessageHandlerFunc(t.sink)); err != nil {
 		w.Close()
 		return err
@@ -111,7 +107,7 @@ func targetMain() error {
 	defer t.close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.uc, err = urom.Dial(ctx, os.Getenv(envUROM), urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Logger: log})
+	t.svc, err = target.Dial(ctx, os.Getenv(envUROM), target.DialOptions{Logger: log})
 	cancel()
 	if err != nil {
 		return err
@@ -129,7 +125,7 @@ func targetMain() error {
 	}
 }
 
-func (t *target) progress() {
+func (t *benchTarget) progress() {
 	runtime.LockOSThread()
 	defer close(t.done)
 	idle := 0
@@ -152,7 +148,7 @@ func (t *target) progress() {
 	}
 }
 
-func (t *target) close() {
+func (t *benchTarget) close() {
 	t.stopping.Store(true)
 	t.w.Wake()
 	<-t.done
@@ -169,13 +165,13 @@ func (t *target) close() {
 	for _, m := range t.old {
 		m.Close()
 	}
-	if t.uc != nil {
-		t.uc.Close()
+	if t.svc != nil {
+		t.svc.Close()
 	}
 }
 
 // sink counts the raw AMs of the baselines (on the progress goroutine).
-func (t *target) sink(w *ucp.Worker, msgs []ucp.Message) {
+func (t *benchTarget) sink(w *ucp.Worker, msgs []ucp.Message) {
 	for i := range msgs {
 		m := &msgs[i]
 		if len(m.Header) < sinkHeaderLen {
@@ -224,7 +220,7 @@ func (t *target) sink(w *ucp.Worker, msgs []ucp.Message) {
 }
 
 // receive fetches a rendezvous payload into scratch memory.
-func (t *target) receive(m *ucp.Message) error {
+func (t *benchTarget) receive(m *ucp.Message) error {
 	if t.scratch == nil || t.scratch.Len() < m.Length {
 		if t.scratch != nil {
 			t.old = append(t.old, t.scratch) // a receive may still use it
@@ -266,7 +262,7 @@ type sinkState struct {
 	Errors uint64   `json:"errors"`
 }
 
-func (t *target) handle(ls *lineServer, verb string, body []byte) error {
+func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var req targetReq
@@ -287,23 +283,21 @@ func (t *target) handle(ls *lineServer, verb string, body []byte) error {
 				return err
 			}
 		}
-		w, err := t.uc.Spawn(ctx, urom.SpawnOptions{
-			Env:    t.workerEnv,
-			CPUs:   req.CPUs,
-			Config: map[string]string{rdmoworker.ConfigAppendStrategy: req.Strategy},
+		tg, err := target.New(ctx, target.Options{
+			Service:        t.svc,
+			Env:            t.workerEnv,
+			CPUs:           req.CPUs,
+			AppendStrategy: req.Strategy,
+			ClientID:       clientID,
+			Address:        t.addr,
+			Logger:         t.log,
 		})
 		if err != nil {
 			return fmt.Errorf("spawn RDMO worker: %w", err)
 		}
-		ws = &workerState{strategy: req.Strategy, w: w, remote: rdmoworker.Remote{W: w}}
-		n, err := ws.remote.Do(ctx, dpu.ClientInit{ID: clientID, Addr: t.addr})
-		if err != nil {
-			w.Stop(ctx)
-			return fmt.Errorf("CLIENT_INIT: %w", err)
-		}
-		ws.addr = n.Addr
+		ws = &workerState{strategy: req.Strategy, tg: tg}
 		t.workers[req.Strategy] = ws
-		ls.reply("WORKER", map[string]any{"id": w.ID, "pid": w.PID, "addr": n.Addr})
+		ls.reply("WORKER", map[string]any{"id": tg.WorkerID(), "pid": tg.WorkerPID(), "addr": tg.WorkerAddress()})
 	case "stop-worker":
 		if ws != nil {
 			if err := t.stopWorker(ctx, ws); err != nil {
@@ -337,12 +331,11 @@ func (t *target) handle(ls *lineServer, verb string, body []byte) error {
 		if err := needWorker(); err != nil {
 			return err
 		}
-		n, err := ws.remote.Do(ctx, dpu.RQCreate{Client: clientID, Addr: req.Addr})
+		rq, err := ws.tg.CreateRQ(ctx, req.Addr)
 		if err != nil {
-			return fmt.Errorf("RQ_CREATE: %w", err)
+			return err
 		}
-		ws.rqs = append(ws.rqs, n.RQ)
-		ls.reply("RQ", map[string]any{"rq": n.RQ})
+		ls.reply("RQ", map[string]any{"rq": rq})
 	case "check-queue":
 		if t.queue == nil {
 			return errors.New("check-queue: no queue")
@@ -380,7 +373,7 @@ func (t *target) handle(ls *lineServer, verb string, body []byte) error {
 		if err := needWorker(); err != nil {
 			return err
 		}
-		st, err := ws.remote.Stats(ctx)
+		st, err := ws.tg.Stats(ctx)
 		if err != nil {
 			return fmt.Errorf("worker stats: %w", err)
 		}
@@ -395,7 +388,7 @@ func (t *target) handle(ls *lineServer, verb string, body []byte) error {
 // With a worker, the queue is (re)registered there: a region whose tail a
 // worker owns must be deregistered (which writes the cached tail back and
 // forgets it) before the target may move the tail.
-func (t *target) resetQueue(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
+func (t *benchTarget) resetQueue(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
 	if err := t.deregQueue(ctx); err != nil {
 		return queueInfo{}, err
 	}
@@ -411,36 +404,37 @@ func (t *target) resetQueue(ctx context.Context, bytes int, ws *workerState) (qu
 		t.queue = m
 	}
 	binary.LittleEndian.PutUint64(t.queue.Bytes(), t.queue.Address()+8)
-	rkey, err := t.queue.PackRkey()
-	if err != nil {
-		return queueInfo{}, err
-	}
-	if ws != nil {
-		id, err := t.reg(ctx, ws, t.queue, rkey)
+	if ws == nil {
+		rkey, err := t.queue.PackRkey()
 		if err != nil {
 			return queueInfo{}, err
 		}
-		t.queueReg, t.queueW = id, ws
+		return queueInfo{Base: t.queue.Address(), Len: uint64(t.queue.Len()), Rkey: rkey}, nil
 	}
-	return queueInfo{Region: t.queueReg, Base: t.queue.Address(), Len: uint64(t.queue.Len()), Rkey: rkey}, nil
+	reg, err := ws.tg.Register(ctx, t.queue)
+	if err != nil {
+		return queueInfo{}, err
+	}
+	t.queueReg, t.queueW = reg.ID, ws
+	return queueInfo{Region: reg.ID, Base: reg.Base, Len: reg.Len, Rkey: reg.Rkey}, nil
 }
 
-func (t *target) deregQueue(ctx context.Context) error {
+func (t *benchTarget) deregQueue(ctx context.Context) error {
 	if t.queueW == nil {
 		return nil
 	}
 	ws, id := t.queueW, t.queueReg
 	t.queueW, t.queueReg = nil, 0
-	return t.dereg(ctx, ws, id)
+	return ws.tg.Deregister(ctx, id)
 }
 
 // scatterRegion makes sure the scatter region has at least bytes and is
 // registered with the worker.
-func (t *target) scatterRegion(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
+func (t *benchTarget) scatterRegion(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
 	if t.scat != nil && t.scat.Len() < bytes {
 		for _, o := range t.workers {
 			if o.scatReg != 0 {
-				if err := t.dereg(ctx, o, o.scatReg); err != nil {
+				if err := o.tg.Deregister(ctx, o.scatReg); err != nil {
 					return queueInfo{}, err
 				}
 				o.scatReg = 0
@@ -461,52 +455,28 @@ func (t *target) scatterRegion(ctx context.Context, bytes int, ws *workerState) 
 		return queueInfo{}, err
 	}
 	if ws.scatReg == 0 {
-		if ws.scatReg, err = t.reg(ctx, ws, t.scat, rkey); err != nil {
+		reg, err := ws.tg.Register(ctx, t.scat)
+		if err != nil {
 			return queueInfo{}, err
 		}
+		ws.scatReg = reg.ID
 	}
 	return queueInfo{Region: ws.scatReg, Base: t.scat.Address(), Len: uint64(t.scat.Len()), Rkey: rkey}, nil
 }
 
-func (t *target) reg(ctx context.Context, ws *workerState, m *ucp.Memory, rkey []byte) (uint64, error) {
-	n, err := ws.remote.Do(ctx, dpu.MRReg{Client: clientID, VA: m.Address(), Len: uint64(m.Len()), PackedRkey: rkey})
-	if err != nil {
-		return 0, fmt.Errorf("MR_REG: %w", err)
-	}
-	return n.Region, nil
-}
-
-func (t *target) dereg(ctx context.Context, ws *workerState, id uint64) error {
-	if _, err := ws.remote.Do(ctx, dpu.MRDereg{Client: clientID, Region: id}); err != nil {
-		return fmt.Errorf("MR_DEREG: %w", err)
-	}
-	return nil
-}
-
-// stopWorker tears a worker down: request queues, regions, the process.
-func (t *target) stopWorker(ctx context.Context, ws *workerState) error {
-	var errs []error
-	for _, rq := range ws.rqs {
-		// An initiator that disconnected first took its queue with it:
-		// a failure here is no teardown failure.
-		if _, err := ws.remote.Do(ctx, dpu.RQDestroy{Client: clientID, RQ: rq}); err != nil {
-			t.log.Debug("RQ_DESTROY", zap.Uint64("rq", rq), zap.Error(err))
-		}
-	}
-	ws.rqs = nil
+// stopWorker tears a worker down (target.Target.CloseContext): request
+// queues, then regions (the queue's and the scatter region's, which the
+// Target remembers), then the process.
+func (t *benchTarget) stopWorker(ctx context.Context, ws *workerState) error {
 	if t.queueW == ws {
-		errs = append(errs, t.deregQueue(ctx))
+		t.queueW, t.queueReg = nil, 0
 	}
-	if ws.scatReg != 0 {
-		errs = append(errs, t.dereg(ctx, ws, ws.scatReg))
-		ws.scatReg = 0
-	}
-	errs = append(errs, ws.w.Stop(ctx))
+	ws.scatReg = 0
 	delete(t.workers, ws.strategy)
-	return errors.Join(errs...)
+	return ws.tg.CloseContext(ctx)
 }
 
-func (t *target) teardown() error {
+func (t *benchTarget) teardown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error

@@ -239,7 +239,7 @@ type Config struct {
 	SecretFile     string         // --secret-file: shared secret for authentication ("" = none)
 
 	// Logger is built from Log by the rdmo binary before Run is called; it
-	// is never nil inside a Run hook.
+	// is never nil inside a mode (App).
 	Logger *zap.Logger
 }
 
@@ -279,10 +279,10 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 }
 
 // Validate checks the values that single flags cannot: cross-flag rules,
-// addresses, files, and the device (through the ValidateDevice hook). With
+// addresses, files, and the device (through ucx.ValidateDevice). With
 // requireMode, -m/--mode must be set (the root command); bench allows an
 // empty mode. Errors are usage errors.
-func (c *Config) Validate(requireMode bool) error {
+func (c *Config) Validate(requireMode bool, ucx UCX) error {
 	if !c.Log.Level.Valid() || !c.Log.SDKLevel.Valid() {
 		return Usagef("invalid log level; valid levels: %s", validLogLevels())
 	}
@@ -298,7 +298,7 @@ func (c *Config) Validate(requireMode bool) error {
 	if c.Mode == ModeClient && strings.TrimSpace(c.ServerName) == "" {
 		return Usagef("client mode needs -s/--server-name <server name> (the host running the server)")
 	}
-	if err := checkDevice(c.Device); err != nil {
+	if err := checkDevice(c.Device, ucx.ValidateDevice); err != nil {
 		return err
 	}
 	if c.OOBPort == 0 {
@@ -335,7 +335,7 @@ type DPUConfig struct {
 	// "worker" group of the --config file, or the --worker-* flags).
 	Worker WorkerLimits
 
-	Logger *zap.Logger // set before Run; never nil inside a Run hook
+	Logger *zap.Logger // set before Run; never nil inside a mode (App)
 }
 
 // DefaultDPUConfig is the service configuration before flags and file.
@@ -396,7 +396,7 @@ type PluginsConfig struct {
 	Log         LogConfig
 	UROMAddress string      // --urom: the service to ask ("" = the embedded service)
 	SecretFile  string      // --secret-file: the secret the service at --urom requires ("" = none)
-	Logger      *zap.Logger // set before Run; never nil inside a Run hook
+	Logger      *zap.Logger // set before Run; never nil inside a mode (App)
 }
 
 // DefaultPluginsConfig is the plugins configuration before flags.
@@ -420,7 +420,7 @@ func (c *PluginsConfig) Validate() error {
 	return checkFile("--secret-file", c.SecretFile)
 }
 
-func checkDevice(name string) error {
+func checkDevice(name string, validate func(string) error) error {
 	if name == "" {
 		return nil // not given: UCX chooses
 	}
@@ -430,8 +430,8 @@ func checkDevice(name string) error {
 	if len(name) >= MaxDeviceNameLen {
 		return Usagef("-d/--device: IB device name longer than %d bytes", MaxDeviceNameLen-1)
 	}
-	if ValidateDevice != nil {
-		if err := ValidateDevice(name); err != nil {
+	if validate != nil {
+		if err := validate(name); err != nil {
 			return Usagef("-d/--device: %s", oneLine(err))
 		}
 	}

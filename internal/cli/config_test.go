@@ -146,7 +146,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, tc := range tests {
 		c := ok()
 		tc.mutate(&c)
-		err := c.Validate(!tc.bench)
+		err := c.Validate(!tc.bench, UCX{})
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", tc.name, err)
@@ -160,26 +160,23 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestValidateDeviceHook(t *testing.T) {
-	saved := ValidateDevice
-	t.Cleanup(func() { ValidateDevice = saved })
 	c := DefaultConfig()
 	c.Mode, c.Device = ModeServer, "mlx5_9"
-	ValidateDevice = nil
-	if err := c.Validate(true); err != nil {
+	if err := c.Validate(true, UCX{}); err != nil {
 		t.Fatalf("any name accepted while the hook is nil: %v", err)
 	}
 	var asked string
-	ValidateDevice = func(name string) error {
+	ucx := UCX{ValidateDevice: func(name string) error {
 		asked = name
 		return fmt.Errorf("no IB device %q; devices: mlx5_0, mlx5_1", name)
-	}
-	err := c.Validate(true)
+	}}
+	err := c.Validate(true, ucx)
 	if asked != "mlx5_9" || err == nil || err.Error() != `-d/--device: no IB device "mlx5_9"; devices: mlx5_0, mlx5_1` {
 		t.Errorf("err = %v, asked %q", err, asked)
 	}
 	c.Device = ""
 	asked = ""
-	if err := c.Validate(true); err != nil || asked != "" {
+	if err := c.Validate(true, ucx); err != nil || asked != "" {
 		t.Errorf("no -d: err %v, hook asked %q", err, asked)
 	}
 }
@@ -334,25 +331,23 @@ func TestSuggest(t *testing.T) {
 }
 
 func TestVersionInfo(t *testing.T) {
-	savedV, savedC, savedD, savedU := Version, Commit, BuildDate, UCXVersion
-	t.Cleanup(func() { Version, Commit, BuildDate, UCXVersion = savedV, savedC, savedD, savedU })
-	Version, Commit, BuildDate, UCXVersion = "1.2.3", "abc123", "2025-01-02", nil
-	bi := VersionInfo()
+	savedV, savedC, savedD := Version, Commit, BuildDate
+	t.Cleanup(func() { Version, Commit, BuildDate = savedV, savedC, savedD })
+	Version, Commit, BuildDate = "1.2.3", "abc123", "2025-01-02"
+	bi := VersionInfo(UCX{})
 	want := "rdmo version 1.2.3 (commit abc123, built 2025-01-02)\ncompatible with doca_urom_rdmo (NVIDIA DOCA 3.0)\n" +
 		"go: " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\nucx: " + UCXVersionPlaceholder + "\n"
 	if bi.String() != want {
 		t.Errorf("version\n got %q\nwant %q", bi.String(), want)
 	}
-	UCXVersion = func() string { return "1.16.0" }
-	if got := VersionInfo().UCX; got != "1.16.0" {
+	if got := VersionInfo(UCX{Version: func() string { return "1.16.0" }}).UCX; got != "1.16.0" {
 		t.Errorf("UCX = %q", got)
 	}
-	UCXVersion = func() string { return "  " }
-	if got := VersionInfo().UCX; got != UCXVersionPlaceholder {
+	if got := VersionInfo(UCX{Version: func() string { return "  " }}).UCX; got != UCXVersionPlaceholder {
 		t.Errorf("blank hook: UCX = %q", got)
 	}
 	Version, Commit, BuildDate = "", "", ""
-	if v := VersionInfo(); v.Version == "" || !strings.HasPrefix(v.String(), "rdmo version ") {
+	if v := VersionInfo(UCX{}); v.Version == "" || !strings.HasPrefix(v.String(), "rdmo version ") {
 		t.Errorf("fallback version %+v", v)
 	}
 }

@@ -46,7 +46,7 @@ func Usagef(format string, args ...any) error {
 // implementation of a mode is not linked into the binary.
 var ErrNotBuilt = errors.New("not built into this binary yet")
 
-// NotBuilt is the error for a mode whose Run hook is nil:
+// NotBuilt is the error for a mode that is nil in App:
 // "<mode>: not built into this binary yet", exit status 3.
 func NotBuilt(mode string) error {
 	return &ExitError{Code: ExitNotBuilt, Err: fmt.Errorf("%s: %w", mode, ErrNotBuilt)}

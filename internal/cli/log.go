@@ -132,7 +132,7 @@ func (l LogLevel) ZapLevel() zapcore.Level {
 // UCXLevel is the UCX log level name (as UCX_LOG_LEVEL spells it) for l used
 // as the SDK log level: DISABLE and CRITICAL are "fatal" (UCX cannot be
 // silenced further), then "error", "warn", "info", "debug", "trace". The
-// caller maps it onto ucp.SetLogLevel (see the ApplySDKLogLevel hook).
+// caller maps it onto ucp.SetLogLevel (see UCX.ApplyLogLevel).
 func (l LogLevel) UCXLevel() string {
 	switch {
 	case l <= LogCritical:
@@ -179,6 +179,12 @@ type LogConfig struct {
 	Level    LogLevel  // -l/--log-level: rdmo's own logs
 	SDKLevel LogLevel  // --sdk-log-level: UCX's logs (apply UCXLevel())
 	Format   LogFormat // --log-format
+}
+
+// ChildArgs are the flags that pass this log configuration on to a child
+// rdmo process (the embedded UROM service, its worker processes).
+func (l LogConfig) ChildArgs() []string {
+	return []string{"--log-level", l.Level.String(), "--sdk-log-level", l.SDKLevel.String(), "--log-format", l.Format.String()}
 }
 
 // DefaultLogConfig is INFO for rdmo, WARNING for the SDK, console output.
@@ -232,14 +238,14 @@ func NewLogger(c LogConfig, w io.Writer) (*zap.Logger, error) {
 }
 
 // SetupLogging builds the logger for c (see NewLogger) and applies the SDK
-// log level through the ApplySDKLogLevel hook, if set.
-func SetupLogging(c LogConfig, w io.Writer) (*zap.Logger, error) {
+// log level through ucx.ApplyLogLevel, if set.
+func SetupLogging(c LogConfig, w io.Writer, ucx UCX) (*zap.Logger, error) {
 	log, err := NewLogger(c, w)
 	if err != nil {
 		return nil, UsageError(err)
 	}
-	if ApplySDKLogLevel != nil {
-		if err := ApplySDKLogLevel(c.SDKLevel.UCXLevel()); err != nil {
+	if ucx.ApplyLogLevel != nil {
+		if err := ucx.ApplyLogLevel(c.SDKLevel.UCXLevel()); err != nil {
 			return nil, fmt.Errorf("--sdk-log-level: %w", err)
 		}
 	}

@@ -164,23 +164,20 @@ func TestNewLoggerErrors(t *testing.T) {
 }
 
 func TestSetupLoggingAppliesSDKLevel(t *testing.T) {
-	saved := ApplySDKLogLevel
-	t.Cleanup(func() { ApplySDKLogLevel = saved })
 	var got string
-	ApplySDKLogLevel = func(l string) error { got = l; return nil }
-	if _, err := SetupLogging(LogConfig{Level: LogInfo, SDKLevel: LogDebug}, new(bytes.Buffer)); err != nil {
+	ucx := UCX{ApplyLogLevel: func(l string) error { got = l; return nil }}
+	if _, err := SetupLogging(LogConfig{Level: LogInfo, SDKLevel: LogDebug}, new(bytes.Buffer), ucx); err != nil {
 		t.Fatal(err)
 	}
 	if got != "debug" {
 		t.Errorf("SDK level applied %q, want debug", got)
 	}
-	ApplySDKLogLevel = func(string) error { return errors.New("no UCX") }
-	if _, err := SetupLogging(LogConfig{Level: LogInfo, SDKLevel: LogDebug}, new(bytes.Buffer)); err == nil ||
+	ucx.ApplyLogLevel = func(string) error { return errors.New("no UCX") }
+	if _, err := SetupLogging(LogConfig{Level: LogInfo, SDKLevel: LogDebug}, new(bytes.Buffer), ucx); err == nil ||
 		err.Error() != "--sdk-log-level: no UCX" {
 		t.Errorf("err = %v", err)
 	}
-	ApplySDKLogLevel = nil
-	if _, err := SetupLogging(LogConfig{Level: 15}, nil); ExitCode(err) != ExitUsage {
+	if _, err := SetupLogging(LogConfig{Level: 15}, nil, UCX{}); ExitCode(err) != ExitUsage {
 		t.Errorf("bad level: %v", err)
 	}
 }

@@ -145,7 +145,7 @@ func TestApplyShippedFile(t *testing.T) {
 	if cfg.OOBPort != DefaultOOBPort || cfg.Ops != DefaultOps || cfg.AppendStrategy != AppendOwned {
 		t.Errorf("defaults lost: %+v", cfg)
 	}
-	if err := cfg.Validate(true); err != nil {
+	if err := cfg.Validate(true, UCX{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -200,7 +200,7 @@ func TestApplyOwnKeys(t *testing.T) {
 	if !reflect.DeepEqual(*cfg, want) {
 		t.Errorf("config\n got %+v\nwant %+v", *cfg, want)
 	}
-	if err := cfg.Validate(true); err != nil {
+	if err := cfg.Validate(true, UCX{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,7 @@
-package host
+// Package ucxflag maps the rdmo binary's UCX flags onto UCX: -d/--device
+// to UCX configuration, --sdk-log-level to UCX's log level, and the UCX
+// version -v/--version prints.
+package ucxflag
 
 import (
 	"errors"
@@ -85,15 +88,15 @@ func DeviceConfig(name string) (map[string]string, error) {
 }
 
 // ValidateDevice checks a -d/--device name against the devices UCX
-// reports (the cli.ValidateDevice hook).
+// reports.
 func ValidateDevice(name string) error {
 	_, err := DeviceConfig(name)
 	return err
 }
 
-// configEnv turns UCX configuration entries into environment entries for a
+// ConfigEnv turns UCX configuration entries into environment entries for a
 // child process, in a stable order.
-func configEnv(cfg map[string]string) []string {
+func ConfigEnv(cfg map[string]string) []string {
 	var env []string
 	for k, v := range cfg {
 		env = append(env, "UCX_"+k+"="+v)
@@ -111,9 +114,8 @@ var ucxLevels = map[string]ucp.LogLevel{
 	"trace": ucp.LogTrace,
 }
 
-// ApplySDKLogLevel sets UCX's log level from its name (the
-// cli.ApplySDKLogLevel hook): "fatal", "error", "warn", "info", "debug" or
-// "trace".
+// ApplySDKLogLevel sets UCX's log level from its name: "fatal", "error",
+// "warn", "info", "debug" or "trace".
 func ApplySDKLogLevel(name string) error {
 	l, ok := ucxLevels[strings.ToLower(name)]
 	if !ok {
@@ -123,8 +125,7 @@ func ApplySDKLogLevel(name string) error {
 	return nil
 }
 
-// UCXVersion is the version of the libucp the process runs against (the
-// cli.UCXVersion hook).
+// UCXVersion is the version of the libucp the process runs against.
 func UCXVersion() string {
 	a, b, c := ucp.Version()
 	return fmt.Sprintf("%d.%d.%d", a, b, c)

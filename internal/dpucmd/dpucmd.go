@@ -1,4 +1,7 @@
-package host
+// Package dpucmd is the rdmo binary's `rdmo dpu` (the UROM service daemon
+// with the RDMO component) and `rdmo plugins` (its plugin table), and how
+// the other commands explain a UROM service's errors.
+package dpucmd
 
 import (
 	"context"
@@ -18,19 +21,9 @@ import (
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
-// WorkerSubcommand is the hidden rdmo subcommand a UROM service starts
-// worker processes with: `rdmo __urom-worker`, which runs urom.ServeWorker
-// with the RDMO component (rdmoworker.Factory).
-const WorkerSubcommand = "__urom-worker"
-
-// Stdout is where the host modes print their results (summaries, the
-// plugin table, the service's announce line). Tests may replace it.
+// Stdout is where `rdmo dpu` and `rdmo plugins` print (the announce line,
+// the plugin table). Tests may replace it.
 var Stdout io.Writer = os.Stdout
-
-// logArgs passes a log configuration on to a child rdmo process.
-func logArgs(l cli.LogConfig) []string {
-	return []string{"--log-level", l.Level.String(), "--sdk-log-level", l.SDKLevel.String(), "--log-format", l.Format.String()}
-}
 
 func executable() (string, error) {
 	exe, err := os.Executable()
@@ -52,27 +45,38 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 		Metrics:          rdmoworker.Metrics(),
 		Probe:            rdmoworker.Probe,
 		MaxWorkers:       maxWorkers,
-		WorkerCommand:    append([]string{exe, WorkerSubcommand}, logArgs(log)...),
+		WorkerCommand:    append([]string{exe, cli.WorkerSubcommand}, log.ChildArgs()...),
 		ComponentVersion: rdmoworker.ComponentVersion,
 		Logger:           logger,
 	}, nil
 }
 
-// RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends (the
-// cli.RunDPU hook). Once it listens it prints the announce line
-// (urom.Announce) on standard output, so a host that started it as its
-// embedded service finds its address. With --secret-file every host must
+// RunWorker is the body of a worker process that `rdmo dpu` started
+// (`rdmo __urom-worker`, cli.WorkerSubcommand): it serves the RDMO
+// component (rdmoworker.Factory) on the control socket the service handed
+// it on file descriptor urom.ControlFD. It is not for people to run.
+func RunWorker(ctx context.Context, log *zap.Logger) error {
+	ctl := os.NewFile(urom.ControlFD, "urom-control")
+	if ctl == nil {
+		return cli.Usagef("%s runs only as a worker process of `rdmo dpu` (no control socket on fd %d)", cli.WorkerSubcommand, urom.ControlFD)
+	}
+	return urom.ServeWorker(ctx, ctl, rdmoworker.Factory, log.Named("worker"))
+}
+
+// RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends. Once it
+// listens it prints the announce line (urom.Announce) on standard output,
+// so a host that started it as its embedded service finds its address. With --secret-file every host must
 // prove the secret (urom.Config.Secret) before it is served.
 func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	secret, err := loadSecret(cfg.SecretFile)
+	secret, err := cli.LoadSecret(cfg.SecretFile)
 	if err != nil {
 		return err
 	}
-	if w := secretWarning(cfg.SecretFile); w != "" {
+	if w := cli.SecretWarning(cfg.SecretFile); w != "" {
 		log.Warn(w)
 	}
 	uc, err := serviceConfig(cfg.Listen, cfg.PluginPath, cfg.MaxWorkers, cfg.Log, log.Named("urom"))
@@ -108,8 +112,7 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	return err
 }
 
-// RunPlugins runs `rdmo plugins` (the cli.RunPlugins hook): it lists the
-// plugins of the UROM service at cfg.UROMAddress, or of the service built
+// RunPlugins runs `rdmo plugins`: it lists the plugins of the UROM service at cfg.UROMAddress, or of the service built
 // into this binary when it is empty, as a table on standard output.
 func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 	log := cfg.Logger
@@ -133,13 +136,13 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 		source = "of the UROM service at " + cfg.UROMAddress
 		dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		secret, err := loadSecret(cfg.SecretFile)
+		secret, err := cli.LoadSecret(cfg.SecretFile)
 		if err != nil {
 			return err
 		}
 		c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
 		if err != nil {
-			return uromError(cfg.UROMAddress, err)
+			return UROMError(cfg.UROMAddress, err)
 		}
 		defer c.Close()
 		if plugins, err = c.Plugins(dctx); err != nil {
@@ -163,8 +166,8 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 	return tw.Flush()
 }
 
-// uromError explains a failure to reach or use a UROM service.
-func uromError(addr string, err error) error {
+// UROMError explains a failure to reach or use a UROM service.
+func UROMError(addr string, err error) error {
 	switch {
 	case errors.Is(err, urom.ErrAuth):
 		return fmt.Errorf("UROM service at %s: %w (the host's --secret-file and rdmo dpu --secret-file must hold the same secret)", addr, err)

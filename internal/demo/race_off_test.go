@@ -1,5 +1,5 @@
 //go:build !race
 
-package host_test
+package demo_test
 
 const raceEnabled = false

@@ -1,13 +1,13 @@
-package host
+package demo
 
 import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -16,20 +16,20 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/oob"
+	"github.com/openrdmo/rdmo/host/target"
 	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/internal/dpucmd"
+	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/urom"
-	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // Timeouts of the server side.
 const (
-	cmdTimeout           = 30 * time.Second // one UROM command
 	initiatorInfoTimeout = 30 * time.Second // after WorkerInfo
 	seedTimeout          = 60 * time.Second // from the start barrier to the seed append
 	teardownTimeout      = 30 * time.Second
-	embeddedStartTimeout = 30 * time.Second
 )
 
 // doneTimeout bounds the wait for Done: generous, growing with the work.
@@ -41,7 +41,6 @@ type region struct {
 	name string
 	id   uint64
 	mem  *ucp.Memory
-	reg  bool // MR_REG succeeded
 }
 
 func (r *region) info() oob.RegionInfo {
@@ -71,12 +70,9 @@ type server struct {
 
 	fail *failure
 
-	ln     *oob.Listener
-	emb    *urom.Embedded
-	uc     *urom.Client
-	worker *urom.Worker
-	remote rdmoworker.Remote
-	tgt    *targetUCX
+	ln    *oob.Listener
+	t     *target.Target // the RDMO worker and this client on it
+	local *target.Local  // the memory the worker writes into
 
 	clientID uint64
 	seed     *region
@@ -84,9 +80,6 @@ type server struct {
 	scatter  *region
 	workload oob.Workload
 	plan     plan
-
-	remoteAddr  []byte // the RDMO worker's UCP address, from CLIENT_INIT
-	maxInFlight uint32 // the worker's in-flight limit per queue, from CLIENT_INIT (0: not said)
 
 	accepted chan acceptResult // the first initiator, from acceptOne
 	peer     *peer
@@ -97,7 +90,7 @@ type server struct {
 	verified bool
 }
 
-// RunServer runs -m server, the target (the cli.RunServer hook): it gets
+// RunServer runs -m server, the target: it gets
 // an RDMO worker from a UROM service, registers its memory, hands the
 // worker to one initiator over the out-of-band channel, and when the
 // initiator reports Done checks its memory byte for byte.
@@ -138,14 +131,14 @@ func RunServer(ctx context.Context, cfg cli.Config) error {
 
 func (s *server) run(ctx context.Context) error {
 	cfg := s.cfg
-	secret, err := loadSecret(cfg.SecretFile)
+	secret, err := cli.LoadSecret(cfg.SecretFile)
 	if err != nil {
 		return err
 	}
-	if w := secretWarning(cfg.SecretFile); w != "" {
+	if w := cli.SecretWarning(cfg.SecretFile); w != "" {
 		s.log.Warn(w)
 	}
-	devCfg, err := DeviceConfig(cfg.Device)
+	devCfg, err := ucxflag.DeviceConfig(cfg.Device)
 	if err != nil {
 		return cli.Usagef("-d/--device: %v", err)
 	}
@@ -162,10 +155,13 @@ func (s *server) run(ctx context.Context) error {
 	s.accepted = accepted
 	go s.acceptOne(ctx, accepted)
 
+	if err := s.setupMemory(devCfg); err != nil {
+		return err
+	}
 	if err := s.startWorker(ctx, devCfg, secret); err != nil {
 		return err
 	}
-	if err := s.setupMemory(ctx, devCfg); err != nil {
+	if err := s.register(ctx); err != nil {
 		return err
 	}
 
@@ -192,7 +188,7 @@ func (s *server) run(ctx context.Context) error {
 	}
 	wl := s.workload
 	if err := s.peer.send(ctx, oob.WorkerInfo{
-		WorkerAddress: s.remoteAddr,
+		WorkerAddress: s.t.WorkerAddress(),
 		ClientID:      s.clientID,
 		Regions:       regions,
 		// The worker runs the same RDMO component version as this binary
@@ -200,7 +196,7 @@ func (s *server) run(ctx context.Context) error {
 		Capabilities: append([]string{"append", "scatter", "flush"}, dpu.Capabilities()...),
 		Workload:     &wl,
 		// The initiator's flow control stays within the worker's limit.
-		MaxInFlightPerRQ: s.maxInFlight,
+		MaxInFlightPerRQ: s.t.MaxInFlightPerRQ(),
 	}); err != nil {
 		return err
 	}
@@ -213,11 +209,11 @@ func (s *server) run(ctx context.Context) error {
 		return fmt.Errorf("initiator sent %T, want InitiatorInfo", m)
 	}
 	s.initInfo = ii
-	n, err := s.do(ctx, dpu.RQCreate{Client: s.clientID, Addr: ii.WorkerAddress})
+	rq, err := s.t.CreateRQ(ctx, ii.WorkerAddress)
 	if err != nil {
-		return fmt.Errorf("RQ_CREATE for initiator %q: %w", ii.Name, err)
+		return fmt.Errorf("request queue for initiator %q: %w", ii.Name, err)
 	}
-	s.rq, s.rqMade = n.RQ, true
+	s.rq, s.rqMade = rq, true
 	s.log.Info("request queue created", zap.String("initiator", ii.Name), zap.Uint64("rq", s.rq))
 	if err := s.peer.send(ctx, oob.Barrier{ID: barrierStart}); err != nil {
 		return err
@@ -252,7 +248,7 @@ func (s *server) run(ctx context.Context) error {
 	// The initiator's work is over: close its request queue now, while it
 	// still waits for the verdict (so nothing can race the teardown), and
 	// so that nothing it might still send can touch memory being checked.
-	if _, err := s.do(ctx, dpu.RQDestroy{Client: s.clientID, RQ: s.rq}); err != nil {
+	if err := s.t.DestroyRQ(ctx, s.rq); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -333,22 +329,22 @@ func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
 	}
 }
 
-// startWorker gets a UROM service (the one at --urom, or an embedded one
-// started from this binary), checks versions and spawns the RDMO worker.
-// The service at --urom gets the --secret-file secret (nil: none); an
-// embedded one a random secret of this run, so that no other local user
-// who reaches its loopback port can start or command workers as this one.
+// startWorker gets an RDMO worker from a UROM service (the one at --urom,
+// or an embedded one started from this binary) and registers this target
+// as its client. The service at --urom gets the --secret-file secret (nil:
+// none); an embedded one a random secret of the run (package target).
 func (s *server) startWorker(ctx context.Context, devCfg map[string]string, secret []byte) error {
-	addr := s.cfg.UROMAddress
-	var env []string
-	if addr == "" {
-		var err error
-		if secret, err = runSecret(); err != nil {
-			return err
-		}
-		exe, err := executable()
+	opts := target.Options{
+		ServiceAddress: s.cfg.UROMAddress,
+		Secret:         secret,
+		AppendStrategy: s.cfg.AppendStrategy.String(),
+		Address:        s.local.Address(),
+		Logger:         s.log,
+	}
+	if opts.ServiceAddress == "" {
+		exe, err := os.Executable()
 		if err != nil {
-			return err
+			return fmt.Errorf("cannot find this program's executable (to start worker processes): %w", err)
 		}
 		// The embedded service logs only warnings unless asked for more:
 		// this process reports what matters.
@@ -356,125 +352,43 @@ func (s *server) startWorker(ctx context.Context, devCfg map[string]string, secr
 		if lc.Level > cli.LogWarning && lc.Level < cli.LogDebug {
 			lc.Level = cli.LogWarning
 		}
-		emb, err := startEmbedded(ctx, exe, logArgs(lc), secret)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("embedded UROM service: %w", err)
-		}
-		s.emb, addr = emb, emb.Addr
-		s.log.Info("embedded UROM service started", zap.String("addr", addr), zap.Int("pid", emb.PID()))
-		go func() {
-			<-emb.Done()
-			s.fail.set(errors.New("the embedded UROM service exited"))
-		}()
+		opts.Embedded = target.EmbeddedOptions{Command: append([]string{exe, "dpu"}, lc.ChildArgs()...)}
 		// The worker runs on this machine: -d applies to it too.
-		env = configEnv(devCfg)
+		opts.Env = ucxflag.ConfigEnv(devCfg)
 	}
-	dctx, cancel := context.WithTimeout(ctx, cmdTimeout)
-	defer cancel()
-	uc, err := urom.Dial(dctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: s.log.Named("urom")})
+	t, err := target.New(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return uromError(addr, err)
-	}
-	s.uc = uc
-	w, err := uc.Spawn(dctx, urom.SpawnOptions{
-		Env:    env,
-		Config: map[string]string{rdmoworker.ConfigAppendStrategy: s.cfg.AppendStrategy.String()},
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		var se *target.ServiceError
+		if errors.As(err, &se) && se.Op == "" && se.Addr != "" {
+			return dpucmd.UROMError(se.Addr, se.Err)
 		}
-		return fmt.Errorf("spawning the RDMO worker on the UROM service at %s: %w", addr, err)
+		return err
 	}
-	s.worker, s.remote = w, rdmoworker.Remote{W: w}
-	s.log.Info("RDMO worker started", zap.Uint64("worker", w.ID), zap.Int("pid", w.PID), zap.String("append_strategy", s.cfg.AppendStrategy.String()))
+	s.t, s.clientID = t, t.ClientID()
 	go func() {
-		<-w.Gone()
-		s.fail.set(fmt.Errorf("the RDMO worker died: %s", w.Reason()))
+		<-t.Done()
+		if err := t.Err(); !errors.Is(err, target.ErrClosed) {
+			s.fail.set(err)
+		}
 	}()
 	return nil
 }
 
-// runSecret is a fresh secret for one run's embedded service: 32 random
-// bytes, hex so that loadSecret reads it back unchanged.
-func runSecret() ([]byte, error) {
-	var b [32]byte
-	if _, err := crand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("embedded UROM service: random secret: %w", err)
-	}
-	return []byte(hex.EncodeToString(b[:])), nil
-}
-
-// startEmbedded starts `rdmo dpu` on a free loopback port, with secret
-// handed over on a pipe (urom.EmbeddedSecretFile), never in its arguments
-// or environment. (rdmo dpu's --listen does not take port 0, so the port
-// is chosen here; should another process take it first, the next attempt
-// picks another.)
-func startEmbedded(ctx context.Context, exe string, logArgs []string, secret []byte) (*urom.Embedded, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var port int
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
-		argv := append([]string{exe, "dpu", "--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			"--secret-file", urom.EmbeddedSecretFile}, logArgs...)
-		sctx, cancel := context.WithTimeout(ctx, embeddedStartTimeout)
-		var emb *urom.Embedded
-		emb, err = urom.StartEmbeddedWith(sctx, argv, urom.EmbeddedOptions{Secret: secret})
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return emb, err
-		}
-	}
-	return nil, err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// do sends one command to the RDMO worker, bounded, and fails fast when
-// the worker is gone.
-func (s *server) do(ctx context.Context, cmd dpu.Command) (dpu.Notification, error) {
-	cctx, cancel := context.WithTimeout(ctx, cmdTimeout)
-	defer cancel()
-	n, err := s.remote.Do(cctx, cmd)
-	if err != nil {
-		select {
-		case <-s.fail.ch:
-			return n, s.fail.get()
-		default:
-		}
-	}
-	return n, err
-}
-
-// setupMemory makes the target's UCX and memory, chooses the workload,
-// and registers the client and its regions with the RDMO worker.
-func (s *server) setupMemory(ctx context.Context, devCfg map[string]string) error {
-	tgt, err := newTargetUCX(devCfg, s.log)
+// setupMemory makes the target's UCX and memory and chooses the workload.
+func (s *server) setupMemory(devCfg map[string]string) error {
+	local, err := target.NewLocal(target.LocalOptions{Config: devCfg, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("target UCX: %w", err)
 	}
-	s.tgt = tgt
-	s.clientID = randomID()
+	s.local = local
 	s.workload = oob.Workload{Kind: WorkloadKind, Ops: uint64(s.cfg.Ops), Seed: randomID(), FlushEvery: DefaultFlushEvery}
 	s.plan = makePlan(s.workload)
 
 	alloc := func(name string, n int) (*region, error) {
-		m, err := tgt.allocate(n)
+		m, err := local.Allocate(n)
 		if err != nil {
 			return nil, fmt.Errorf("allocating the %s region (%s): %w", name, sizeStr(uint64(n)), err)
 		}
@@ -493,28 +407,18 @@ func (s *server) setupMemory(ctx context.Context, devCfg map[string]string) erro
 	for _, q := range []*region{s.seed, s.queue} {
 		binary.LittleEndian.PutUint64(q.mem.Bytes(), q.mem.Address()+8)
 	}
-	tgt.start()
+	local.Start()
+	return nil
+}
 
-	n, err := s.do(ctx, dpu.ClientInit{ID: s.clientID, Addr: tgt.addr})
-	if err != nil {
-		return fmt.Errorf("CLIENT_INIT: %w", err)
-	}
-	s.remoteAddr = n.Addr
-	s.maxInFlight = n.MaxInFlightPerRQ
+// register registers the target's regions with the RDMO worker.
+func (s *server) register(ctx context.Context) error {
 	for _, r := range []*region{s.seed, s.queue, s.scatter} {
-		rkey, err := r.mem.PackRkey()
+		reg, err := s.t.Register(ctx, r.mem)
 		if err != nil {
-			return fmt.Errorf("packing the %s region's rkey: %w", r.name, err)
+			return fmt.Errorf("registering the %s region: %w", r.name, err)
 		}
-		memh, err := r.mem.PackExported()
-		if err != nil {
-			memh = nil // UCX < 1.14, or transports that cannot export
-		}
-		n, err := s.do(ctx, dpu.MRReg{Client: s.clientID, VA: r.mem.Address(), Len: uint64(r.mem.Len()), PackedRkey: rkey, PackedMemh: memh})
-		if err != nil {
-			return fmt.Errorf("MR_REG of the %s region: %w", r.name, err)
-		}
-		r.id, r.reg = n.Region, true
+		r.id = reg.ID
 	}
 	s.log.Info("target memory registered",
 		zap.Uint64("client", s.clientID),
@@ -538,8 +442,8 @@ func randomID() uint64 {
 
 // teardown undoes whatever run did, in order, also after a failure or an
 // interrupt: RQ_DESTROY, MR_DEREG, stop the worker, end the UROM session,
-// stop the embedded service, then release the target's UCX (only once no
-// worker can write into it any more).
+// stop the embedded service (target.Target.Close), then release the
+// target's UCX (only once no worker can write into it any more).
 func (s *server) teardown(tell func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
 	defer cancel()
@@ -548,60 +452,23 @@ func (s *server) teardown(tell func()) {
 			s.log.Warn("teardown: "+what, zap.Error(err))
 		}
 	}
-	gone := func(err error) bool {
-		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker)
-	}
 	if s.ln != nil {
 		s.ln.Close()
 	}
-	alive := s.worker != nil
-	if alive {
-		select {
-		case <-s.worker.Gone():
-			alive = false
-		default:
-		}
-	}
-	if alive {
-		if s.rqMade {
-			_, err := s.remote.Do(ctx, dpu.RQDestroy{Client: s.clientID, RQ: s.rq})
-			alive = !gone(err)
-			if alive {
-				warn("RQ_DESTROY", err)
-			}
-		}
-		if tell != nil {
-			tell()
-			tell = nil
-		}
-		for _, r := range []*region{s.scatter, s.queue, s.seed} {
-			if alive && r != nil && r.reg {
-				_, err := s.remote.Do(ctx, dpu.MRDereg{Client: s.clientID, Region: r.id})
-				alive = !gone(err)
-				if alive {
-					warn("MR_DEREG "+r.name, err)
-				}
-			}
+	if s.t != nil && s.rqMade && s.t.Err() == nil {
+		err := s.t.DestroyRQ(ctx, s.rq)
+		if !errors.Is(err, urom.ErrWorkerDied) && !errors.Is(err, urom.ErrUnknownWorker) {
+			warn("RQ_DESTROY", err)
 		}
 	}
 	if tell != nil {
 		tell()
 	}
-	if s.worker != nil {
-		err := s.worker.Stop(ctx)
-		if !alive {
-			err = nil
-		}
-		warn("stopping the RDMO worker", err)
+	if s.t != nil {
+		warn("the RDMO worker", s.t.CloseContext(ctx))
 	}
-	if s.uc != nil {
-		warn("closing the UROM session", s.uc.Close())
-	}
-	if s.emb != nil {
-		warn("stopping the embedded UROM service", s.emb.Stop())
-	}
-	if s.tgt != nil {
-		warn("releasing target memory", s.tgt.close())
+	if s.local != nil {
+		warn("releasing target memory", s.local.Close())
 	}
 	if s.peer != nil {
 		// The initiator closes first once it has the verdict.
@@ -629,7 +496,7 @@ func (s *server) printSummary(done oob.Done, res workloadResult, verr error, ela
 	fmt.Fprintf(out, "  reported      %d ops, %s, %d errors; %s from start to Done\n", done.Ops, sizeStr(done.Bytes), done.Errors, elapsed.Round(time.Millisecond))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if st, err := s.remote.Stats(sctx); err == nil {
+	if st, err := s.t.Stats(sctx); err == nil {
 		fmt.Fprintf(out, "  worker        %s\n", workerStats(st))
 	}
 }

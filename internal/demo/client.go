@@ -1,4 +1,4 @@
-package host
+package demo
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/host/oob"
 	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
 )
 
@@ -73,7 +74,7 @@ type client struct {
 	fatalSet  atomic.Bool
 }
 
-// RunClient runs -m client, the initiator (the cli.RunClient hook): it
+// RunClient runs -m client, the initiator: it
 // connects to the server's out-of-band port, creates an initiator for the
 // RDMO worker the server names, runs the seed flow of the reference demo
 // and then the workload, reports Done after its final flush, and succeeds
@@ -106,14 +107,14 @@ func RunClient(ctx context.Context, cfg cli.Config) error {
 
 func (c *client) run(ctx context.Context) error {
 	cfg := c.cfg
-	secret, err := loadSecret(cfg.SecretFile)
+	secret, err := cli.LoadSecret(cfg.SecretFile)
 	if err != nil {
 		return err
 	}
-	if w := secretWarning(cfg.SecretFile); w != "" {
+	if w := cli.SecretWarning(cfg.SecretFile); w != "" {
 		c.log.Warn(w)
 	}
-	devCfg, err := DeviceConfig(cfg.Device)
+	devCfg, err := ucxflag.DeviceConfig(cfg.Device)
 	if err != nil {
 		return cli.Usagef("-d/--device: %v", err)
 	}

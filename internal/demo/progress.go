@@ -1,4 +1,4 @@
-package host
+package demo
 
 import (
 	"fmt"
@@ -7,6 +7,10 @@ import (
 	"sync"
 	"time"
 )
+
+// Stdout is where the demo prints its results (the summaries). Tests may
+// replace it.
+var Stdout io.Writer = os.Stdout
 
 // ProgressOutput is where the client's progress line goes (standard error).
 // Tests may replace it.

@@ -1,4 +1,4 @@
-package host_test
+package demo_test
 
 import (
 	"context"

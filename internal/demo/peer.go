@@ -1,11 +1,9 @@
-package host
+package demo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -184,36 +182,6 @@ func (p *peer) closeAfterPeer(wait time.Duration) {
 	case <-time.After(wait):
 	}
 	p.close()
-}
-
-// loadSecret reads --secret-file: the file's contents, surrounding white
-// space removed, are the shared secret (at least oob.MinSecretLen bytes;
-// e.g. `openssl rand -hex 32`).
-func loadSecret(path string) ([]byte, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--secret-file: %w", err)
-	}
-	s := bytes.TrimSpace(b)
-	if len(s) < oob.MinSecretLen {
-		return nil, fmt.Errorf("--secret-file %s: the secret is %d bytes; use at least %d random bytes (e.g. `openssl rand -hex 32 > %s`)", path, len(s), oob.MinSecretLen, path)
-	}
-	return s, nil
-}
-
-// secretWarning says why a secret file's permissions are unsafe, or "".
-func secretWarning(path string) string {
-	if path == "" {
-		return ""
-	}
-	st, err := os.Stat(path)
-	if err == nil && st.Mode().Perm()&0o077 != 0 {
-		return fmt.Sprintf("secret file %s is readable by other users (mode %v); chmod 600 it", path, st.Mode().Perm())
-	}
-	return ""
 }
 
 // authHint turns an authentication failure into one clear line.

@@ -6,55 +6,63 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
-// The registry: the rdmo binary's commands call these hooks, and the packages
-// that implement the modes set them (typically from a small file in
-// cmd/rdmo, or from an init function of a package the binary imports), so
-// flag handling never changes when a mode is added. A nil Run hook makes the
-// command print "<mode>: not built into this binary yet" and exit with
-// status 3 (ExitNotBuilt).
+// App is what the rdmo binary runs, its modes: the binary builds one value
+// in main() and hands it to its commands, so flag handling never changes when
+// a mode is added. A nil mode makes its command print "<mode>: not built
+// into this binary yet" and exit with status 3 (ExitNotBuilt).
 //
-// Each Run hook gets a context that is cancelled on SIGINT or SIGTERM and a
+// Each mode gets a context that is cancelled on SIGINT or SIGTERM and a
 // validated configuration whose Logger is set. Returning an error makes the
 // binary print it on one line and exit with status 1, or with the code of an
 // *ExitError.
-//
-// Set hooks before the binary parses its command line; they are not safe to
-// change concurrently with a running command.
-var (
-	// RunServer runs -m server: the target of the DOCA demo.
-	RunServer func(ctx context.Context, cfg Config) error
-	// RunClient runs -m client: the initiator of the DOCA demo.
-	RunClient func(ctx context.Context, cfg Config) error
-	// RunBench runs `rdmo bench`. cfg.Mode may be "" (both sides in one
+type App struct {
+	// Server runs -m server: the target of the DOCA demo.
+	Server func(ctx context.Context, cfg Config) error
+	// Client runs -m client: the initiator of the DOCA demo.
+	Client func(ctx context.Context, cfg Config) error
+	// Bench runs `rdmo bench`. cfg.Mode may be "" (both sides in one
 	// process), ModeServer or ModeClient.
-	RunBench func(ctx context.Context, cfg Config) error
-	// RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends.
-	RunDPU func(ctx context.Context, cfg DPUConfig) error
-	// RunPlugins runs `rdmo plugins`: it lists the plugins a UROM service
+	Bench func(ctx context.Context, cfg Config) error
+	// DPU runs `rdmo dpu`, the UROM service daemon, until ctx ends.
+	DPU func(ctx context.Context, cfg DPUConfig) error
+	// Plugins runs `rdmo plugins`: it lists the plugins a UROM service
 	// offers (cfg.UROMAddress, or the embedded service) on stdout.
-	RunPlugins func(ctx context.Context, cfg PluginsConfig) error
+	Plugins func(ctx context.Context, cfg PluginsConfig) error
+	// Worker runs the hidden WorkerSubcommand: the body of a worker
+	// process a UROM service started.
+	Worker func(ctx context.Context, log *zap.Logger) error
 
-	// ValidateDevice checks a -d/--device name; the UCX layer sets it and
-	// lists the valid device names in its error. While nil, any non-empty
-	// name is accepted.
+	// UCX is the UCX layer the flags need.
+	UCX UCX
+}
+
+// WorkerSubcommand is the hidden rdmo subcommand a UROM service starts its
+// worker processes with (App.Worker).
+const WorkerSubcommand = "__urom-worker"
+
+// UCX is what the flag layer needs from the UCX layer, which this package
+// does not import (it needs cgo). Nil fields are "no UCX": any device name
+// is accepted, the SDK log level is only recorded, and the version output
+// shows UCXVersionPlaceholder.
+type UCX struct {
+	// ValidateDevice checks a -d/--device name and lists the valid
+	// device names in its error.
 	ValidateDevice func(name string) error
+	// ApplyLogLevel applies --sdk-log-level; ucxLevel is
+	// LogLevel.UCXLevel() ("fatal", "error", "warn", "info", "debug",
+	// "trace").
+	ApplyLogLevel func(ucxLevel string) error
+	// Version reports the UCX library the binary runs against, for
+	// -v/--version.
+	Version func() string
+}
 
-	// ApplySDKLogLevel applies --sdk-log-level; ucxLevel is LogLevel.UCXLevel()
-	// ("fatal", "error", "warn", "info", "debug", "trace"). The UCX layer sets
-	// it (mapping the name onto ucp.SetLogLevel); while nil the SDK level is
-	// only recorded in the configuration.
-	ApplySDKLogLevel func(ucxLevel string) error
-
-	// UCXVersion reports the UCX library the binary runs against, for
-	// -v/--version. The UCX layer sets it; while nil the version output shows
-	// UCXVersionPlaceholder.
-	UCXVersion func() string
-)
-
-// UCXVersionPlaceholder is what -v/--version shows for UCX while the
-// UCXVersion hook is not set.
+// UCXVersionPlaceholder is what -v/--version shows for UCX without
+// UCX.Version.
 const UCXVersionPlaceholder = "unknown (UCX is not linked into this binary yet)"
 
 // Build information, set at link time, for example:
@@ -85,11 +93,11 @@ type BuildInfo struct {
 	BuildDate string
 	GoVersion string // runtime.Version()
 	Platform  string // GOOS/GOARCH
-	UCX       string // UCXVersion(), or UCXVersionPlaceholder
+	UCX       string // UCX.Version(), or UCXVersionPlaceholder
 }
 
-// VersionInfo collects the build information.
-func VersionInfo() BuildInfo {
+// VersionInfo collects the build information, the UCX version from ucx.
+func VersionInfo(ucx UCX) BuildInfo {
 	bi := BuildInfo{
 		Program:   ProgramName,
 		Version:   Version,
@@ -126,8 +134,8 @@ func VersionInfo() BuildInfo {
 	if bi.Version == "" {
 		bi.Version = "devel"
 	}
-	if UCXVersion != nil {
-		if v := strings.TrimSpace(UCXVersion()); v != "" {
+	if ucx.Version != nil {
+		if v := strings.TrimSpace(ucx.Version()); v != "" {
 			bi.UCX = v
 		}
 	}

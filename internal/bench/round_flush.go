@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// The flush rows: FLUSH round trips, idle and under an append load.
+
+// flushIdle measures FLUSH round trips with nothing else in flight.
+func (p *initProc) flushIdle(s roundSpec) (roundResult, error) {
+	if err := p.needRDMO(); err != nil {
+		return roundResult{}, err
+	}
+	var h Hist
+	b := newBudget(s, 1)
+	start := time.Now()
+	n := 0
+	for ; !b.done(n); n++ {
+		t0 := time.Now()
+		if err := p.flush(); err != nil {
+			return roundResult{}, err
+		}
+		h.Add(time.Since(t0))
+	}
+	return roundResult{Ops: uint64(n), Elapsed: time.Since(start), Lat: h}, nil
+}
+
+// flushLoad measures FLUSH round trips while a second goroutine streams
+// appends on the same connection (so every flush waits for the appends
+// queued before it). The round ends when the flushes are done or the
+// load's queue space is used up.
+func (p *initProc) flushLoad(s roundSpec) (roundResult, error) {
+	if err := p.needRDMO(); err != nil {
+		return roundResult{}, err
+	}
+	var stop atomic.Bool
+	var loaded atomic.Uint64
+	loadErr := make(chan error, 1)
+	in := p.in
+	go func() {
+		rec := make([]byte, s.Size)
+		cr := newCreditor(in, s.Credit)
+		n := 0
+		for ; n < s.LoadMax && !stop.Load(); n++ {
+			if err := cr.before(); err != nil {
+				loadErr <- err
+				return
+			}
+			fillRecord(rec, p.id, s.Round, uint32(n))
+			if err := in.Append(s.Queue.Base, s.Queue.Region, s.Queue.Region, rec); err != nil {
+				loadErr <- err
+				return
+			}
+			loaded.Store(uint64(n + 1))
+			if err := cr.after(); err != nil {
+				loadErr <- err
+				return
+			}
+		}
+		loadErr <- cr.drain()
+	}()
+	var h Hist
+	b := newBudget(s, 1)
+	start := time.Now()
+	n := 0
+	var err error
+	for ; !b.done(n) && loaded.Load() < uint64(s.LoadMax); n++ {
+		if n == 0 {
+			// Let the load fill the pipeline first.
+			for loaded.Load() < uint64(min(s.LoadMax, s.Window)) && len(loadErr) == 0 {
+				runtime.Gosched()
+			}
+		}
+		t0 := time.Now()
+		if err = p.flush(); err != nil {
+			break
+		}
+		h.Add(time.Since(t0))
+	}
+	el := time.Since(start)
+	stop.Store(true)
+	if lerr := <-loadErr; lerr != nil && err == nil {
+		err = lerr
+	}
+	if err == nil {
+		err = p.flush()
+	}
+	if err != nil {
+		return roundResult{}, err
+	}
+	l := loaded.Load()
+	return roundResult{Ops: uint64(n), Bytes: l * uint64(s.Size), Elapsed: el, Lat: h, Load: l}, nil
+}
