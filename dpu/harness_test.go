@@ -15,6 +15,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -199,8 +200,8 @@ type initiator struct {
 	ep      *ucp.Endpoint
 	client  uint64
 	seq     uint64
-	acks    map[uint64]rdmo.AckResponse
-	flushes []rdmo.FlushResponse
+	acks    map[uint64]wire.AckResponse
+	flushes []wire.FlushResponse
 	order   []string // "ack:<seq>" / "flush:<id>" in arrival order
 	bad     []string
 	sendErr []error
@@ -212,7 +213,7 @@ func (e *env) newInitiator(client uint64) *initiator {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	in := &initiator{t: e.t, w: w, client: client, acks: map[uint64]rdmo.AckResponse{}}
+	in := &initiator{t: e.t, w: w, client: client, acks: map[uint64]wire.AckResponse{}}
 	if in.addr, err = w.Address(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -226,14 +227,14 @@ func (e *env) newInitiator(client uint64) *initiator {
 }
 
 func (in *initiator) response(b []byte) {
-	id, err := rdmo.ParseResponseID(b)
+	id, err := wire.ParseResponseID(b)
 	if err != nil {
 		in.bad = append(in.bad, err.Error())
 		return
 	}
 	switch id {
-	case rdmo.RspAck:
-		a, err := rdmo.ParseAck(b)
+	case wire.RspAck:
+		a, err := wire.ParseAck(b)
 		if err != nil {
 			in.bad = append(in.bad, err.Error())
 			return
@@ -243,8 +244,8 @@ func (in *initiator) response(b []byte) {
 		}
 		in.acks[a.Seq] = a
 		in.order = append(in.order, fmt.Sprintf("ack:%d", a.Seq))
-	case rdmo.RspFlush:
-		f, err := rdmo.ParseFlushResponse(b)
+	case wire.RspFlush:
+		f, err := wire.ParseFlushResponse(b)
 		if err != nil {
 			in.bad = append(in.bad, err.Error())
 			return
@@ -324,21 +325,21 @@ func (in *initiator) progressFor(d time.Duration) {
 	}
 }
 
-func (in *initiator) ack(seq uint64) rdmo.AckResponse {
+func (in *initiator) ack(seq uint64) wire.AckResponse {
 	in.t.Helper()
 	in.progressUntil(fmt.Sprintf("ack of seq %d", seq), func() bool { _, ok := in.acks[seq]; return ok })
 	return in.acks[seq]
 }
 
-func (in *initiator) flush(id uint64) (uint64, rdmo.FlushResponse) {
+func (in *initiator) flush(id uint64) (uint64, wire.FlushResponse) {
 	in.t.Helper()
-	seq := in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: in.client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id}), nil, 0)
+	seq := in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: in.client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id}), nil, 0)
 	return seq, in.waitFlush(id)
 }
 
-func (in *initiator) waitFlush(id uint64) rdmo.FlushResponse {
+func (in *initiator) waitFlush(id uint64) wire.FlushResponse {
 	in.t.Helper()
-	var got rdmo.FlushResponse
+	var got wire.FlushResponse
 	in.progressUntil(fmt.Sprintf("flush %#x", id), func() bool {
 		for _, f := range in.flushes {
 			if f.FlushID == id {
@@ -404,7 +405,7 @@ func userReq(client uint64, op, flags uint32, sub ...uint64) []byte {
 	for _, v := range sub {
 		b = le.AppendUint64(b, v)
 	}
-	h, err := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: client, Op: op, Flags: flags}, b)
+	h, err := wire.AppendUserRequest(nil, wire.Header{ClientID: client, Op: op, Flags: flags}, b)
 	if err != nil {
 		panic(err)
 	}
@@ -412,7 +413,7 @@ func userReq(client uint64, op, flags uint32, sub ...uint64) []byte {
 }
 
 func sub(req *rdmo.Request, i int) uint64 {
-	return le.Uint64(req.Header[rdmo.HeaderLen+8*i:])
+	return le.Uint64(req.Header[wire.HeaderLen+8*i:])
 }
 
 type putHandler struct{ rdmo.BaseHandler }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -364,7 +365,7 @@ func (p *initProc) scatter(s roundSpec) (roundResult, error) {
 	}
 	p.acks.reset()
 	l := s.Layout
-	iovs := make([]rdmo.IOV, l.IOVs)
+	iovs := make([]wire.IOV, l.IOVs)
 	chunks := make([][]byte, l.IOVs)
 	for i := range chunks {
 		chunks[i] = make([]byte, s.Size)
@@ -379,7 +380,7 @@ func (p *initProc) scatter(s roundSpec) (roundResult, error) {
 			return roundResult{}, err
 		}
 		for i := range iovs {
-			iovs[i] = rdmo.IOV{Addr: l.Base + l.offset(p.id, n, i), Rkey: s.Scatter.Region, Len: uint16(s.Size)}
+			iovs[i] = wire.IOV{Addr: l.Base + l.offset(p.id, n, i), Rkey: rdmo.RegionID(s.Scatter.Region), Len: uint16(s.Size)}
 			fillRecord(chunks[i], p.id, s.Round, l.chunkSeq(n, i))
 		}
 		if n%s.Sample == 0 {
@@ -854,7 +855,7 @@ func (a *ackTracker) reset() {
 	a.mu.Unlock()
 }
 
-func (a *ackTracker) onAck(ack rdmo.AckResponse, _ []byte) {
+func (a *ackTracker) onAck(ack wire.AckResponse, _ []byte) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()

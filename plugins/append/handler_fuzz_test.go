@@ -8,6 +8,7 @@ import (
 	appendh "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // The address space every fuzz input runs against: a queue region of the
@@ -24,7 +25,7 @@ const (
 )
 
 func fzAppendHeader(ptr, ptrRkey, dataRkey uint64, flags uint32) []byte {
-	return rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: fzClient, Flags: flags},
+	return wire.AppendAppendRequest(nil, wire.Header{ClientID: fzClient, Flags: flags},
 		rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: ptrRkey, DataRkey: dataRkey})
 }
 
@@ -68,16 +69,16 @@ func FuzzAppendHandleBatch(f *testing.F) {
 			snap[id] = bytes.Clone(tg.Memory(id))
 		}
 		req := rdmo.Request{Client: fzClient, Op: rdmo.OpAppend, Header: hdr, Payload: payload, Length: uint64(len(payload))}
-		if len(hdr) >= rdmo.HeaderLen {
-			req.Op = binary.LittleEndian.Uint32(hdr[rdmo.HeaderOpOffset:])
-			req.Flags = binary.LittleEndian.Uint32(hdr[rdmo.HeaderFlagsOffset:])
+		if len(hdr) >= wire.HeaderLen {
+			req.Op = binary.LittleEndian.Uint32(hdr[wire.HeaderOpOffset:])
+			req.Flags = binary.LittleEndian.Uint32(hdr[wire.HeaderFlagsOffset:])
 		}
 		if rndv {
 			tg.SetRendezvousPayload(0, payload)
 			req.Payload, req.Rendezvous = nil, true
 		}
 		res := tg.RunBatch(h, req)[0]
-		if err := tg.Fence(); err != nil && res.Status == rdmo.StatusOK {
+		if err := tg.WriteBackAll(); err != nil && res.Status == rdmo.StatusOK {
 			t.Fatalf("fence after a successful append: %v", err)
 		}
 		tg.EndBatch()
@@ -87,7 +88,7 @@ func FuzzAppendHandleBatch(f *testing.F) {
 		if !bytes.Equal(tg.Memory(fzForeign), snap[fzForeign]) {
 			t.Fatal("the other client's region changed")
 		}
-		rh, perr := rdmo.ParseRequest(hdr)
+		rh, perr := wire.ParseRequest(hdr)
 		if res.Status != rdmo.StatusOK {
 			for _, id := range []uint64{fzQueue, fzData} {
 				got, want := tg.Memory(id), snap[id]

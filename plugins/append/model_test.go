@@ -5,6 +5,7 @@ import (
 
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // appendModel is the plain semantics of APPEND over a rdmotest.Model: no
@@ -28,7 +29,7 @@ func newAppendModel(m *rdmotest.Model, client uint64, shared bool) *appendModel 
 
 // check validates one request as the handler must, before any tail is known.
 func (am *appendModel) check(req rdmo.Request, n uint64) (rdmo.AppendHeader, rdmo.Region, rdmo.Status) {
-	rh, err := rdmo.ParseRequest(req.Header)
+	rh, err := wire.ParseRequest(req.Header)
 	if err != nil {
 		return rdmo.AppendHeader{}, rdmo.Region{}, rdmo.StatusOf(err)
 	}

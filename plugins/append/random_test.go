@@ -11,6 +11,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // The random test drives the append, scatter and flush handlers through a
@@ -220,7 +221,7 @@ func (s *sim) scatterReq() (rdmo.Request, []byte) {
 			}
 		}
 	}
-	h := rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count})
+	h := wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count})
 	r := tg.Req(h, payload)
 	if len(payload) > 0 && s.rng.IntN(6) == 0 {
 		r = tg.Rendezvous(r)

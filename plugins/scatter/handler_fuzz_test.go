@@ -8,6 +8,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 const (
@@ -21,11 +22,11 @@ const (
 )
 
 func fzScatter(count uint64, elems ...any) ([]byte, []byte) {
-	hdr := rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: fzClient}, rdmo.ScatterHeader{Count: count})
+	hdr := wire.AppendScatterRequest(nil, wire.Header{ClientID: fzClient}, rdmo.ScatterHeader{Count: count})
 	var p []byte
 	for i := 0; i+2 < len(elems); i += 3 {
 		d := elems[i+2].([]byte)
-		p, _ = rdmo.AppendIOV(p, rdmo.IOV{Addr: elems[i].(uint64), Rkey: elems[i+1].(uint64), Len: uint16(len(d))}, d)
+		p, _ = wire.AppendIOV(p, wire.IOV{Addr: elems[i].(uint64), Rkey: elems[i+1].(uint64), Len: uint16(len(d))}, d)
 	}
 	return hdr, p
 }
@@ -64,8 +65,8 @@ func FuzzScatterHandleBatch(f *testing.F) {
 			snap[id] = bytes.Clone(tg.Memory(id))
 		}
 		req := rdmo.Request{Client: fzClient, Op: rdmo.OpScatter, Header: hdr, Payload: payload, Length: uint64(len(payload))}
-		if len(hdr) >= rdmo.HeaderLen {
-			req.Op = binary.LittleEndian.Uint32(hdr[rdmo.HeaderOpOffset:])
+		if len(hdr) >= wire.HeaderLen {
+			req.Op = binary.LittleEndian.Uint32(hdr[wire.HeaderOpOffset:])
 		}
 		if rndv {
 			tg.SetRendezvousPayload(0, payload)
@@ -86,11 +87,11 @@ func FuzzScatterHandleBatch(f *testing.F) {
 			}
 			return
 		}
-		rh, err := rdmo.ParseRequest(hdr)
+		rh, err := wire.ParseRequest(hdr)
 		if err != nil {
 			t.Fatalf("scatter with a bad header (%v) succeeded", err)
 		}
-		if err := rdmo.ForEachIOV(payload, rh.Scatter.Count, func(v rdmo.IOV, d []byte) error {
+		if err := wire.ForEachIOV(payload, rh.Scatter.Count, func(v wire.IOV, d []byte) error {
 			r, err := tg.Region(v.Rkey)
 			if err != nil {
 				if v.Len == 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 const (
@@ -187,10 +188,10 @@ func TestMalformed(t *testing.T) {
 	f := newFixture(t, scatter.Options{})
 	two := rdmotest.ScatterPayload(chunk(regA, baseA, 8, 1), chunk(regA, baseA+8, 8, 2))
 	hdr := func(client uint64, flags uint32, count uint64) []byte {
-		return rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, rdmo.ScatterHeader{Count: count})
+		return wire.AppendScatterRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.ScatterHeader{Count: count})
 	}
 	lenOver := append([]byte(nil), two...)
-	lenOver[len(lenOver)-8-rdmo.IOVDescLen+rdmo.IOVLenOffset] = 9 // second iov claims 9 bytes, 8 follow
+	lenOver[len(lenOver)-8-wire.IOVDescLen+wire.IOVLenOffset] = 9 // second iov claims 9 bytes, 8 follow
 	cases := []struct {
 		name    string
 		header  []byte
@@ -206,7 +207,7 @@ func TestMalformed(t *testing.T) {
 		{"long header", append(hdr(cl, 0, 2), 0), two, rdmo.StatusHeaderTooLong},
 		{"unknown flags", hdr(cl, 1<<9, 2), two, rdmo.StatusUnknownFlags},
 		{"client mismatch", hdr(other, 0, 2), two, rdmo.StatusClientMismatch},
-		{"append header", rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: cl}, rdmo.AppendHeader{}), two, rdmo.StatusUnknownOp},
+		{"append header", wire.AppendAppendRequest(nil, wire.Header{ClientID: cl}, rdmo.AppendHeader{}), two, rdmo.StatusUnknownOp},
 		{"count 0, payload", hdr(cl, 0, 0), two, rdmo.StatusPayloadMismatch},
 		{"count 0, empty", hdr(cl, 0, 0), nil, rdmo.StatusOK},
 	}
@@ -254,7 +255,7 @@ func TestRendezvous(t *testing.T) {
 	})
 	t.Run("malformed after fetch", func(t *testing.T) {
 		f := newFixture(t, scatter.Options{})
-		r := f.tg.Req(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{Count: 3}), rdmotest.ScatterPayload(chunks...))
+		r := f.tg.Req(wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{Count: 3}), rdmotest.ScatterPayload(chunks...))
 		res := f.tg.RunBatch(f.h, f.tg.Rendezvous(r))
 		if res[0].Status != rdmo.StatusPayloadMismatch || f.a[0] != 0 {
 			t.Fatalf("%+v", res)
@@ -323,7 +324,7 @@ func TestRandomAgainstModel(t *testing.T) {
 						count++
 					}
 					p := rdmotest.ScatterPayload(cs...)
-					r := f.tg.Req(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count}), p)
+					r := f.tg.Req(wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count}), p)
 					if len(p) > 0 && rng.IntN(5) == 0 {
 						r = f.tg.Rendezvous(r)
 						if len(p) > 1500 {
@@ -374,7 +375,7 @@ func TestConcurrentClients(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
 				off := uint64(i%32) * 64
-				res := tg.RunBatch(h, tg.Req(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: c}, rdmo.ScatterHeader{Count: 2}),
+				res := tg.RunBatch(h, tg.Req(wire.AppendScatterRequest(nil, wire.Header{ClientID: c}, rdmo.ScatterHeader{Count: 2}),
 					rdmotest.ScatterPayload(chunk(c, c<<32+off, 32, byte(i)), chunk(c, c<<32+off+32, 32, byte(i+32)))))
 				if res[0].Status != 0 || !bytes.Equal(mem[off:off+64], data(64, byte(i))) {
 					t.Errorf("client %d step %d: %+v", c, i, res[0])

@@ -22,6 +22,7 @@ import (
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 const ucpPkg = "github.com/openrdmo/rdmo/ucp"
@@ -285,7 +286,7 @@ func TestExamplePlugin(t *testing.T) {
 	sub := make([]byte, 16)
 	le.PutUint64(sub, region)
 	le.PutUint64(sub[8:], base+64)
-	hdr, _ := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: client, Op: 16}, sub)
+	hdr, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: client, Op: 16}, sub)
 	res := run(h, tg, tg.Req(hdr, nil), tg.Req(hdr, nil), tg.Req(hdr[:20], nil))
 	wantStatus(t, res, 0, 0, rdmo.StatusShortHeader)
 	if res[0].Value != 41 || res[1].Value != 42 || le.Uint64(mem[64:]) != 43 {
@@ -294,7 +295,7 @@ func TestExamplePlugin(t *testing.T) {
 }
 
 // TestReferencePlugins: the append, flush and scatter plugins work through
-// plugin.Load, including the flush plugin's Fence reaching the append
+// plugin.Load, including the flush plugin's WriteBack reaching the append
 // plugin (a call into one plugin from inside another's batch).
 func TestReferencePlugins(t *testing.T) {
 	hs := map[string]*plugin.Handler{}

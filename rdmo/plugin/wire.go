@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // This file is the wire between worker and plugin: a hand-written gRPC
@@ -20,7 +21,7 @@ import (
 //
 //	Info          unary   infoReq  -> infoResp   handler name, version, ops
 //	HandleBatch   unary   callReq  -> callResp   one call per batch
-//	Fence         unary   callReq  -> callResp   Handler.Fence
+//	WriteBack         unary   callReq  -> callResp   Handler.WriteBack
 //	RegionRemoved unary   callReq  -> callResp   Handler.RegionRemoved
 //	ClientRemoved unary   callReq  -> callResp   Handler.ClientRemoved
 //	Target        bidi    answer  <-> frame      opened once by the worker
@@ -89,7 +90,7 @@ const (
 
 	methodInfo          = "/" + serviceName + "/Info"
 	methodHandleBatch   = "/" + serviceName + "/HandleBatch"
-	methodFence         = "/" + serviceName + "/Fence"
+	methodWriteBack     = "/" + serviceName + "/WriteBack"
 	methodRegionRemoved = "/" + serviceName + "/RegionRemoved"
 	methodClientRemoved = "/" + serviceName + "/ClientRemoved"
 	methodTarget        = "/" + serviceName + "/Target"
@@ -98,7 +99,7 @@ const (
 // Kinds of invocation (worker -> plugin unary calls with a callReq).
 const (
 	callBatch uint8 = iota + 1
-	callFence
+	callWriteBack
 	callRegionRemoved
 	callClientRemoved
 )
@@ -107,8 +108,8 @@ func callMethod(kind uint8) string {
 	switch kind {
 	case callBatch:
 		return methodHandleBatch
-	case callFence:
-		return methodFence
+	case callWriteBack:
+		return methodWriteBack
 	case callRegionRemoved:
 		return methodRegionRemoved
 	}
@@ -119,8 +120,8 @@ func callName(kind uint8) string {
 	switch kind {
 	case callBatch:
 		return "HandleBatch"
-	case callFence:
-		return "Fence"
+	case callWriteBack:
+		return "WriteBack"
 	case callRegionRemoved:
 		return "RegionRemoved"
 	}
@@ -135,7 +136,7 @@ const (
 	opSync
 	opFetch
 	opFlush
-	opFence
+	opWriteBackAll
 )
 
 // rpcServer is what the plugin process implements; serviceDesc dispatches
@@ -152,7 +153,7 @@ var serviceDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		{MethodName: "Info", Handler: infoHandler},
 		{MethodName: "HandleBatch", Handler: callHandler(callBatch)},
-		{MethodName: "Fence", Handler: callHandler(callFence)},
+		{MethodName: "WriteBack", Handler: callHandler(callWriteBack)},
 		{MethodName: "RegionRemoved", Handler: callHandler(callRegionRemoved)},
 		{MethodName: "ClientRemoved", Handler: callHandler(callClientRemoved)},
 	},
@@ -223,10 +224,11 @@ func (w wireErr) err() error {
 type infoReq struct{}
 
 type infoResp struct {
-	Name    string
-	Version string
-	Ops     []uint32
-	Pid     int64
+	Name          string
+	Version       string
+	Ops           []uint32
+	Pid           int64
+	NoCachedState bool // rdmo.HandlerInfo.NoCachedState; absent from older plugins (false)
 }
 
 // callReq is one invocation of the handler: a batch, or a hook.
@@ -242,7 +244,7 @@ type callReq struct {
 // call); Tail holds the pipelined target calls that were not sent yet.
 type callResp struct {
 	Results []rdmo.Result
-	Err     wireErr // Fence, RegionRemoved
+	Err     wireErr // WriteBack, RegionRemoved
 	Frames  uint64
 	Tail    []op
 	Panic   string // the handler panicked: the worker restarts the plugin
@@ -259,7 +261,7 @@ type frame struct {
 type op struct {
 	ID     uint64 // answer id; 0 for pipelined calls (Put, Place)
 	Kind   uint8
-	Region uint64
+	Region rdmo.RegionID
 	Addr   uint64
 	Req    int64 // index of the request in the batch (Place, Fetch)
 	Data   []byte
@@ -268,7 +270,7 @@ type op struct {
 
 type syncOp struct {
 	Kind    rdmo.RemoteOpKind
-	Region  uint64
+	Region  rdmo.RegionID
 	Addr    uint64
 	Len     uint64 // RemoteGet
 	Operand uint64
@@ -314,14 +316,15 @@ func (m *infoReq) decode(r *dec)            { r.skipN(r.fields(0)) }
 
 func (m *infoResp) sizeHint() int { return 32 + len(m.Name) + len(m.Version) + 5*len(m.Ops) }
 func (m *infoResp) appendTo(b []byte) []byte {
-	b = appendArr(b, 4)
+	b = appendArr(b, 5)
 	b = appendStr(b, m.Name)
 	b = appendStr(b, m.Version)
 	b = appendArr(b, len(m.Ops))
 	for _, o := range m.Ops {
 		b = appendUint(b, uint64(o))
 	}
-	return appendInt(b, m.Pid)
+	b = appendInt(b, m.Pid)
+	return appendBool(b, m.NoCachedState)
 }
 func (m *infoResp) decode(r *dec) {
 	x := r.fields(4)
@@ -333,6 +336,10 @@ func (m *infoResp) decode(r *dec) {
 		}
 	}
 	m.Pid = r.i()
+	if x > 0 && r.err == nil {
+		m.NoCachedState = r.t()
+		x--
+	}
 	r.skipN(x)
 }
 
@@ -341,7 +348,7 @@ const reqFields = 8
 func (m *callReq) sizeHint() int {
 	n := 32
 	for i := range m.Reqs {
-		n += 48 + len(m.Reqs[i].Header) + len(m.Reqs[i].Payload)
+		n += 48 + len(m.Reqs[i].Sub) + len(m.Reqs[i].Payload)
 	}
 	return n
 }
@@ -355,10 +362,10 @@ func (m *callReq) appendTo(b []byte) []byte {
 		q := &m.Reqs[i]
 		b = appendArr(b, reqFields)
 		b = appendUint(b, q.Seq)
-		b = appendUint(b, q.Client)
+		b = appendUint(b, uint64(q.Client))
 		b = appendUint(b, uint64(q.Op))
 		b = appendUint(b, uint64(q.Flags))
-		b = appendBin(b, q.Header)
+		b = appendBin(b, q.Sub) // the decoded sub-header is a function of it (wire.DecodeSub)
 		b = appendBin(b, q.Payload)
 		b = appendUint(b, q.Length)
 		b = appendBool(b, q.Rendezvous)
@@ -373,8 +380,11 @@ func (m *callReq) decode(r *dec) {
 		for i := range m.Reqs {
 			q := &m.Reqs[i]
 			y := r.fields(reqFields)
-			q.Seq, q.Client, q.Op, q.Flags = r.u(), r.u(), r.u32(), r.u32()
-			q.Header, q.Payload = r.bin(), r.bin()
+			q.Seq, q.Client, q.Op, q.Flags = r.u(), rdmo.ClientID(r.u()), r.u32(), r.u32()
+			q.Sub, q.Payload = r.bin(), r.bin()
+			if r.err == nil && !wire.DecodeSub(q) {
+				r.fail(fmt.Errorf("rdmo plugin wire: %s sub-header of %d bytes", rdmo.OpName(q.Op), len(q.Sub)))
+			}
 			q.Length, q.Rendezvous = r.u(), r.t()
 			r.skipN(y)
 			if r.err != nil {
@@ -443,7 +453,7 @@ func appendOps(b []byte, ops []op) []byte {
 		b = appendArr(b, 7)
 		b = appendUint(b, o.ID)
 		b = appendUint(b, uint64(o.Kind))
-		b = appendUint(b, o.Region)
+		b = appendUint(b, uint64(o.Region))
 		b = appendUint(b, o.Addr)
 		b = appendInt(b, o.Req)
 		b = appendBin(b, o.Data)
@@ -452,7 +462,7 @@ func appendOps(b []byte, ops []op) []byte {
 			s := &o.Sync[j]
 			b = appendArr(b, 6)
 			b = appendUint(b, uint64(s.Kind))
-			b = appendUint(b, s.Region)
+			b = appendUint(b, uint64(s.Region))
 			b = appendUint(b, s.Addr)
 			b = appendUint(b, s.Len)
 			b = appendUint(b, s.Operand)
@@ -472,7 +482,7 @@ func (r *dec) ops() []op {
 		o := &ops[i]
 		x := r.fields(7)
 		o.ID, o.Kind = r.u(), r.u8()
-		o.Region, o.Addr, o.Req = r.u(), r.u(), r.i()
+		o.Region, o.Addr, o.Req = rdmo.RegionID(r.u()), r.u(), r.i()
 		o.Data = r.bin()
 		if m := r.count(minSyncOpLen); m > 0 && r.err == nil {
 			o.Sync = make([]syncOp, m)
@@ -480,7 +490,7 @@ func (r *dec) ops() []op {
 				s := &o.Sync[j]
 				y := r.fields(6)
 				s.Kind = rdmo.RemoteOpKind(r.u8())
-				s.Region, s.Addr, s.Len, s.Operand, s.Compare = r.u(), r.u(), r.u(), r.u(), r.u()
+				s.Region, s.Addr, s.Len, s.Operand, s.Compare = rdmo.RegionID(r.u()), r.u(), r.u(), r.u(), r.u()
 				r.skipN(y)
 			}
 		}
@@ -517,7 +527,7 @@ func (m *answer) appendTo(b []byte) []byte {
 	b = appendUint(b, m.ID)
 	b = m.Err.append(b)
 	b = appendArr(b, 3)
-	b = appendUint(b, m.Region.ID)
+	b = appendUint(b, uint64(m.Region.ID))
 	b = appendUint(b, m.Region.Base)
 	b = appendUint(b, m.Region.Len)
 	b = appendBin(b, m.Data)
@@ -536,7 +546,7 @@ func (m *answer) decode(r *dec) {
 	m.ID = r.u()
 	m.Err = r.werr()
 	y := r.fields(3)
-	m.Region = rdmo.Region{ID: r.u(), Base: r.u(), Len: r.u()}
+	m.Region = rdmo.Region{ID: rdmo.RegionID(r.u()), Base: r.u(), Len: r.u()}
 	r.skipN(y)
 	m.Data = r.bin()
 	if n := r.count(minSyncResLen); n > 0 && r.err == nil {

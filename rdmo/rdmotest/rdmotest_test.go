@@ -265,7 +265,7 @@ type fenceHook struct {
 
 func (h *fenceHook) Info() rdmo.HandlerInfo                                 { return rdmo.HandlerInfo{Name: "hook"} }
 func (h *fenceHook) HandleBatch(rdmo.Target, []rdmo.Request, []rdmo.Result) {}
-func (h *fenceHook) Fence(t rdmo.Target) error                              { h.fences++; return h.err }
+func (h *fenceHook) WriteBack(t rdmo.Target) error                          { h.fences++; return h.err }
 func (h *fenceHook) RegionRemoved(t rdmo.Target, r uint64) error {
 	// The region is still usable during the hook.
 	if err := t.Put(r, baseA, []byte{0xEE}); err != nil {
@@ -280,10 +280,10 @@ func TestHooks(t *testing.T) {
 	tg, a := setup(t)
 	h1, h2 := &fenceHook{}, &fenceHook{err: rdmo.ErrTargetUnreachable}
 	tg.Register(h1, h2)
-	err := tg.Fence()
+	err := tg.WriteBackAll()
 	wantStatus(t, err, rdmo.StatusTargetUnreachable)
-	if h1.fences != 1 || h2.fences != 1 || tg.Stats().Fences != 1 {
-		t.Fatal("Fence did not call every hook")
+	if h1.fences != 1 || h2.fences != 1 || tg.Stats().WriteBacks != 1 {
+		t.Fatal("WriteBackAll did not call every hook")
 	}
 	tg.DeferPuts = true
 	if err := tg.RemoveRegion(regA); err != nil {
