@@ -342,6 +342,28 @@ func hdrBytes(client uint64, flags uint32, a rdmo.AppendHeader) []byte {
 	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags}, a)
 }
 
+// Malformed APPENDs never reach the handler: the worker refuses them with
+// these statuses (as rdmotest.ParseReq does), before any handler runs.
+func TestRefusedByTheWorker(t *testing.T) {
+	tg := rdmotest.NewTarget(cl)
+	for _, c := range []struct {
+		name    string
+		hdr     []byte
+		payload []byte
+		want    rdmo.Status
+	}{
+		{"empty payload", hdrBytes(cl, 0, qhdr), nil, rdmo.StatusEmptyAppend},
+		{"short header", hdrBytes(cl, 0, qhdr)[:39], []byte("payload!"), rdmo.StatusShortHeader},
+		{"long header", append(hdrBytes(cl, 0, qhdr), 0), []byte("payload!"), rdmo.StatusHeaderTooLong},
+		{"unknown flags", hdrBytes(cl, 1<<5, qhdr), []byte("payload!"), rdmo.StatusUnknownFlags},
+		{"client mismatch", hdrBytes(other, 0, qhdr), []byte("payload!"), rdmo.StatusClientMismatch},
+	} {
+		if _, err := tg.ParseReq(c.hdr, c.payload); rdmo.StatusOf(err) != c.want {
+			t.Errorf("%s: %v, want %s", c.name, err, c.want.Name())
+		}
+	}
+}
+
 // Every validation failure in one batch, between good appends: each gets
 // its status, the good ones are unaffected and coalesced, nothing is written
 // for a failure and nothing outside regions changes.
@@ -364,20 +386,11 @@ func TestErrorPaths(t *testing.T) {
 	app := func(a rdmo.AppendHeader, n int) func(*rdmotest.Target) rdmo.Request {
 		return func(tg *rdmotest.Target) rdmo.Request { return tg.AppendReq(a, pattern(n, 0x77)) }
 	}
-	raw := func(h []byte) func(*rdmotest.Target) rdmo.Request {
-		return func(tg *rdmotest.Target) rdmo.Request { return tg.Req(h, []byte("payload!")) }
-	}
 	pd := func(ptr uint64) rdmo.AppendHeader {
 		return rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: regP, DataRkey: regD}
 	}
 	cases := []tc{
 		{"good A", good(0xA0), 0, 0},
-		{"empty payload", app(qhdr, 0), rdmo.StatusEmptyAppend, rdmo.StatusEmptyAppend},
-		{"short header", raw(hdrBytes(cl, 0, qhdr)[:39]), rdmo.StatusShortHeader, rdmo.StatusShortHeader},
-		{"long header", raw(append(hdrBytes(cl, 0, qhdr), 0)), rdmo.StatusHeaderTooLong, rdmo.StatusHeaderTooLong},
-		{"scatter header", raw(wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{})), rdmo.StatusUnknownOp, rdmo.StatusUnknownOp},
-		{"unknown flags", raw(hdrBytes(cl, 1<<5, qhdr)), rdmo.StatusUnknownFlags, rdmo.StatusUnknownFlags},
-		{"client mismatch", raw(hdrBytes(other, 0, qhdr)), rdmo.StatusClientMismatch, rdmo.StatusClientMismatch},
 		{"unknown ptr region", app(rdmo.AppendHeader{PtrAddr: baseQ, PtrRkey: 0x999, DataRkey: regQ}, 8), rdmo.StatusUnknownRegion, rdmo.StatusUnknownRegion},
 		{"foreign ptr region", app(rdmo.AppendHeader{PtrAddr: baseF, PtrRkey: regF, DataRkey: regQ}, 8), rdmo.StatusRegionNotOwned, rdmo.StatusRegionNotOwned},
 		{"unknown data region", app(rdmo.AppendHeader{PtrAddr: baseQ, PtrRkey: regQ, DataRkey: 0x999}, 8), rdmo.StatusUnknownRegion, rdmo.StatusUnknownRegion},
@@ -425,11 +438,11 @@ func TestErrorPaths(t *testing.T) {
 					t.Errorf("%s: value %#x, model %#x", c.name, res[i].Value, wantRes[i].Value)
 				}
 			}
-			if res[0].Value != baseQ+8 || res[15].Value != baseQ+16 || res[21].Value != baseQ+24 {
-				t.Errorf("good appends at %#x %#x %#x", res[0].Value, res[15].Value, res[21].Value)
+			if res[0].Value != baseQ+8 || res[9].Value != baseQ+16 || res[15].Value != baseQ+24 {
+				t.Errorf("good appends at %#x %#x %#x", res[0].Value, res[9].Value, res[15].Value)
 			}
-			if s == appendh.Owned && res[19].Value != baseD+sizeD-10 {
-				t.Errorf("fits-after-overflow at %#x", res[19].Value)
+			if s == appendh.Owned && res[13].Value != baseD+sizeD-10 {
+				t.Errorf("fits-after-overflow at %#x", res[13].Value)
 			}
 			st := f.tg.Stats()
 			wantPuts := uint64(1) // the three good appends to the demo queue, coalesced
@@ -591,15 +604,15 @@ func TestConcurrentClients(t *testing.T) {
 			for c := uint64(1); c <= 4; c++ {
 				tg := root
 				if c > 1 {
-					tg = root.Peer(c)
+					tg = root.Peer(rdmo.ClientID(c))
 				}
 				base := c << 32
-				mem := tg.AddRegion(c, base, 64<<10)
+				mem := tg.AddRegion(rdmo.RegionID(c), base, 64<<10)
 				le.PutUint64(mem, base+8)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					a := rdmo.AppendHeader{PtrAddr: base, PtrRkey: c, DataRkey: c}
+					a := rdmo.AppendHeader{PtrAddr: base, PtrRkey: rdmo.RegionID(c), DataRkey: rdmo.RegionID(c)}
 					var want []byte
 					for b := 0; b < 50; b++ {
 						var reqs []rdmo.Request

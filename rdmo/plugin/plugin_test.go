@@ -71,7 +71,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func req(tg *rdmotest.Target, op uint32, a, b, c uint64, payload []byte) rdmo.Request {
-	hdr, err := wire.AppendUserRequest(nil, wire.Header{ClientID: tg.ClientID(), Op: op}, tp.Sub(a, b, c))
+	hdr, err := wire.AppendUserRequest(nil, wire.Header{ClientID: uint64(tg.ClientID()), Op: op}, tp.Sub(a, b, c))
 	if err != nil {
 		panic(err)
 	}
@@ -83,7 +83,7 @@ func putReq(tg *rdmotest.Target, reg, addr, mode uint64, payload []byte) rdmo.Re
 }
 
 func ctlReq(tg *rdmotest.Target, cmd string) rdmo.Request {
-	hdr, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: tg.ClientID(), Op: tp.OpCtl}, nil)
+	hdr, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: uint64(tg.ClientID()), Op: tp.OpCtl}, nil)
 	return tg.Req(hdr, []byte(cmd))
 }
 
@@ -373,9 +373,9 @@ func TestConcurrentClients(t *testing.T) {
 	tg, _ := newTarget(t)
 	var wg sync.WaitGroup
 	for c := uint64(1); c <= 4; c++ {
-		pt := tg.Peer(100 + c)
+		pt := tg.Peer(rdmo.ClientID(100 + c))
 		id := 0x100 + c
-		mem := pt.AddRegion(id, base+c<<20+1<<24, 8<<10)
+		mem := pt.AddRegion(rdmo.RegionID(id), base+c<<20+1<<24, 8<<10)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -26,8 +26,8 @@ func wireSamples() []wireMsg {
 		&infoReq{},
 		&infoResp{Name: "scatter", Version: "1.0.0", Ops: []uint32{2, 16}, Pid: 4242},
 		&callReq{Inv: 1, Client: 2, Region: 3, Reqs: []rdmo.Request{
-			{Seq: 1, Client: 2, Op: 1, Flags: 2, Header: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
-			{Seq: 2, Client: 2, Op: 2, Length: 1 << 20, Rendezvous: true},
+			{Seq: 1, Client: 2, Op: 16, Flags: 2, Sub: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
+			{Seq: 2, Client: 2, Op: 17, Length: 1 << 20, Rendezvous: true},
 		}},
 		&callResp{Results: []rdmo.Result{{Status: rdmo.StatusOutOfBounds, Detail: "out", Value: 0}, {Value: 9}},
 			Err: wireErr{Status: rdmo.StatusHandlerFailed, Detail: "x"}, Frames: 2, Tail: ops, Panic: ""},

@@ -106,30 +106,21 @@ func (m *Model) PutUint64(id rdmo.RegionID, addr, v uint64) {
 }
 
 // Scatter applies a SCATTER request with its (eager or fetched) payload the
-// way the worker must: the header (including its client id) and payload are
-// validated and every iov
-// resolved and bounds-checked before anything is written, so a failing
-// request writes nothing. It returns the request's status.
-func (m *Model) Scatter(header, payload []byte) rdmo.Status {
-	rh, err := wire.ParseRequest(header)
-	if err != nil {
+// way a handler must, after the worker's checks of the header: the payload
+// is checked against req.Scatter.Count and every iov resolved and
+// bounds-checked before anything is written, so a failing request writes
+// nothing. It returns the request's status.
+func (m *Model) Scatter(req rdmo.Request, payload []byte) rdmo.Status {
+	count := req.Scatter.Count
+	if err := wire.ForEachIOV(payload, count, func(wire.IOV, []byte) error { return nil }); err != nil {
 		return rdmo.StatusOf(err)
 	}
-	if rh.Header.Op != rdmo.OpScatter {
-		return rdmo.StatusUnknownOp
-	}
-	if rh.Header.ClientID != uint64(m.client) {
-		return rdmo.StatusClientMismatch
-	}
-	if err := rh.CheckPayload(payload); err != nil {
-		return rdmo.StatusOf(err)
-	}
-	if err := wire.ForEachIOV(payload, rh.Scatter.Count, func(v wire.IOV, _ []byte) error {
+	if err := wire.ForEachIOV(payload, count, func(v wire.IOV, _ []byte) error {
 		return m.Check(v.Rkey, v.Addr, uint64(v.Len))
 	}); err != nil {
 		return rdmo.StatusOf(err)
 	}
-	_ = wire.ForEachIOV(payload, rh.Scatter.Count, func(v wire.IOV, d []byte) error {
+	_ = wire.ForEachIOV(payload, count, func(v wire.IOV, d []byte) error {
 		return m.Write(v.Rkey, v.Addr, d)
 	})
 	return rdmo.StatusOK

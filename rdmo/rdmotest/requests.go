@@ -46,20 +46,48 @@ func (t *Target) NextSeq() uint64 {
 // what the initiator would get); a BATCH container is refused, as a worker
 // unpacks it rather than handing it over.
 func (t *Target) ParseReq(header, payload []byte) (rdmo.Request, error) {
-	rh, err := wire.ParseRequest(header)
-	switch {
-	case err != nil:
+	rh, err := t.checkHeader(header)
+	if err != nil {
 		return rdmo.Request{}, err
-	case rh.Header.Op == rdmo.OpBatch:
-		return rdmo.Request{}, &rdmo.WireError{Status: rdmo.StatusUnknownOp, Detail: "rdmotest: a batch container is not a handler's request"}
-	case rh.Header.ClientID != uint64(t.client):
-		return rdmo.Request{}, &rdmo.WireError{Status: rdmo.StatusClientMismatch,
-			Detail: fmt.Sprintf("header names client %d, the Target is client %d", rh.Header.ClientID, t.client)}
 	}
 	if err := rh.CheckPayload(payload); err != nil {
 		return rdmo.Request{}, err
 	}
 	return rh.Request(t.NextSeq(), t.client, header, payload), nil
+}
+
+// RendezvousReq builds a rendezvous request from a raw AM header and the
+// payload the initiator holds: the worker checks the header as ParseReq
+// does (and refuses a rendezvous FLUSH) but cannot check a payload it has
+// not received, so the payload may be malformed. The Target keeps it for
+// Place or Fetch.
+func (t *Target) RendezvousReq(header, payload []byte) (rdmo.Request, error) {
+	rh, err := t.checkHeader(header)
+	if err != nil {
+		return rdmo.Request{}, err
+	}
+	if rh.Header.Op == rdmo.OpFlush {
+		return rdmo.Request{}, &rdmo.WireError{Status: rdmo.StatusPayloadMismatch, Detail: "flush carries a rendezvous payload"}
+	}
+	r := rh.Request(t.NextSeq(), t.client, header, nil)
+	t.SetRendezvousPayload(r.Seq, payload)
+	r.Length, r.Rendezvous = uint64(len(payload)), true
+	return r, nil
+}
+
+// checkHeader makes the worker's checks of a request header.
+func (t *Target) checkHeader(header []byte) (wire.RequestHeader, error) {
+	rh, err := wire.ParseRequest(header)
+	switch {
+	case err != nil:
+		return rh, err
+	case rh.Header.Op == rdmo.OpBatch:
+		return rh, &rdmo.WireError{Status: rdmo.StatusUnknownOp, Detail: "rdmotest: a batch container is not a handler's request"}
+	case rh.Header.ClientID != uint64(t.client):
+		return rh, &rdmo.WireError{Status: rdmo.StatusClientMismatch,
+			Detail: fmt.Sprintf("header names client %d, the Target is client %d", rh.Header.ClientID, t.client)}
+	}
+	return rh, nil
 }
 
 // Req is ParseReq for a request the test knows to be well-formed; it
