@@ -16,7 +16,7 @@ type appendModel struct {
 	m      *rdmotest.Model
 	client rdmo.ClientID
 	shared bool
-	tails  map[qkey]uint64   // owned: cached tails
+	tails  map[qkey]uint64          // owned: cached tails
 	used   map[qkey][]rdmo.RegionID // data regions each queue was used with
 }
 
