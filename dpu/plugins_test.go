@@ -16,7 +16,7 @@ import (
 
 func appendReq(client uint64, flags uint32, ptrAddr, ptrRkey, dataRkey uint64) []byte {
 	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags},
-		rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: ptrRkey, DataRkey: dataRkey})
+		rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)})
 }
 
 // The reference demo (SPEC §5) and more, through the real handlers.
@@ -71,7 +71,7 @@ func TestPluginsEndToEnd(t *testing.T) {
 		var payload []byte
 		for i := 0; i < 16; i++ {
 			var err error
-			payload, err = wire.AppendIOV(payload, wire.IOV{Addr: q + qlen + uint64(i)*64, Rkey: scat, Len: 8}, bytes.Repeat([]byte{byte(i)}, 8))
+			payload, err = wire.AppendIOV(payload, wire.IOV{Addr: q + qlen + uint64(i)*64, Rkey: rdmo.RegionID(scat), Len: 8}, bytes.Repeat([]byte{byte(i)}, 8))
 			if err != nil {
 				t.Fatal(err)
 			}

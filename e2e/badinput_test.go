@@ -260,7 +260,7 @@ func iovs(t testing.TB, elems ...any) []byte {
 	for i := 0; i+2 < len(elems); i += 3 {
 		data := elems[i+2].([]byte)
 		var err error
-		p, err = wire.AppendIOV(p, wire.IOV{Addr: elems[i].(uint64), Rkey: elems[i+1].(uint64), Len: uint16(len(data))}, data)
+		p, err = wire.AppendIOV(p, wire.IOV{Addr: elems[i].(uint64), Rkey: rdmo.RegionID(elems[i+1].(uint64)), Len: uint16(len(data))}, data)
 		if err != nil {
 			t.Fatal(err)
 		}

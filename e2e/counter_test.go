@@ -24,7 +24,7 @@ func TestExampleCounterPlugin(t *testing.T) {
 			raw := tg.raw(t, tr)
 			const n = 200
 			for i := 0; i < n; i++ {
-				raw.send(counter.Request(1, r.id, r.base()+64, 1, rdmo.FlagAck), nil)
+				raw.send(counter.Request(1, rdmo.RegionID(r.id), r.base()+64, 1, rdmo.FlagAck), nil)
 			}
 			seen := map[uint64]bool{}
 			for len(seen) < n {
@@ -52,7 +52,7 @@ func TestExampleCounterPlugin(t *testing.T) {
 				t.Fatalf("counter %d, want %d", got, n)
 			}
 			// An unaligned counter is refused and reported; the worker goes on.
-			raw.send(counter.Request(1, r.id, r.base()+65, 1, rdmo.FlagAck), nil)
+			raw.send(counter.Request(1, rdmo.RegionID(r.id), r.base()+65, 1, rdmo.FlagAck), nil)
 			if a, _ := wire.ParseAck(raw.next()); a.Status != rdmo.StatusOutOfBounds {
 				t.Fatalf("unaligned counter: %+v", a)
 			}

@@ -116,7 +116,7 @@ func (tg *target) guarded() (region, func() error) {
 }
 
 func appendReq(client, ptr, ptrRkey, dataRkey uint64, flags uint32) []byte {
-	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: ptrRkey, DataRkey: dataRkey})
+	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)})
 }
 
 // SPEC §6 defect 1: unknown region ids and out-of-bounds requests were
@@ -132,7 +132,7 @@ func TestDefect1RejectedRequestsAreReportedAndFenceCompletes(t *testing.T) {
 		raw.send(appendReq(1, ptr, 9999, 9999, 0), []byte("unknown region"))      // seq 0
 		raw.send(appendReq(1, ptr, r.id, r.id, rdmo.FlagAck), []byte("good one")) // seq 1
 		var iov []byte
-		iov, _ = wire.AppendIOV(iov, wire.IOV{Addr: ptr + 4090, Rkey: r.id, Len: 8}, []byte("overflow"))                           // crosses the end
+		iov, _ = wire.AppendIOV(iov, wire.IOV{Addr: ptr + 4090, Rkey: rdmo.RegionID(r.id), Len: 8}, []byte("overflow"))            // crosses the end
 		raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), iov) // seq 2
 		acks := map[uint64]wire.AckResponse{}
 		for len(acks) < 2 {
@@ -228,8 +228,8 @@ func TestDefect8ScatterCountMustMatchPayload(t *testing.T) {
 	r, guardsOK := tg.guarded()
 	raw := tg.raw(t, tr)
 	var two []byte
-	two, _ = wire.AppendIOV(two, wire.IOV{Addr: r.base() + 4096, Rkey: r.id, Len: 4}, []byte("aaaa"))
-	two, _ = wire.AppendIOV(two, wire.IOV{Addr: r.base() + 4200, Rkey: r.id, Len: 4}, []byte("bbbb"))
+	two, _ = wire.AppendIOV(two, wire.IOV{Addr: r.base() + 4096, Rkey: rdmo.RegionID(r.id), Len: 4}, []byte("aaaa"))
+	two, _ = wire.AppendIOV(two, wire.IOV{Addr: r.base() + 4200, Rkey: rdmo.RegionID(r.id), Len: 4}, []byte("bbbb"))
 	raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 3}), two)      // too few
 	raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 1}), two)      // too many
 	raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 2}), two[:30]) // truncated

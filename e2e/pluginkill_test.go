@@ -59,7 +59,7 @@ func TestPluginKilledMidStream(t *testing.T) {
 	}
 	scatter := func(i int) {
 		var p []byte
-		p, _ = wire.AppendIOV(p, wire.IOV{Addr: sr.base() + uint64(i%1000)*8, Rkey: sr.id, Len: 8}, []byte("scattred"))
+		p, _ = wire.AppendIOV(p, wire.IOV{Addr: sr.base() + uint64(i%1000)*8, Rkey: rdmo.RegionID(sr.id), Len: 8}, []byte("scattred"))
 		raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), p)
 	}
 	appendOne := func() {

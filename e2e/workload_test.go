@@ -203,7 +203,7 @@ func initiatorMain() int {
 				for j := range c {
 					c[j] = byte(0x40 + i)
 				}
-				iovs = append(iovs, wire.IOV{Addr: n[1] + uint64(i)*n[2], Rkey: n[0], Len: 8})
+				iovs = append(iovs, wire.IOV{Addr: n[1] + uint64(i)*n[2], Rkey: rdmo.RegionID(n[0]), Len: 8})
 				chunks = append(chunks, c)
 			}
 			err = in.Scatter(iovs, chunks)
@@ -269,7 +269,7 @@ func runModel(in *initiator.Initiator, id int, seed uint64, steps int, ptr, qreg
 		case 's', 'x':
 			iovs := make([]wire.IOV, len(op.iovs))
 			for i, v := range op.iovs {
-				iovs[i] = wire.IOV{Addr: sbase + v.Addr, Rkey: sregion, Len: v.Len}
+				iovs[i] = wire.IOV{Addr: sbase + v.Addr, Rkey: rdmo.RegionID(sregion), Len: v.Len}
 			}
 			err = in.Scatter(iovs, op.chunks)
 			if op.kind == 'x' {

@@ -153,7 +153,7 @@ func TestWireLayout(t *testing.T) {
 			if i > 0 {
 				data = [][]byte{nil, {}, pattern(300, 1)}[i]
 			}
-			scatterPayload = append(scatterPayload, refIOV(iovs[i].Addr, iovs[i].Rkey, data)...)
+			scatterPayload = append(scatterPayload, refIOV(iovs[i].Addr, uint64(iovs[i].Rkey), data)...)
 		}
 		want := []struct {
 			hdr, payload []byte
