@@ -251,7 +251,7 @@ func (w *Worker) RemoveClient(id uint64) error {
 }
 
 // Close tears the worker down: every client is removed after its handlers
-// wrote back their cached state (Fence, Flush) where the target is still
+// wrote back their cached state (WriteBackAll, Flush) where the target is still
 // reachable; then the UCP worker and context are closed and the goroutines
 // end. Close waits for handlers that are running to return.
 func (w *Worker) Close() error {
