@@ -19,9 +19,9 @@ import (
 //
 // Service rdmo.plugin.v1.Handler (the plugin process serves it):
 //
-//	Info          unary   infoReq  -> infoResp   handler name, version, ops
+//	Info          unary   infoReq  -> infoResp   name, version, ops, NoCachedState
 //	HandleBatch   unary   callReq  -> callResp   one call per batch
-//	WriteBack         unary   callReq  -> callResp   Handler.WriteBack
+//	WriteBack     unary   callReq  -> callResp   Handler.WriteBack
 //	RegionRemoved unary   callReq  -> callResp   Handler.RegionRemoved
 //	ClientRemoved unary   callReq  -> callResp   Handler.ClientRemoved
 //	Target        bidi    answer  <-> frame      opened once by the worker
