@@ -112,7 +112,7 @@ func TestPluginWireAllocationBound(t *testing.T) {
 			cat([]byte{0x94, 0xa0, 0xa0}, arr32(n), bytes.Repeat([]byte{0x10}, n), []byte{0})},
 		// A callReq of n requests (worker to plugin).
 		{"callReq requests", func() wireMsg { return new(callReq) },
-			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
+			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0x10, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
 		// An answer with n Sync results.
 		{"answer sync results", func() wireMsg { return new(answer) },
 			cat([]byte{0x95, 0, 0x92, 0, 0xa0, 0x93, 0, 0, 0, 0xc0}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0, 0xc0}, n))},
