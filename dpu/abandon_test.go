@@ -10,6 +10,7 @@ import (
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -99,7 +100,7 @@ func TestAbandonedRendezvousReleasesFlush(t *testing.T) {
 		// B appends eagerly, then flushes. Its FLUSH waits for A's Place.
 		data := pattern(1000, 2)
 		seq := b.send(appendReq(client, rdmo.FlagAck, q, s.region, s.region), data, 0)
-		b.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xB}), nil, 0)
+		b.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xB}), nil, 0)
 		ack := b.ack(seq)
 		if ack.Status != rdmo.StatusOK {
 			t.Fatalf("B's append %+v", ack)

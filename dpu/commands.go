@@ -113,7 +113,7 @@ type Notification struct {
 	// requests of one request queue it accepts before they complete, so
 	// that the target can tell its initiators (initiator.Options.Credits).
 	// Added after the first release: 0 (an older worker) means unknown,
-	// which is rdmo.DefaultMaxInFlightPerRQ.
+	// which is wire.DefaultMaxInFlightPerRQ.
 	MaxInFlightPerRQ uint32 `msgpack:"max_in_flight_per_rq,omitempty"`
 }
 

@@ -27,8 +27,9 @@ const (
 // limits are an error.
 type Config struct {
 	// Handlers serve the operations; each op id may be claimed by one
-	// handler only. Without a handler for FLUSH (op 0) the worker uses a
-	// built-in one (Fence then Flush), so a FLUSH is always answered.
+	// handler only. Without a handler for FLUSH (op 0) the worker uses
+	// plugins/flush (the only FLUSH implementation), so a FLUSH is always
+	// answered.
 	Handlers []rdmo.Handler
 
 	// MaxInFlightPerRQ bounds the requests of one request queue that were

@@ -15,6 +15,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -275,18 +276,18 @@ func TestValidation(t *testing.T) {
 		s := e.newSetup(1, 4096, 0, 4096)
 		in := s.in
 		op4 := make([]byte, 16)
-		rdmo.Header{ClientID: 1, Op: 4, Flags: rdmo.FlagAck}.Put(op4)
+		wire.Header{ClientID: 1, Op: 4, Flags: rdmo.FlagAck}.Put(op4)
 		short := in.send([]byte{1, 2, 3, 4, 5, 6, 7, 8}, nil, 0)
 		mismatch := in.send(userReq(2, opPut, rdmo.FlagAck, s.region, s.base), pattern(8, 1), 0)
 		unknown := in.send(userReq(1, 40, rdmo.FlagAck), nil, 0)
-		shortFlush := in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{})[:16], nil, 0)
+		shortFlush := in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{})[:16], nil, 0)
 		reserved := in.send(op4, nil, 0)
 		flags := in.send(userReq(1, opPut, rdmo.FlagAck|1<<5, s.region, s.base), pattern(8, 1), 0)
-		emptyAppend := in.send(rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.AppendHeader{}), nil, 0)
+		emptyAppend := in.send(wire.AppendAppendRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.AppendHeader{}), nil, 0)
 		panics := in.send(userReq(1, opPanic, rdmo.FlagAck), nil, 0)
 		// A scatter whose payload does not match its count.
-		badScatter := in.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 2}), make([]byte, 30), 0)
-		in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1}, rdmo.FlushHeader{FlushID: 77}), []byte{1}, 0)
+		badScatter := in.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 2}), make([]byte, 30), 0)
+		in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1}, rdmo.FlushHeader{FlushID: 77}), []byte{1}, 0)
 		want := map[uint64]rdmo.Status{
 			mismatch:    rdmo.StatusClientMismatch,
 			unknown:     rdmo.StatusUnknownOp,
@@ -338,7 +339,7 @@ func TestFenceWaitsForEarlierRequests(t *testing.T) {
 		in := s.in
 		marker := pattern(16, 7)
 		slowSeq := in.send(userReq(1, opSlow, rdmo.FlagAck, s.region, s.base+64), marker, 0)
-		in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 42}), nil, 0)
+		in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 42}), nil, 0)
 		// A later put with FENCE waits too; one without may run.
 		fenced := in.send(userReq(1, opPut, rdmo.FlagAck|rdmo.FlagFence, s.region, s.base+128), pattern(8, 1), 0)
 		slow.waitStarted(in)
@@ -652,7 +653,7 @@ func TestCloseWithEverythingOpen(t *testing.T) {
 		b.in.ack(0)
 		a.in.send(userReq(1, opSlow, 0, a.region, a.base), pattern(8, 1), 0)
 		slow.waitStarted(a.in)
-		a.in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 1}), nil, 0)
+		a.in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 1}), nil, 0)
 		a.in.send(userReq(1, opPut, 0, a.region, a.base+64), pattern(2000, 2), 0) // held zero-copy
 		a.in.send(userReq(1, opPut, 0, a.region, a.base+4096), pattern(64<<10, 3), ucp.SendRendezvous)
 		a.in.progressUntil("queued requests to arrive", func() bool { return w.Stats().InFlight[a.rq] == 4 })

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -129,7 +130,8 @@ func (b *batch) add(p *pending) {
 	b.ents = append(b.ents, p)
 	b.reqs = append(b.reqs, rdmo.Request{
 		Seq: p.seq, Op: p.op, Flags: p.flags,
-		Header:  p.hdr[:p.hdrLen:p.hdrLen],
+		Flush: rdmo.FlushHeader{FlushID: p.flushID}, Append: p.app, Scatter: rdmo.ScatterHeader{Count: p.count},
+		Sub:     p.hdr[wire.SubHeaderOffset:p.hdrLen:p.hdrLen],
 		Payload: p.payload, Length: p.length, Rendezvous: p.rndv,
 	})
 	b.results = append(b.results, rdmo.Result{})
@@ -233,7 +235,7 @@ func (c *client) runDereg(r *region, cmd *command) {
 	t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
 	var errs []error
 	for _, e := range c.w.handlers {
-		if err := c.protect(e.info.Name, "RegionRemoved", func() error { return e.h.RegionRemoved(t, r.id) }); err != nil {
+		if err := c.protect(e.info.Name, "RegionRemoved", func() error { return e.h.RegionRemoved(t, rdmo.RegionID(r.id)) }); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", e.info.Name, err))
 		}
 	}
@@ -254,7 +256,7 @@ func (c *client) runStop(graceful bool) {
 	if graceful && !c.hostFailed.Load() {
 		t := &c.tgt
 		t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
-		err := t.Fence()
+		err := t.WriteBackAll()
 		if ferr := t.Flush(); err == nil {
 			err = ferr
 		}
@@ -267,6 +269,6 @@ func (c *client) runStop(graceful bool) {
 		c.cmdBufs.reset()
 	}
 	for _, e := range c.w.handlers {
-		c.protect(e.info.Name, "ClientRemoved", func() error { e.h.ClientRemoved(c.id); return nil })
+		c.protect(e.info.Name, "ClientRemoved", func() error { e.h.ClientRemoved(rdmo.ClientID(c.id)); return nil })
 	}
 }

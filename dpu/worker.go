@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 )
@@ -190,7 +191,10 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		w.handlers = append(w.handlers, e)
 	}
 	if w.byOp[rdmo.OpFlush] == nil {
-		e := &handlerEntry{h: builtinFlush{}, info: builtinFlush{}.Info()}
+		// FLUSH has one implementation, the flush plugin's, whether the
+		// worker's builder configured it or not.
+		fl := flush.New()
+		e := &handlerEntry{h: fl, info: fl.Info()}
 		w.byOp[rdmo.OpFlush] = e
 		w.handlers = append(w.handlers, e)
 	}
@@ -202,27 +206,6 @@ func (w *Worker) lookup(op uint32) *handlerEntry {
 		return w.byOp[op]
 	}
 	return w.userOps[op]
-}
-
-// builtinFlush serves FLUSH when no configured handler does: write back
-// every handler's cached state, then make all writes visible.
-type builtinFlush struct{ rdmo.BaseHandler }
-
-func (builtinFlush) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: "flush (built-in)", Version: "1.0.0", Ops: []uint32{rdmo.OpFlush}}
-}
-
-func (builtinFlush) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
-	for i := range reqs {
-		err := t.Fence()
-		if err == nil {
-			err = t.Flush()
-		}
-		results[i] = rdmo.ResultOf(err)
-		if err != nil && results[i].Status == rdmo.StatusHandlerFailed {
-			results[i].Status = rdmo.StatusOf(err)
-		}
-	}
 }
 
 // Address is the worker's UCP address (what CLIENT_INIT answers with).
@@ -268,7 +251,7 @@ func (w *Worker) RemoveClient(id uint64) error {
 }
 
 // Close tears the worker down: every client is removed after its handlers
-// wrote back their cached state (Fence, Flush) where the target is still
+// wrote back their cached state (WriteBackAll, Flush) where the target is still
 // reachable; then the UCP worker and context are closed and the goroutines
 // end. Close waits for handlers that are running to return.
 func (w *Worker) Close() error {

@@ -21,6 +21,7 @@ import (
 	"github.com/openrdmo/rdmo/internal/testproc"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 )
@@ -505,7 +506,7 @@ func TestFaultPluginKilledUnderLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := rdmo.ParseAck(b)
+			a, err := wire.ParseAck(b)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -16,7 +17,7 @@ func TestAggregateSupported(t *testing.T) {
 	if initiator.AggregateSupported(nil) || initiator.AggregateSupported([]string{"append", "batch"}) {
 		t.Error("supported without the capability")
 	}
-	if !initiator.AggregateSupported([]string{"append", rdmo.CapabilityBatch}) {
+	if !initiator.AggregateSupported([]string{"append", wire.CapabilityBatch}) {
 		t.Error("not supported with the capability")
 	}
 }
@@ -36,7 +37,7 @@ func newStall() *stall {
 	return &stall{arm: make(chan struct{}), entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (s *stall) onAck(rdmo.AckResponse, []byte) {
+func (s *stall) onAck(wire.AckResponse, []byte) {
 	select {
 	case <-s.arm:
 	default:
@@ -125,7 +126,7 @@ func TestAggregatePacksQueuedRequests(t *testing.T) {
 				seq, err := in.With(ctx, rdmo.FlagFence|rdmo.FlagAck).Append(uint64(i), 1, 2, p)
 				add(seq, err, rdmo.OpAppend, rdmo.FlagFence|rdmo.FlagAck, p, false)
 			case 4:
-				iovs := []rdmo.IOV{{Addr: uint64(i), Rkey: 3, Len: 3}, {Addr: 7, Rkey: 3, Len: uint16(len(p))}}
+				iovs := []wire.IOV{{Addr: uint64(i), Rkey: 3, Len: 3}, {Addr: 7, Rkey: 3, Len: uint16(len(p))}}
 				seq, err := in.With(ctx, 0).Scatter(iovs, [][]byte{[]byte("abc"), p})
 				add(seq, err, rdmo.OpScatter, 0, nil, false)
 			case 5:
@@ -236,7 +237,7 @@ func TestAggregateOffSendsPlainRequests(t *testing.T) {
 func TestAggregateUnderLoad(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		var acked sync.Map
-		onAck := func(a rdmo.AckResponse, _ []byte) {
+		onAck := func(a wire.AckResponse, _ []byte) {
 			if _, dup := acked.LoadOrStore(a.Seq, a.Op); dup {
 				t.Errorf("second ack for seq %d", a.Seq)
 			}

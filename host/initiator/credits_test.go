@@ -8,6 +8,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -128,7 +129,7 @@ func TestNoCreditsOverrunsStalledWorker(t *testing.T) {
 // clean.
 func TestCreditFlushFailuresCarryToFlush(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
+		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusUnknownRegion
 			}

@@ -21,7 +21,7 @@
 // # Aggregation
 //
 // With Options.Aggregate (only against a worker that advertises
-// rdmo.CapabilityBatch), the worker goroutine packs runs of small requests
+// wire.CapabilityBatch), the worker goroutine packs runs of small requests
 // into BATCH containers, several requests per active message, when it took
 // several requests at once (they queued up while it was busy with earlier
 // sends); a request taken alone, as on an idle connection, still goes out
@@ -42,7 +42,7 @@
 // The window frees a request's slot when its send completes locally, which
 // says nothing about the worker: our worker holds a request until it
 // completes and refuses requests past its in-flight limit per request queue
-// (rdmo.DefaultMaxInFlightPerRQ unless configured). Options.Credits keeps
+// (wire.DefaultMaxInFlightPerRQ unless configured). Options.Credits keeps
 // the requests sent and not known to be complete below that limit. A
 // fenced FLUSH is answered only once every request before it completed, so
 // its answer confirms them; when half the credits went out since the last

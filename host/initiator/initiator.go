@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -25,7 +26,7 @@ const (
 	DefaultMaxAggregate        = 8 << 10
 	// DefaultCredits is the in-flight limit of a request queue of our
 	// worker with its default configuration.
-	DefaultCredits = rdmo.DefaultMaxInFlightPerRQ
+	DefaultCredits = wire.DefaultMaxInFlightPerRQ
 )
 
 // minCredits is the fewest credits flow control works with: one request,
@@ -81,7 +82,7 @@ type Options struct {
 	// added latency when idle: a request the worker goroutine takes alone
 	// goes out at once, as a plain reference request. Sequence numbers, acks,
 	// flushes, FENCE, the send window and ordering are per request, exactly
-	// as without it. Only a worker that advertises rdmo.CapabilityBatch
+	// as without it. Only a worker that advertises wire.CapabilityBatch
 	// unpacks containers (a reference worker drops them, and an older one of
 	// ours fails them): set it only when the target said the worker has it
 	// (see AggregateSupported). Default false.
@@ -104,7 +105,7 @@ type Options struct {
 	// not call the Initiator's blocking methods (Close, Flush, or a call
 	// that may wait for window space): the worker goroutine would wait
 	// for itself.
-	OnAck func(ack rdmo.AckResponse, data []byte)
+	OnAck func(ack wire.AckResponse, data []byte)
 	// ErrorBuffer is the capacity of the Errors channel (default
 	// DefaultErrorBuffer). Failures that do not fit are counted in
 	// Stats.ErrorsDropped.
@@ -218,7 +219,7 @@ func New(opts Options) (*Initiator, error) {
 // unpacks BATCH containers, so that Options.Aggregate may be set.
 func AggregateSupported(capabilities []string) bool {
 	for _, c := range capabilities {
-		if c == rdmo.CapabilityBatch {
+		if c == wire.CapabilityBatch {
 			return true
 		}
 	}
@@ -256,7 +257,7 @@ func (in *Initiator) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) erro
 // Scatter queues a SCATTER: chunks[i] is written at iovs[i].Addr in region
 // iovs[i].Rkey. iovs[i].Len must equal len(chunks[i]), at most 65535. The
 // chunks are copied. It blocks while the send window is full.
-func (in *Initiator) Scatter(iovs []rdmo.IOV, chunks [][]byte) error {
+func (in *Initiator) Scatter(iovs []wire.IOV, chunks [][]byte) error {
 	_, err := Sender{in: in, flags: in.defFlags}.Scatter(iovs, chunks)
 	return err
 }
@@ -309,7 +310,7 @@ func (s Sender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, 
 	r := request{
 		op:    rdmo.OpAppend,
 		flags: s.flags,
-		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: ptrRkey, DataRkey: dataRkey},
+		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)},
 		data:  data,
 		plen:  len(data),
 	}
@@ -318,7 +319,7 @@ func (s Sender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, 
 
 // Scatter is Initiator.Scatter with the Sender's flags and context. It
 // returns the request's sequence number, which its ack carries.
-func (s Sender) Scatter(iovs []rdmo.IOV, chunks [][]byte) (uint64, error) {
+func (s Sender) Scatter(iovs []wire.IOV, chunks [][]byte) (uint64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
@@ -327,15 +328,15 @@ func (s Sender) Scatter(iovs []rdmo.IOV, chunks [][]byte) (uint64, error) {
 	}
 	n := 0
 	for i := range iovs {
-		if len(chunks[i]) > rdmo.MaxIOVLen {
+		if len(chunks[i]) > wire.MaxIOVLen {
 			return 0, fmt.Errorf("initiator: scatter: chunk %d is %d bytes, at most %d: %w",
-				i, len(chunks[i]), rdmo.MaxIOVLen, rdmo.ErrLengthOverflow)
+				i, len(chunks[i]), wire.MaxIOVLen, rdmo.ErrLengthOverflow)
 		}
 		if int(iovs[i].Len) != len(chunks[i]) {
 			return 0, fmt.Errorf("initiator: scatter: iov %d has Len %d but its chunk is %d bytes: %w",
 				i, iovs[i].Len, len(chunks[i]), rdmo.ErrPayloadMismatch)
 		}
-		n += rdmo.IOVDescLen + len(chunks[i])
+		n += wire.IOVDescLen + len(chunks[i])
 	}
 	r := request{op: rdmo.OpScatter, flags: s.flags, iovs: iovs, chunks: chunks, plen: n}
 	return s.in.enqueue(s.ctx, &r)
@@ -350,9 +351,9 @@ func (s Sender) User(op uint32, sub, payload []byte) (uint64, error) {
 	if !rdmo.IsUserOp(op) {
 		return 0, fmt.Errorf("initiator: op %d is not a user op (>= %d): %w", op, rdmo.OpUserBase, rdmo.ErrUnknownOp)
 	}
-	if rdmo.HeaderLen+len(sub) > rdmo.MaxHeaderLen {
+	if wire.HeaderLen+len(sub) > wire.MaxHeaderLen {
 		return 0, fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
-			len(sub), rdmo.MaxHeaderLen-rdmo.HeaderLen, rdmo.ErrHeaderTooLong)
+			len(sub), wire.MaxHeaderLen-wire.HeaderLen, rdmo.ErrHeaderTooLong)
 	}
 	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload)}
 	return s.in.enqueue(s.ctx, &r)
@@ -364,7 +365,7 @@ type FlushWait struct {
 	seq  uint64 // the FLUSH's arrival sequence number
 	auto bool   // queued by flow control: nobody waits, failures carry over
 	done chan struct{}
-	rsp  rdmo.FlushResponse
+	rsp  wire.FlushResponse
 	err  error
 }
 
@@ -378,7 +379,7 @@ func (f *FlushWait) Done() <-chan struct{} { return f.done }
 // error is a *FlushError when the response reports failed requests (it
 // matches the first failure's status), ctx.Err() when ctx ended first (the
 // flush stays outstanding), ErrClosed or a *PeerFailedError.
-func (f *FlushWait) Wait(ctx context.Context) (rdmo.FlushResponse, error) {
+func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
 	if ctx == nil {
 		<-f.done
 		return f.rsp, f.err
@@ -392,12 +393,12 @@ func (f *FlushWait) Wait(ctx context.Context) (rdmo.FlushResponse, error) {
 			return f.rsp, f.err
 		default:
 		}
-		return rdmo.FlushResponse{}, ctx.Err()
+		return wire.FlushResponse{}, ctx.Err()
 	}
 }
 
 // finish runs on the worker goroutine, once per flush.
-func (f *FlushWait) finish(rsp rdmo.FlushResponse, err error) {
+func (f *FlushWait) finish(rsp wire.FlushResponse, err error) {
 	f.rsp, f.err = rsp, err
 	close(f.done)
 }
@@ -417,10 +418,10 @@ func (in *Initiator) FlushAsync(ctx context.Context) (*FlushWait, error) {
 
 // Flush sends a FLUSH and waits for its response (see FlushWait.Wait for
 // the errors). ctx bounds the whole call.
-func (in *Initiator) Flush(ctx context.Context) (rdmo.FlushResponse, error) {
+func (in *Initiator) Flush(ctx context.Context) (wire.FlushResponse, error) {
 	fw, err := in.FlushAsync(ctx)
 	if err != nil {
-		return rdmo.FlushResponse{}, err
+		return wire.FlushResponse{}, err
 	}
 	return fw.Wait(ctx)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -111,7 +112,7 @@ func TestWireLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		chunks := [][]byte{[]byte("abc"), {}, pattern(300, 1)}
-		iovs := []rdmo.IOV{
+		iovs := []wire.IOV{
 			{Addr: 0x1000, Rkey: 7, Len: 3},
 			{Addr: 0x2000, Rkey: 8, Len: 0},
 			{Addr: 0xFFFF_0000_0000_0000, Rkey: 9, Len: 300},
@@ -152,7 +153,7 @@ func TestWireLayout(t *testing.T) {
 			if i > 0 {
 				data = [][]byte{nil, {}, pattern(300, 1)}[i]
 			}
-			scatterPayload = append(scatterPayload, refIOV(iovs[i].Addr, iovs[i].Rkey, data)...)
+			scatterPayload = append(scatterPayload, refIOV(iovs[i].Addr, uint64(iovs[i].Rkey), data)...)
 		}
 		want := []struct {
 			hdr, payload []byte
@@ -196,9 +197,9 @@ func TestWireLayout(t *testing.T) {
 		if sc := got[1].Req; sc.Header.Op != rdmo.OpScatter || sc.Scatter.Count != 3 {
 			t.Errorf("scatter decoded as %+v", sc)
 		}
-		var gotIOVs []rdmo.IOV
+		var gotIOVs []wire.IOV
 		var gotChunks [][]byte
-		if err := rdmo.ForEachIOV(got[1].Payload, 3, func(v rdmo.IOV, d []byte) error {
+		if err := wire.ForEachIOV(got[1].Payload, 3, func(v wire.IOV, d []byte) error {
 			gotIOVs = append(gotIOVs, v)
 			gotChunks = append(gotChunks, d)
 			return nil
@@ -405,7 +406,7 @@ func TestReferenceFlushResponse(t *testing.T) {
 
 func TestFlushReportsFailures(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
+		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusUnknownRegion
 			}
@@ -429,7 +430,7 @@ func TestFlushReportsFailures(t *testing.T) {
 		if !errors.As(err, &fe) {
 			t.Fatalf("flush error %T is not a *FlushError", err)
 		}
-		want := rdmo.FlushResponse{FlushID: rsp.FlushID, Failed: 2, FirstOp: rdmo.OpAppend,
+		want := wire.FlushResponse{FlushID: rsp.FlushID, Failed: 2, FirstOp: rdmo.OpAppend,
 			FirstStatus: rdmo.StatusUnknownRegion, FirstSeq: 1, Extended: true}
 		if fe.Response != want || rsp != want {
 			t.Errorf("flush response %+v, want %+v", fe.Response, want)
@@ -446,7 +447,7 @@ func TestFlushReportsFailures(t *testing.T) {
 
 func TestAcks(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
+		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusOutOfBounds
 			}
@@ -454,7 +455,7 @@ func TestAcks(t *testing.T) {
 		}
 		var mu sync.Mutex
 		values := map[uint64]uint64{}
-		onAck := func(a rdmo.AckResponse, _ []byte) {
+		onAck := func(a wire.AckResponse, _ []byte) {
 			mu.Lock()
 			values[a.Seq] = a.Value
 			mu.Unlock()
@@ -508,7 +509,7 @@ func TestAcks(t *testing.T) {
 // Ack failures that do not fit in Errors() are counted, not blocking.
 func TestErrorsOverflowIsCounted(t *testing.T) {
 	ucptest.CheckLeaks(t)
-	failAll := func(rdmo.RequestHeader, []byte) rdmo.Status { return rdmo.StatusRegionGone }
+	failAll := func(wire.RequestHeader, []byte) rdmo.Status { return rdmo.StatusRegionGone }
 	_, in := start(t, ucptest.Transports[0], standInConfig{failOn: failAll},
 		initiator.Options{Ack: true, ErrorBuffer: 1})
 	for i := 0; i < 3; i++ {
@@ -634,7 +635,7 @@ func TestRendezvousPayloads(t *testing.T) {
 		}
 		// Scatter is always eager, even when large.
 		chunks := [][]byte{pattern(60000, 4), pattern(60000, 5), pattern(17, 6)}
-		iovs := []rdmo.IOV{{Addr: 1, Rkey: 1, Len: 60000}, {Addr: 2, Rkey: 1, Len: 60000}, {Addr: 3, Rkey: 1, Len: 17}}
+		iovs := []wire.IOV{{Addr: 1, Rkey: 1, Len: 60000}, {Addr: 2, Rkey: 1, Len: 60000}, {Addr: 3, Rkey: 1, Len: 17}}
 		if err := in.Scatter(iovs, chunks); err != nil {
 			t.Fatal(err)
 		}
@@ -662,7 +663,7 @@ func TestRendezvousPayloads(t *testing.T) {
 			t.Errorf("scatter: rendezvous %v, status %v", sc.Rendezvous, sc.Status)
 		}
 		i := 0
-		rdmo.ForEachIOV(sc.Payload, 3, func(v rdmo.IOV, d []byte) error {
+		wire.ForEachIOV(sc.Payload, 3, func(v wire.IOV, d []byte) error {
 			if v != iovs[i] || !bytes.Equal(d, chunks[i]) {
 				t.Errorf("scatter chunk %d arrived wrong", i)
 			}
@@ -882,9 +883,9 @@ func TestInvalidCalls(t *testing.T) {
 		want error
 	}{
 		{"empty append", in.Append(8, 1, 1, nil), rdmo.ErrEmptyAppend},
-		{"scatter count mismatch", in.Scatter([]rdmo.IOV{{Len: 1}}, nil), rdmo.ErrPayloadMismatch},
-		{"scatter len mismatch", in.Scatter([]rdmo.IOV{{Len: 2}}, [][]byte{{1}}), rdmo.ErrPayloadMismatch},
-		{"scatter chunk too long", in.Scatter([]rdmo.IOV{{Len: 0}}, [][]byte{make([]byte, 65536)}), rdmo.ErrLengthOverflow},
+		{"scatter count mismatch", in.Scatter([]wire.IOV{{Len: 1}}, nil), rdmo.ErrPayloadMismatch},
+		{"scatter len mismatch", in.Scatter([]wire.IOV{{Len: 2}}, [][]byte{{1}}), rdmo.ErrPayloadMismatch},
+		{"scatter chunk too long", in.Scatter([]wire.IOV{{Len: 0}}, [][]byte{make([]byte, 65536)}), rdmo.ErrLengthOverflow},
 		{"reference op as user op", in.User(rdmo.OpAppend, nil, nil), rdmo.ErrUnknownOp},
 		{"reserved op", in.User(5, nil, nil), rdmo.ErrUnknownOp},
 		{"sub-header too long", in.User(rdmo.OpUserBase, make([]byte, 49), nil), rdmo.ErrHeaderTooLong},

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // queue is the coalescing queue between producers (any goroutine) and the
@@ -138,7 +139,7 @@ type request struct {
 	op     uint32
 	flags  uint32
 	app    rdmo.AppendHeader
-	iovs   []rdmo.IOV
+	iovs   []wire.IOV
 	chunks [][]byte
 	sub    []byte
 	data   []byte // the caller's payload (APPEND, user op)
@@ -154,13 +155,13 @@ const ownBufferMin = 4 << 10
 func (r *request) headerLen() int {
 	switch r.op {
 	case rdmo.OpFlush:
-		return rdmo.FlushHeaderLen
+		return wire.FlushHeaderLen
 	case rdmo.OpAppend:
-		return rdmo.AppendHeaderLen
+		return wire.AppendHeaderLen
 	case rdmo.OpScatter:
-		return rdmo.ScatterHeaderLen
+		return wire.ScatterHeaderLen
 	}
-	return rdmo.HeaderLen + len(r.sub)
+	return wire.HeaderLen + len(r.sub)
 }
 
 // writePayload appends the request's wire payload to dst.
@@ -170,7 +171,7 @@ func (r *request) writePayload(dst []byte) []byte {
 	}
 	for i := range r.iovs {
 		// Lengths were checked by the caller, so AppendIOV cannot fail.
-		dst, _ = rdmo.AppendIOV(dst, r.iovs[i], r.chunks[i])
+		dst, _ = wire.AppendIOV(dst, r.iovs[i], r.chunks[i])
 	}
 	return dst
 }
@@ -271,17 +272,17 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64, wake bo
 	}
 	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, own: own}
 	e.hdrOff = uint32(len(b.hdr))
-	h := rdmo.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
+	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
 	switch r.op {
 	case rdmo.OpFlush:
-		b.hdr = rdmo.AppendFlushRequest(b.hdr, h, rdmo.FlushHeader{FlushID: r.flush.id})
+		b.hdr = wire.AppendFlushRequest(b.hdr, h, rdmo.FlushHeader{FlushID: r.flush.id})
 	case rdmo.OpAppend:
-		b.hdr = rdmo.AppendAppendRequest(b.hdr, h, r.app)
+		b.hdr = wire.AppendAppendRequest(b.hdr, h, r.app)
 	case rdmo.OpScatter:
-		b.hdr = rdmo.AppendScatterRequest(b.hdr, h, rdmo.ScatterHeader{Count: uint64(len(r.iovs))})
+		b.hdr = wire.AppendScatterRequest(b.hdr, h, rdmo.ScatterHeader{Count: uint64(len(r.iovs))})
 	default:
 		// Checked by the caller: a user op with a short enough sub-header.
-		b.hdr, _ = rdmo.AppendUserRequest(b.hdr, h, r.sub)
+		b.hdr, _ = wire.AppendUserRequest(b.hdr, h, r.sub)
 	}
 	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
 	if own == nil && r.plen > 0 {
@@ -315,7 +316,7 @@ func (q *queue) credit(op uint32) (flushFirst, ok bool) {
 // Called with mu held.
 func (in *Initiator) queueCreditFlush() (wake bool) {
 	fw := &FlushWait{id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
-	_, wake = in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, rdmo.FlushHeaderLen, nil)
+	_, wake = in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, wire.FlushHeaderLen, nil)
 	in.stats.creditFlushes.Add(1)
 	return wake
 }
