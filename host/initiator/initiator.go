@@ -203,7 +203,7 @@ func New(opts Options) (*Initiator, error) {
 	// Flush ids start at a random point so that a response meant for an
 	// earlier initiator on the same worker never matches one of ours.
 	in.flushID.Store(rand.Uint64())
-	in.q.init(opts.Window, opts.WindowBytes, opts.Credits)
+	in.q.init(opts.Window, opts.WindowBytes, opts.Credits, in.wake)
 	ready := make(chan error, 1)
 	go in.run(ready)
 	if err := <-ready; err != nil {
@@ -432,9 +432,9 @@ func (in *Initiator) Flush(ctx context.Context) (rdmo.FlushResponse, error) {
 func (in *Initiator) PeerFailed(cause error) {
 	pe := &PeerFailedError{Cause: cause}
 	q := &in.q
-	q.mu.Lock()
+	q.Lock()
 	if q.closed {
-		q.mu.Unlock()
+		q.Unlock()
 		return
 	}
 	if q.failed == nil {
@@ -442,7 +442,7 @@ func (in *Initiator) PeerFailed(cause error) {
 	}
 	q.failReq = true
 	q.broadcast()
-	q.mu.Unlock()
+	q.Unlock()
 	in.w.Wake()
 }
 
@@ -453,10 +453,10 @@ func (in *Initiator) PeerFailed(cause error) {
 func (in *Initiator) Close() error {
 	in.closeOnce.Do(func() {
 		q := &in.q
-		q.mu.Lock()
+		q.Lock()
 		q.closed = true
 		q.broadcast()
-		q.mu.Unlock()
+		q.Unlock()
 		in.w.Wake()
 		<-in.done
 	})
