@@ -230,7 +230,7 @@ func (builtinFlush) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rd
 // Address is the worker's UCP address (what CLIENT_INIT answers with).
 func (w *Worker) Address() []byte { return append([]byte(nil), w.addr...) }
 
-// Do executes a command on the worker goroutine and returns its answer.
+// Do executes a command on the loop and returns its answer.
 // It is safe for concurrent use. A failed command returns its notification
 // (with a non-OK Status) and a *CommandError. When ctx ends first, Do
 // returns ctx.Err(); the command still runs to completion.

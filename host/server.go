@@ -74,7 +74,7 @@ type server struct {
 	ln     *oob.Listener
 	emb    *urom.Embedded
 	uc     *urom.Client
-	worker *urom.Worker
+	worker *urom.WorkerProcess
 	remote rdmoworker.Remote
 	tgt    *targetUCX
 

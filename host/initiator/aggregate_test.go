@@ -21,14 +21,14 @@ func TestAggregateSupported(t *testing.T) {
 	}
 }
 
-// stall blocks the initiator's worker goroutine inside OnAck (a test-only
+// stall blocks the initiator's progress loop inside OnAck (a test-only
 // abuse of the callback) so that requests pile up in its queue, and the
 // next take gets them all at once: the deterministic form of "requests
 // queued while the previous send is still in flight".
 type stall struct {
 	once    sync.Once
 	arm     chan struct{} // closed by the test: stall at the next ack
-	entered chan struct{} // closed when the worker goroutine is stalled
+	entered chan struct{} // closed when the progress loop is stalled
 	release chan struct{} // closed by the test to let it go
 }
 
@@ -89,7 +89,7 @@ func TestAggregatePacksQueuedRequests(t *testing.T) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, MaxAggregate: maxAgg, OnAck: st.onAck})
 		ctx := timeout(t, 20*time.Second)
 
-		// Stall the worker goroutine in the ack of a first request.
+		// Stall the progress loop in the ack of a first request.
 		close(st.arm)
 		if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
 			t.Fatal(err)

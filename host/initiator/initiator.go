@@ -74,11 +74,11 @@ type Options struct {
 	// never force rendezvous.
 	RendezvousThreshold int
 
-	// Aggregate packs requests that queued up while the worker goroutine
+	// Aggregate packs requests that queued up while the progress loop
 	// was busy with earlier sends into BATCH containers (op 3): several
 	// requests per active message, so the per-message cost of UCX and of
 	// the worker is shared, in the manner of TCP autocorking. There is no
-	// added latency when idle: a request the worker goroutine takes alone
+	// added latency when idle: a request the progress loop takes alone
 	// goes out at once, as a plain reference request. Sequence numbers, acks,
 	// flushes, FENCE, the send window and ordering are per request, exactly
 	// as without it. Only a worker that advertises rdmo.CapabilityBatch
@@ -97,12 +97,12 @@ type Options struct {
 	// Only our worker answers acks: never set it against a reference
 	// worker, or the window fills with requests that are never answered.
 	Ack bool
-	// OnAck, if set, is called on the Initiator's worker goroutine for
+	// OnAck, if set, is called on the Initiator's progress loop for
 	// every matched ack, successful or not. data is the ack's eager
 	// result payload (user ops), valid only during the call; a rendezvous
 	// result is not fetched (data is nil). It must not block, and must
 	// not call the Initiator's blocking methods (Close, Flush, or a call
-	// that may wait for window space): the worker goroutine would wait
+	// that may wait for window space): the progress loop would wait
 	// for itself.
 	OnAck func(ack rdmo.AckResponse, data []byte)
 	// ErrorBuffer is the capacity of the Errors channel (default
@@ -142,20 +142,20 @@ type Initiator struct {
 	q     queue
 	stats counters
 	errs  chan error
-	done  chan struct{} // closed when the worker goroutine has exited
+	done  chan struct{} // closed when the progress loop has exited
 
-	w      *ucp.Worker // for Wake only: the worker goroutine owns it
+	w      *ucp.Worker // for Wake only: the progress loop owns it
 	addr   []byte
 	detect bool
 
 	flushID atomic.Uint64
 
 	closeOnce sync.Once
-	closeErr  error // set by the worker goroutine before done is closed
+	closeErr  error // set by the progress loop before done is closed
 }
 
 // New creates the UCP context (unless Options.Context is set), worker and
-// endpoint, and starts the worker goroutine.
+// endpoint, and starts the progress loop.
 func New(opts Options) (*Initiator, error) {
 	if len(opts.WorkerAddress) == 0 {
 		return nil, errors.New("initiator: Options.WorkerAddress is empty")
@@ -396,7 +396,7 @@ func (f *FlushWait) Wait(ctx context.Context) (rdmo.FlushResponse, error) {
 	}
 }
 
-// finish runs on the worker goroutine, once per flush.
+// finish runs on the progress loop, once per flush.
 func (f *FlushWait) finish(rsp rdmo.FlushResponse, err error) {
 	f.rsp, f.err = rsp, err
 	close(f.done)
@@ -449,7 +449,7 @@ func (in *Initiator) PeerFailed(cause error) {
 // Close sends what was queued, waits at most Options.CloseTimeout for the
 // sends to complete locally, fails outstanding flushes with ErrClosed,
 // closes the endpoint, worker and (if it made it) context, and stops the
-// worker goroutine. Later calls return ErrClosed. Close is idempotent.
+// progress loop. Later calls return ErrClosed. Close is idempotent.
 func (in *Initiator) Close() error {
 	in.closeOnce.Do(func() {
 		q := &in.q

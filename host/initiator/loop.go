@@ -12,7 +12,7 @@ import (
 	"github.com/openrdmo/rdmo/ucp"
 )
 
-// loop is the state of the worker goroutine. Nothing in it is touched by
+// loop is the state of the progress loop. Nothing in it is touched by
 // any other goroutine: it owns the UCP worker and endpoint (the ucp
 // threading rule), the batches taken from the queue, and the tables of
 // requests that wait for an answer.
@@ -52,7 +52,7 @@ type ackRec struct {
 }
 
 const (
-	// idleSpins is how many empty progress rounds the worker goroutine
+	// idleSpins is how many empty progress rounds the progress loop
 	// makes before it sleeps in Worker.Wait.
 	idleSpins = 64
 	// pendingSpins is how many it makes, yielding, while sends are not

@@ -39,7 +39,7 @@ type queue struct {
 	flushEnd  uint64
 	closed    bool  // Close was called: no new requests
 	failed    error // the peer failed: every call fails with this
-	failReq   bool  // PeerFailed was called: the worker goroutine must act
+	failReq   bool  // PeerFailed was called: the progress loop must act
 }
 
 func (q *queue) init(window, windowBytes, credits int, wake func()) {
@@ -74,7 +74,7 @@ type batch struct {
 	hdr     []byte
 	data    []byte
 	ents    []entry
-	pending int // sends issued and not yet complete (worker goroutine)
+	pending int // sends issued and not yet complete (progress loop)
 	// agg holds the BATCH containers built from the batch (worker
 	// goroutine): each a container header followed by its data.
 	agg []byte

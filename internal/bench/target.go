@@ -39,7 +39,7 @@ const clientID = 1 // the target's client id on every worker it starts
 // strategy), with what the target registered there.
 type workerState struct {
 	strategy string
-	w        *urom.Worker
+	w        *urom.WorkerProcess
 	remote   rdmoworker.Remote
 	addr     []byte
 	scatReg  uint64 // the scatter region's id here, 0 if not registered
