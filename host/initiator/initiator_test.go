@@ -13,21 +13,13 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
 const testClient = 0x1122334455667788
-
-func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport)) {
-	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			ucptest.CheckLeaks(t)
-			fn(t, tr)
-		})
-	}
-}
 
 // start makes a stand-in worker and an Initiator connected to it; both
 // are closed when the test ends (the Initiator first).
@@ -51,18 +43,6 @@ func start(t testing.TB, tr ucptest.Transport, cfg standInConfig, opts initiator
 		}
 	})
 	return s, in
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func timeout(t testing.TB, d time.Duration) context.Context {
@@ -102,7 +82,7 @@ func refIOV(addr, rkey uint64, data []byte) []byte {
 }
 
 func TestWireLayout(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{})
 		ctx := timeout(t, 20*time.Second)
 
@@ -219,7 +199,7 @@ func TestWireLayout(t *testing.T) {
 		if f := got[4].Req; f.Header.Op != rdmo.OpFlush || !f.Header.Fenced() || f.Flush.FlushID != fw.ID() {
 			t.Errorf("flush decoded as %+v", f)
 		}
-		waitFor(t, "the ack", func() bool { return in.Stats().Acks == 1 })
+		testutil.WaitFor(t, "the ack", func() bool { return in.Stats().Acks == 1 })
 		st := in.Stats()
 		if st.Appends != 2 || st.Scatters != 1 || st.UserOps != 1 || st.Flushes != 1 || st.FlushesDone != 1 {
 			t.Errorf("stats %+v", st)
@@ -258,7 +238,7 @@ func appendFromProducers(in *initiator.Initiator, producers, each int) error {
 }
 
 func TestPipelinedAppendsFromGoroutines(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 256})
 		const producers, each = 4, 2500
 		if err := appendFromProducers(in, producers, each); err != nil {
@@ -298,7 +278,7 @@ func TestPipelinedAppendsFromGoroutines(t *testing.T) {
 }
 
 func TestFlushMatchesID(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{noise: true}, initiator.Options{})
 		ctx := timeout(t, 20*time.Second)
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
@@ -349,7 +329,7 @@ func TestFlushMatchesID(t *testing.T) {
 // A flush answered only by stale, foreign and malformed messages never
 // completes.
 func TestFlushIgnoresOtherResponses(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{noise: true}, initiator.Options{})
 		s.dropFlush.Store(true)
 		ctx := timeout(t, 20*time.Second)
@@ -357,7 +337,7 @@ func TestFlushIgnoresOtherResponses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the noise", func() bool {
+		testutil.WaitFor(t, "the noise", func() bool {
 			st := in.Stats()
 			return st.UnknownResponses == 3 && st.MalformedResponses == 3
 		})
@@ -388,7 +368,7 @@ func TestFlushIgnoresOtherResponses(t *testing.T) {
 }
 
 func TestReferenceFlushResponse(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := start(t, tr, standInConfig{reference: true}, initiator.Options{})
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -404,7 +384,7 @@ func TestReferenceFlushResponse(t *testing.T) {
 }
 
 func TestFlushReportsFailures(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusUnknownRegion
@@ -445,7 +425,7 @@ func TestFlushReportsFailures(t *testing.T) {
 }
 
 func TestAcks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusOutOfBounds
@@ -516,7 +496,7 @@ func TestErrorsOverflowIsCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "three acks", func() bool { return in.Stats().Acks == 3 })
+	testutil.WaitFor(t, "three acks", func() bool { return in.Stats().Acks == 3 })
 	if st := in.Stats(); st.AckFailures != 3 || st.ErrorsDropped != 2 {
 		t.Errorf("%d ack failures, %d dropped; want 3, 2", st.AckFailures, st.ErrorsDropped)
 	}
@@ -526,7 +506,7 @@ func TestErrorsOverflowIsCounted(t *testing.T) {
 }
 
 func TestWindowFullBlocksAndUnblocks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4})
 		ctx := timeout(t, 20*time.Second)
 		s.hold.Store(true)
@@ -540,7 +520,7 @@ func TestWindowFullBlocksAndUnblocks(t *testing.T) {
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, []byte("waits")) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
 		select {
 		case err := <-blocked:
 			t.Fatalf("append returned (%v) with the window full", err)
@@ -581,7 +561,7 @@ func TestWindowFullBlocksAndUnblocks(t *testing.T) {
 // Acked requests hold window space until their ack; WindowBytes bounds the
 // bytes they hold.
 func TestWindowBytes(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{WindowBytes: 1000, Ack: true})
 		ctx := timeout(t, 20*time.Second)
 		// One request larger than the window goes when nothing else is in
@@ -589,14 +569,14 @@ func TestWindowBytes(t *testing.T) {
 		if err := in.Append(8, 1, 1, pattern(2000, 1)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the big append's ack", func() bool { return in.Stats().Acks == 1 })
+		testutil.WaitFor(t, "the big append's ack", func() bool { return in.Stats().Acks == 1 })
 		s.hold.Store(true)
 		if err := in.Append(8, 1, 1, pattern(600, 2)); err != nil {
 			t.Fatal(err)
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, pattern(600, 3)) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
 		select {
 		case err := <-blocked:
 			t.Fatalf("append returned (%v) with the window's bytes used", err)
@@ -618,7 +598,7 @@ func TestWindowBytes(t *testing.T) {
 }
 
 func TestRendezvousPayloads(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{})
 		ctx := timeout(t, 30*time.Second)
 		sizes := []int{initiator.DefaultRendezvousThreshold + 1, 64 << 10, 1 << 20, 5 << 20}
@@ -678,7 +658,7 @@ func TestRendezvousPayloads(t *testing.T) {
 // The worker dies with a flush outstanding and appends streaming: the flush
 // and the stream end with a peer-failure error in bounded time.
 func TestPeerKilledMidStream(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 		streamErr := make(chan error, 1)
 		go func() {
@@ -689,7 +669,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 1000 })
+		testutil.WaitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 1000 })
 		s.hold.Store(true)
 		ctx := timeout(t, 30*time.Second)
 		fw, err := in.FlushAsync(ctx)
@@ -742,7 +722,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 // The worker dies and nobody tells the Initiator (shared memory cannot
 // detect it): Close still ends in bounded time and fails what waits.
 func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: 200 * time.Millisecond})
 		streamErr := make(chan error, 1)
 		go func() {
@@ -753,7 +733,7 @@ func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 500 })
+		testutil.WaitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 500 })
 		s.hold.Store(true)
 		ctx := timeout(t, 30*time.Second)
 		fw, err := in.FlushAsync(ctx)
@@ -785,7 +765,7 @@ func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 }
 
 func TestCloseSendsWhatWasQueued(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		// More appends than credits would make Append wait for flushes.
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4096, Credits: -1})
 		const n = 3000
@@ -797,12 +777,12 @@ func TestCloseSendsWhatWasQueued(t *testing.T) {
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every queued append to arrive", func() bool { return s.arrived.Load() == n })
+		testutil.WaitFor(t, "every queued append to arrive", func() bool { return s.arrived.Load() == n })
 	})
 }
 
 func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 2})
 		s.hold.Store(true)
 		ctx := timeout(t, 20*time.Second)
@@ -811,14 +791,14 @@ func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
 			_, err := in.Flush(ctx)
 			pending <- err
 		}()
-		waitFor(t, "the first flush to arrive", func() bool { return s.arrived.Load() == 1 })
+		testutil.WaitFor(t, "the first flush to arrive", func() bool { return s.arrived.Load() == 1 })
 		fw, err := in.FlushAsync(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, []byte("blocked")) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits >= 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits >= 1 })
 		start := time.Now()
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
@@ -843,7 +823,7 @@ func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
 }
 
 func TestUseAfterClose(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := start(t, tr, standInConfig{}, initiator.Options{})
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
@@ -936,7 +916,7 @@ func TestNewErrors(t *testing.T) {
 
 // An Initiator given a Context uses it and leaves it open.
 func TestSharedContext(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		ctx := ucptest.NewContext(t, tr)
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Context: ctx})
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
