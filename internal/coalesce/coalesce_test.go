@@ -212,3 +212,30 @@ func TestBatcherOwnBatch(t *testing.T) {
 		t.Fatalf("%d wakes, want 1", wakes.Load())
 	}
 }
+
+// BenchmarkPush is the producer's cost with a consumer draining in
+// parallel: one lock round trip per item, no allocation once the two
+// slices have grown.
+func BenchmarkPush(b *testing.B) {
+	var q coalesce.Queue[int]
+	q.Init(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var items []int
+		for {
+			items = q.Wait(items)
+			if len(items) == 0 {
+				return
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			q.Push(1)
+		}
+	})
+	q.Close()
+	<-done
+}
