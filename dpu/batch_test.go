@@ -81,7 +81,7 @@ func TestCapabilities(t *testing.T) {
 // reports use them), FENCE and FLUSH inside behave as usual, small and
 // large payloads reach target memory.
 func TestBatchMixedOps(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 64<<10, 0, 64<<10)
 		in := s.in
@@ -155,7 +155,7 @@ func TestBatchMixedOps(t *testing.T) {
 // A FENCE on an inner request waits for every earlier request, also the
 // ones in the same container.
 func TestBatchFenceInside(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -185,7 +185,7 @@ func TestBatchFenceInside(t *testing.T) {
 
 // The in-flight limit applies to each inner request.
 func TestBatchInFlightLimit(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow), MaxInFlightPerRQ: 2})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -212,7 +212,7 @@ func TestBatchInFlightLimit(t *testing.T) {
 // requests completed, however long that takes and whatever arrives
 // meanwhile.
 func TestBatchPayloadsOutliveTheContainer(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 256<<10, 0, 256<<10)
@@ -278,7 +278,7 @@ func TestBatchPayloadsOutliveTheContainer(t *testing.T) {
 // malformed inner request fails alone. Nothing is written for what failed,
 // and the connection keeps working.
 func TestBatchMalformed(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 8192, 0, 4096)
 		in := s.in

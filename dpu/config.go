@@ -60,7 +60,7 @@ type Config struct {
 	// DrainTimeout bounds how long RQ_DESTROY (and client removal) waits
 	// for in-flight requests before closing the endpoint anyway.
 	DrainTimeout time.Duration
-	// IdleWait is how long the worker goroutine sleeps in the kernel when
+	// IdleWait is how long the loop sleeps in the kernel when
 	// it has nothing to do (an arrival or a Wake ends the sleep early).
 	IdleWait time.Duration
 

@@ -61,7 +61,7 @@ type badOps struct {
 func (b badOps) Info() rdmo.HandlerInfo { return rdmo.HandlerInfo{Name: "bad", Ops: b.ops} }
 
 func TestCommands(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(), MaxClients: 2, MaxRQsPerClient: 1, MaxRegionsPerClient: 2})
 		tgt := e.newTarget(8192)
 		tgt2 := e.newTarget(8192)
@@ -165,7 +165,7 @@ func TestCommands(t *testing.T) {
 }
 
 func TestPutFlushAck(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 8192, 1024, 4096)
 		in := s.in
@@ -221,7 +221,7 @@ func TestPutFlushAck(t *testing.T) {
 // Out-of-bounds and wrap-around puts are rejected, write nothing, do not
 // hang the following flush, and are reported in its response.
 func TestRejectedRequestsReportedAtFlush(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 4096, 1024, 2048)
 		in := s.in
@@ -270,7 +270,7 @@ func TestRejectedRequestsReportedAtFlush(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		// Reference ops need a handler before their payload is checked.
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(badOps{ops: []uint32{rdmo.OpAppend, rdmo.OpScatter}})})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -332,7 +332,7 @@ func TestValidation(t *testing.T) {
 // A FENCEd request (every FLUSH) starts only after every earlier request of
 // its queue completed; a slow request delays it.
 func TestFenceWaitsForEarlierRequests(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -366,7 +366,7 @@ func TestFenceWaitsForEarlierRequests(t *testing.T) {
 }
 
 func TestInFlightLimit(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow), MaxInFlightPerRQ: 2})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -396,7 +396,7 @@ func TestInFlightLimit(t *testing.T) {
 }
 
 func TestSyncAndRendezvous(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(), MaxRendezvousFetch: 128 << 10})
 		s := e.newSetup(1, 512<<10, 0, 512<<10)
 		in := s.in
@@ -458,7 +458,7 @@ func TestSyncAndRendezvous(t *testing.T) {
 // MR_DEREG calls RegionRemoved, whose write-back is visible when the
 // command answers; later requests naming the region fail.
 func TestDeregWritesBack(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		cache := newCache()
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(cache)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -504,7 +504,7 @@ func TestDeregWritesBack(t *testing.T) {
 // 1.13 cannot detect a dead peer, so there the control layer's
 // RemoveClient is what the test exercises.
 func TestTargetFailure(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		cache := newCache()
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(cache)})
 		a := e.newSetup(1, 4096, 0, 4096)
@@ -568,7 +568,7 @@ func TestTargetFailure(t *testing.T) {
 // An initiator that goes away frees its request queue (where UCX detects
 // it; shared memory in UCX 1.13 cannot, and RQ_DESTROY is the way there).
 func TestInitiatorGone(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 4096, 0, 4096)
 		if _, f := s.in.flush(1); f.Failed != 0 {
@@ -601,7 +601,7 @@ func TestInitiatorGone(t *testing.T) {
 
 // RQ_DESTROY lets in-flight requests finish before it answers.
 func TestRQDestroyDrains(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -638,7 +638,7 @@ func TestRQDestroyDrains(t *testing.T) {
 // Close with clients, queues, regions, held payloads and a running
 // handler leaks nothing (CheckLeaks) once the handler returns.
 func TestCloseWithEverythingOpen(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		cache := newCache()
 		ctx := ucptest.NewContext(t, tr)
@@ -695,7 +695,7 @@ func TestCloseWithEverythingOpen(t *testing.T) {
 
 // Requests from several clients and queues run concurrently and correctly.
 func TestManyClientsAndQueues(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		var sets []*setup
 		for id := uint64(1); id <= 3; id++ {

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/coalesce"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -45,11 +45,8 @@ type client struct {
 	parked    []parkedFlush
 	readback  [8]byte // destination of the flush's visibility read
 
-	// Executor queue: the loop appends, the executor takes.
-	exMu   sync.Mutex
-	exQ    []execItem
-	exSig  chan struct{}
-	syncCh chan struct{} // the loop signals the end of a Sync-style wait
+	exQ    coalesce.Queue[execItem] // the loop pushes, the executor takes
+	syncCh chan struct{}            // the loop signals the end of a Sync-style wait
 
 	// Executor-owned.
 	tgt      target
@@ -73,7 +70,8 @@ type parkedFlush struct {
 }
 
 func newClient(w *Worker, id uint64) *client {
-	c := &client{id: id, w: w, exSig: make(chan struct{}, 1), syncCh: make(chan struct{}, 1)}
+	c := &client{id: id, w: w, syncCh: make(chan struct{}, 1)}
+	c.exQ.Init(nil)
 	empty := map[uint64]*region{}
 	c.regions.Store(&empty)
 	c.sync = opGroup{kind: groupSync, c: c}
@@ -103,13 +101,7 @@ func (c *client) pushExec(it execItem) {
 	if it.kind != execStop {
 		c.w.atExec++
 	}
-	c.exMu.Lock()
-	c.exQ = append(c.exQ, it)
-	c.exMu.Unlock()
-	select {
-	case c.exSig <- struct{}{}:
-	default:
-	}
+	c.exQ.Push(it)
 }
 
 // batch is a run of requests of one queue for one handler, from dispatch
@@ -166,14 +158,7 @@ func (c *client) putBatch(b *batch) {
 func (c *client) run() {
 	var items []execItem
 	for {
-		c.exMu.Lock()
-		for len(c.exQ) == 0 {
-			c.exMu.Unlock()
-			<-c.exSig
-			c.exMu.Lock()
-		}
-		items, c.exQ = c.exQ, items[:0]
-		c.exMu.Unlock()
+		items = c.exQ.Wait(items)
 		for i := range items {
 			it := items[i]
 			items[i] = execItem{}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -23,15 +24,6 @@ import (
 var le = binary.LittleEndian
 
 const waitLimit = 20 * time.Second
-
-func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport)) {
-	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			ucptest.CheckLeaks(t)
-			fn(t, tr)
-		})
-	}
-}
 
 // env is one test's world: a dpu.Worker, and a UCP context on which the
 // test makes its targets and initiators.
@@ -303,7 +295,7 @@ func (in *initiator) send(hdr, payload []byte, flags ucp.SendFlags) uint64 {
 
 func (in *initiator) progressUntil(what string, cond func() bool) {
 	in.t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := testutil.Deadline(in.t)
 	for !cond() {
 		if _, err := in.w.Progress(); err != nil {
 			in.t.Fatal(err)

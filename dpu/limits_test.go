@@ -32,7 +32,7 @@ func TestEagerPayloadLimitConfig(t *testing.T) {
 // larger ones by rendezvous, still run, and the queue keeps serving.
 func TestEagerPayloadLimit(t *testing.T) {
 	const limit = 4096
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		core, logs := observer.New(zapcore.WarnLevel)
 		log := zaptest.NewLogger(t).WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(), MaxEagerPayload: limit, Logger: log})

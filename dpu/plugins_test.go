@@ -21,7 +21,7 @@ func appendReq(client uint64, flags uint32, ptrAddr, ptrRkey, dataRkey uint64) [
 
 // The reference demo (SPEC §5) and more, through the real handlers.
 func TestPluginsEndToEnd(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{
 			appendop.New(appendop.Options{}), flush.New(), scatter.New(scatter.Options{}),
 		}})

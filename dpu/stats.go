@@ -123,7 +123,7 @@ func (c *counters) batch(n int) {
 const OtherOp = ^uint32(0)
 
 // Stats returns a snapshot of the counters. It is safe to call from any
-// goroutine and does not wait for the worker goroutine.
+// goroutine and does not wait for the loop.
 func (w *Worker) Stats() Stats {
 	c := &w.stats
 	s := Stats{

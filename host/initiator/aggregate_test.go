@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
@@ -22,14 +23,14 @@ func TestAggregateSupported(t *testing.T) {
 	}
 }
 
-// stall blocks the initiator's worker goroutine inside OnAck (a test-only
+// stall blocks the initiator's progress loop inside OnAck (a test-only
 // abuse of the callback) so that requests pile up in its queue, and the
 // next take gets them all at once: the deterministic form of "requests
 // queued while the previous send is still in flight".
 type stall struct {
 	once    sync.Once
 	arm     chan struct{} // closed by the test: stall at the next ack
-	entered chan struct{} // closed when the worker goroutine is stalled
+	entered chan struct{} // closed when the progress loop is stalled
 	release chan struct{} // closed by the test to let it go
 }
 
@@ -52,7 +53,7 @@ func (s *stall) onAck(wire.AckResponse, []byte) {
 // A request queued while nothing is in flight goes out alone, as a plain
 // reference request: no added latency when idle.
 func TestAggregateIdleSendsPlainRequests(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true})
 		ctx := timeout(t, 20*time.Second)
 		for i := 0; i < 20; i++ {
@@ -60,7 +61,7 @@ func TestAggregateIdleSendsPlainRequests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the ack", func() bool { return in.Stats().Acks == seq+1 })
+			testutil.WaitFor(t, "the ack", func() bool { return in.Stats().Acks == seq+1 })
 		}
 		if _, err := in.Flush(ctx); err != nil {
 			t.Fatal(err)
@@ -84,13 +85,13 @@ func TestAggregateIdleSendsPlainRequests(t *testing.T) {
 // alone, containers no larger than MaxAggregate; the worker numbers the
 // inner requests exactly as the initiator counted them.
 func TestAggregatePacksQueuedRequests(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		st := newStall()
 		const maxAgg = 1024
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, MaxAggregate: maxAgg, OnAck: st.onAck})
 		ctx := timeout(t, 20*time.Second)
 
-		// Stall the worker goroutine in the ack of a first request.
+		// Stall the progress loop in the ack of a first request.
 		close(st.arm)
 		if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
 			t.Fatal(err)
@@ -235,7 +236,7 @@ func TestAggregateOffSendsPlainRequests(t *testing.T) {
 // arrives once, in each producer's order, every ack matches a request the
 // initiator counted, and under load most requests share a message.
 func TestAggregateUnderLoad(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		var acked sync.Map
 		onAck := func(a wire.AckResponse, _ []byte) {
 			if _, dup := acked.LoadOrStore(a.Seq, a.Op); dup {
@@ -251,7 +252,7 @@ func TestAggregateUnderLoad(t *testing.T) {
 		if _, err := in.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every ack", func() bool { return in.Stats().Acks == producers*each })
+		testutil.WaitFor(t, "every ack", func() bool { return in.Stats().Acks == producers*each })
 		got := withoutCreditFlushes(t, s.arrivals(), in)
 		if len(got) != producers*each+1 {
 			t.Fatalf("stand-in got %d requests, want %d", len(got), producers*each+1)

@@ -75,11 +75,11 @@ type Options struct {
 	// never force rendezvous.
 	RendezvousThreshold int
 
-	// Aggregate packs requests that queued up while the worker goroutine
+	// Aggregate packs requests that queued up while the progress loop
 	// was busy with earlier sends into BATCH containers (op 3): several
 	// requests per active message, so the per-message cost of UCX and of
 	// the worker is shared, in the manner of TCP autocorking. There is no
-	// added latency when idle: a request the worker goroutine takes alone
+	// added latency when idle: a request the progress loop takes alone
 	// goes out at once, as a plain reference request. Sequence numbers, acks,
 	// flushes, FENCE, the send window and ordering are per request, exactly
 	// as without it. Only a worker that advertises wire.CapabilityBatch
@@ -98,12 +98,12 @@ type Options struct {
 	// Only our worker answers acks: never set it against a reference
 	// worker, or the window fills with requests that are never answered.
 	Ack bool
-	// OnAck, if set, is called on the Initiator's worker goroutine for
+	// OnAck, if set, is called on the Initiator's progress loop for
 	// every matched ack, successful or not. data is the ack's eager
 	// result payload (user ops), valid only during the call; a rendezvous
 	// result is not fetched (data is nil). It must not block, and must
 	// not call the Initiator's blocking methods (Close, Flush, or a call
-	// that may wait for window space): the worker goroutine would wait
+	// that may wait for window space): the progress loop would wait
 	// for itself.
 	OnAck func(ack wire.AckResponse, data []byte)
 	// ErrorBuffer is the capacity of the Errors channel (default
@@ -143,20 +143,20 @@ type Initiator struct {
 	q     queue
 	stats counters
 	errs  chan error
-	done  chan struct{} // closed when the worker goroutine has exited
+	done  chan struct{} // closed when the progress loop has exited
 
-	w      *ucp.Worker // for Wake only: the worker goroutine owns it
+	w      *ucp.Worker // for Wake only: the progress loop owns it
 	addr   []byte
 	detect bool
 
 	flushID atomic.Uint64
 
 	closeOnce sync.Once
-	closeErr  error // set by the worker goroutine before done is closed
+	closeErr  error // set by the progress loop before done is closed
 }
 
 // New creates the UCP context (unless Options.Context is set), worker and
-// endpoint, and starts the worker goroutine.
+// endpoint, and starts the progress loop.
 func New(opts Options) (*Initiator, error) {
 	if len(opts.WorkerAddress) == 0 {
 		return nil, errors.New("initiator: Options.WorkerAddress is empty")
@@ -204,7 +204,7 @@ func New(opts Options) (*Initiator, error) {
 	// Flush ids start at a random point so that a response meant for an
 	// earlier initiator on the same worker never matches one of ours.
 	in.flushID.Store(rand.Uint64())
-	in.q.init(opts.Window, opts.WindowBytes, opts.Credits)
+	in.q.init(opts.Window, opts.WindowBytes, opts.Credits, in.wake)
 	ready := make(chan error, 1)
 	go in.run(ready)
 	if err := <-ready; err != nil {
@@ -397,7 +397,7 @@ func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
 	}
 }
 
-// finish runs on the worker goroutine, once per flush.
+// finish runs on the progress loop, once per flush.
 func (f *FlushWait) finish(rsp wire.FlushResponse, err error) {
 	f.rsp, f.err = rsp, err
 	close(f.done)
@@ -433,9 +433,9 @@ func (in *Initiator) Flush(ctx context.Context) (wire.FlushResponse, error) {
 func (in *Initiator) PeerFailed(cause error) {
 	pe := &PeerFailedError{Cause: cause}
 	q := &in.q
-	q.mu.Lock()
+	q.Lock()
 	if q.closed {
-		q.mu.Unlock()
+		q.Unlock()
 		return
 	}
 	if q.failed == nil {
@@ -443,21 +443,21 @@ func (in *Initiator) PeerFailed(cause error) {
 	}
 	q.failReq = true
 	q.broadcast()
-	q.mu.Unlock()
+	q.Unlock()
 	in.w.Wake()
 }
 
 // Close sends what was queued, waits at most Options.CloseTimeout for the
 // sends to complete locally, fails outstanding flushes with ErrClosed,
 // closes the endpoint, worker and (if it made it) context, and stops the
-// worker goroutine. Later calls return ErrClosed. Close is idempotent.
+// progress loop. Later calls return ErrClosed. Close is idempotent.
 func (in *Initiator) Close() error {
 	in.closeOnce.Do(func() {
 		q := &in.q
-		q.mu.Lock()
+		q.Lock()
 		q.closed = true
 		q.broadcast()
-		q.mu.Unlock()
+		q.Unlock()
 		in.w.Wake()
 		<-in.done
 	})

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -20,15 +21,6 @@ import (
 )
 
 const testClient = 0x1122334455667788
-
-func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport)) {
-	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			ucptest.CheckLeaks(t)
-			fn(t, tr)
-		})
-	}
-}
 
 // start makes a stand-in worker and an Initiator connected to it; both
 // are closed when the test ends (the Initiator first).
@@ -52,18 +44,6 @@ func start(t testing.TB, tr ucptest.Transport, cfg standInConfig, opts initiator
 		}
 	})
 	return s, in
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func timeout(t testing.TB, d time.Duration) context.Context {
@@ -103,7 +83,7 @@ func refIOV(addr, rkey uint64, data []byte) []byte {
 }
 
 func TestWireLayout(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{})
 		ctx := timeout(t, 20*time.Second)
 
@@ -220,7 +200,7 @@ func TestWireLayout(t *testing.T) {
 		if f := got[4].Req; f.Header.Op != rdmo.OpFlush || !f.Header.Fenced() || f.Flush.FlushID != fw.ID() {
 			t.Errorf("flush decoded as %+v", f)
 		}
-		waitFor(t, "the ack", func() bool { return in.Stats().Acks == 1 })
+		testutil.WaitFor(t, "the ack", func() bool { return in.Stats().Acks == 1 })
 		st := in.Stats()
 		if st.Appends != 2 || st.Scatters != 1 || st.UserOps != 1 || st.Flushes != 1 || st.FlushesDone != 1 {
 			t.Errorf("stats %+v", st)
@@ -259,7 +239,7 @@ func appendFromProducers(in *initiator.Initiator, producers, each int) error {
 }
 
 func TestPipelinedAppendsFromGoroutines(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 256})
 		const producers, each = 4, 2500
 		if err := appendFromProducers(in, producers, each); err != nil {
@@ -299,7 +279,7 @@ func TestPipelinedAppendsFromGoroutines(t *testing.T) {
 }
 
 func TestFlushMatchesID(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{noise: true}, initiator.Options{})
 		ctx := timeout(t, 20*time.Second)
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
@@ -350,7 +330,7 @@ func TestFlushMatchesID(t *testing.T) {
 // A flush answered only by stale, foreign and malformed messages never
 // completes.
 func TestFlushIgnoresOtherResponses(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{noise: true}, initiator.Options{})
 		s.dropFlush.Store(true)
 		ctx := timeout(t, 20*time.Second)
@@ -358,7 +338,7 @@ func TestFlushIgnoresOtherResponses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the noise", func() bool {
+		testutil.WaitFor(t, "the noise", func() bool {
 			st := in.Stats()
 			return st.UnknownResponses == 3 && st.MalformedResponses == 3
 		})
@@ -389,7 +369,7 @@ func TestFlushIgnoresOtherResponses(t *testing.T) {
 }
 
 func TestReferenceFlushResponse(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := start(t, tr, standInConfig{reference: true}, initiator.Options{})
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -405,7 +385,7 @@ func TestReferenceFlushResponse(t *testing.T) {
 }
 
 func TestFlushReportsFailures(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusUnknownRegion
@@ -446,7 +426,7 @@ func TestFlushReportsFailures(t *testing.T) {
 }
 
 func TestAcks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusOutOfBounds
@@ -517,7 +497,7 @@ func TestErrorsOverflowIsCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "three acks", func() bool { return in.Stats().Acks == 3 })
+	testutil.WaitFor(t, "three acks", func() bool { return in.Stats().Acks == 3 })
 	if st := in.Stats(); st.AckFailures != 3 || st.ErrorsDropped != 2 {
 		t.Errorf("%d ack failures, %d dropped; want 3, 2", st.AckFailures, st.ErrorsDropped)
 	}
@@ -527,7 +507,7 @@ func TestErrorsOverflowIsCounted(t *testing.T) {
 }
 
 func TestWindowFullBlocksAndUnblocks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4})
 		ctx := timeout(t, 20*time.Second)
 		s.hold.Store(true)
@@ -541,7 +521,7 @@ func TestWindowFullBlocksAndUnblocks(t *testing.T) {
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, []byte("waits")) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
 		select {
 		case err := <-blocked:
 			t.Fatalf("append returned (%v) with the window full", err)
@@ -582,7 +562,7 @@ func TestWindowFullBlocksAndUnblocks(t *testing.T) {
 // Acked requests hold window space until their ack; WindowBytes bounds the
 // bytes they hold.
 func TestWindowBytes(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{WindowBytes: 1000, Ack: true})
 		ctx := timeout(t, 20*time.Second)
 		// One request larger than the window goes when nothing else is in
@@ -590,14 +570,14 @@ func TestWindowBytes(t *testing.T) {
 		if err := in.Append(8, 1, 1, pattern(2000, 1)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the big append's ack", func() bool { return in.Stats().Acks == 1 })
+		testutil.WaitFor(t, "the big append's ack", func() bool { return in.Stats().Acks == 1 })
 		s.hold.Store(true)
 		if err := in.Append(8, 1, 1, pattern(600, 2)); err != nil {
 			t.Fatal(err)
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, pattern(600, 3)) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
 		select {
 		case err := <-blocked:
 			t.Fatalf("append returned (%v) with the window's bytes used", err)
@@ -619,7 +599,7 @@ func TestWindowBytes(t *testing.T) {
 }
 
 func TestRendezvousPayloads(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{})
 		ctx := timeout(t, 30*time.Second)
 		sizes := []int{initiator.DefaultRendezvousThreshold + 1, 64 << 10, 1 << 20, 5 << 20}
@@ -679,7 +659,7 @@ func TestRendezvousPayloads(t *testing.T) {
 // The worker dies with a flush outstanding and appends streaming: the flush
 // and the stream end with a peer-failure error in bounded time.
 func TestPeerKilledMidStream(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 		streamErr := make(chan error, 1)
 		go func() {
@@ -690,7 +670,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 1000 })
+		testutil.WaitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 1000 })
 		s.hold.Store(true)
 		ctx := timeout(t, 30*time.Second)
 		fw, err := in.FlushAsync(ctx)
@@ -743,7 +723,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 // The worker dies and nobody tells the Initiator (shared memory cannot
 // detect it): Close still ends in bounded time and fails what waits.
 func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: 200 * time.Millisecond})
 		streamErr := make(chan error, 1)
 		go func() {
@@ -754,7 +734,7 @@ func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 500 })
+		testutil.WaitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 500 })
 		s.hold.Store(true)
 		ctx := timeout(t, 30*time.Second)
 		fw, err := in.FlushAsync(ctx)
@@ -786,7 +766,7 @@ func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 }
 
 func TestCloseSendsWhatWasQueued(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		// More appends than credits would make Append wait for flushes.
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4096, Credits: -1})
 		const n = 3000
@@ -798,12 +778,12 @@ func TestCloseSendsWhatWasQueued(t *testing.T) {
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every queued append to arrive", func() bool { return s.arrived.Load() == n })
+		testutil.WaitFor(t, "every queued append to arrive", func() bool { return s.arrived.Load() == n })
 	})
 }
 
 func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 2})
 		s.hold.Store(true)
 		ctx := timeout(t, 20*time.Second)
@@ -812,14 +792,14 @@ func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
 			_, err := in.Flush(ctx)
 			pending <- err
 		}()
-		waitFor(t, "the first flush to arrive", func() bool { return s.arrived.Load() == 1 })
+		testutil.WaitFor(t, "the first flush to arrive", func() bool { return s.arrived.Load() == 1 })
 		fw, err := in.FlushAsync(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, []byte("blocked")) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits >= 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits >= 1 })
 		start := time.Now()
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
@@ -844,7 +824,7 @@ func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
 }
 
 func TestUseAfterClose(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := start(t, tr, standInConfig{}, initiator.Options{})
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
@@ -937,7 +917,7 @@ func TestNewErrors(t *testing.T) {
 
 // An Initiator given a Context uses it and leaves it open.
 func TestSharedContext(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		ctx := ucptest.NewContext(t, tr)
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Context: ctx})
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {

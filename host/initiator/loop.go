@@ -13,7 +13,7 @@ import (
 	"github.com/openrdmo/rdmo/ucp"
 )
 
-// loop is the state of the worker goroutine. Nothing in it is touched by
+// loop is the state of the progress loop. Nothing in it is touched by
 // any other goroutine: it owns the UCP worker and endpoint (the ucp
 // threading rule), the batches taken from the queue, and the tables of
 // requests that wait for an answer.
@@ -53,7 +53,7 @@ type ackRec struct {
 }
 
 const (
-	// idleSpins is how many empty progress rounds the worker goroutine
+	// idleSpins is how many empty progress rounds the progress loop
 	// makes before it sleeps in Worker.Wait.
 	idleSpins = 64
 	// pendingSpins is how many it makes, yielding, while sends are not
@@ -129,8 +129,7 @@ func (in *Initiator) setup() (lp *loop, err error) {
 	}
 	in.detect = lp.ep.PeerFailureDetection()
 	in.w = lp.w
-	lp.newBatch() // batch 0 is the queue's first current batch
-	in.q.cur = lp.batches[0]
+	in.q.Swap(lp.newBatch()) // batch 0 is the queue's first current batch
 	return lp, nil
 }
 
@@ -155,15 +154,13 @@ func (lp *loop) recycle(b *batch) {
 // whether Close or PeerFailed asked for attention.
 func (lp *loop) take() (b *batch, closing, failReq bool) {
 	q := &lp.in.q
-	q.mu.Lock()
-	q.sleeping = false
+	q.Lock()
 	closing, failReq = q.closed, q.failReq
 	q.failReq = false
-	if len(q.cur.ents) > 0 {
-		b = q.cur
-		q.cur = lp.newBatch()
+	if q.Len() > 0 {
+		b, _ = q.SwapLocked(lp.newBatch())
 	}
-	q.mu.Unlock()
+	q.Unlock()
 	return b, closing, failReq
 }
 
@@ -206,16 +203,17 @@ func (lp *loop) run() {
 }
 
 // sleep waits in Worker.Wait unless a request arrived meanwhile. The flag
-// it sets makes the next producer wake it.
+// it sets first makes the next producer wake it (Initiator.wake).
 func (lp *loop) sleep() {
 	q := &lp.in.q
-	q.mu.Lock()
-	if len(q.cur.ents) > 0 || q.closed || q.failReq {
-		q.mu.Unlock()
+	q.sleeping.Store(true)
+	defer q.sleeping.Store(false)
+	q.Lock()
+	if q.Len() > 0 || q.closed || q.failReq {
+		q.Unlock()
 		return
 	}
-	q.sleeping = true
-	q.mu.Unlock()
+	q.Unlock()
 	timeout := time.Duration(-1)
 	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal {
 		timeout = pollInterval
@@ -435,10 +433,10 @@ func (lp *loop) settle() {
 		return
 	}
 	q := &lp.in.q
-	q.mu.Lock()
+	q.Lock()
 	q.confirmed = lp.confirmed
 	q.release(lp.freedSlots, lp.freedBytes)
-	q.mu.Unlock()
+	q.Unlock()
 	lp.settledConfirmed = lp.confirmed
 	lp.freedSlots, lp.freedBytes = 0, 0
 }
@@ -579,11 +577,11 @@ func (lp *loop) fail(cause error) {
 	lp.failed = pe
 	lp.in.log.Warn("endpoint to the RDMO worker failed", zap.Error(cause))
 	q := &lp.in.q
-	q.mu.Lock()
+	q.Lock()
 	if q.failed == nil {
 		q.failed = pe
 	}
-	b := q.cur
+	b := *q.Batch()
 	slots, nbytes := 0, 0
 	for i := range b.ents {
 		e := &b.ents[i]
@@ -594,9 +592,10 @@ func (lp *loop) fail(cause error) {
 		nbytes += e.cost
 	}
 	b.reset()
+	q.SwapLocked(b) // the emptied batch stays the current one
 	q.release(slots, nbytes)
 	q.broadcast()
-	q.mu.Unlock()
+	q.Unlock()
 	for id, fw := range lp.flushes {
 		fw.finish(wire.FlushResponse{}, pe)
 		lp.release(wire.FlushHeaderLen)
@@ -697,7 +696,7 @@ func (lp *loop) shutdown() error {
 }
 
 func (q *queue) failedErr() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	return q.failed
 }

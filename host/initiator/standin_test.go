@@ -48,7 +48,7 @@ type standIn struct {
 	overLimit  atomic.Uint64
 	maxPending atomic.Int64
 
-	// worker goroutine only
+	// progress loop only
 	seq      uint64
 	fifo     []*pendingReq
 	head     int // fifo[head:] are pending
@@ -131,7 +131,7 @@ func newStandIn(t testing.TB, tr ucptest.Transport, cfg standInConfig) *standIn 
 	return s
 }
 
-// run is the stand-in's worker goroutine.
+// run is the stand-in's progress loop.
 func (s *standIn) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

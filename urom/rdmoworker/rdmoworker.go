@@ -271,7 +271,7 @@ func (c *commands) Close() error {
 }
 
 // Remote sends RDMO commands to a worker process through the UROM service.
-type Remote struct{ W *urom.Worker }
+type Remote struct{ W *urom.WorkerProcess }
 
 func kindOf(cmd dpu.Command) string {
 	switch cmd.CommandType() {

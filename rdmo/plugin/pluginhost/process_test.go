@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
@@ -111,8 +112,9 @@ func ourGoroutines() []string {
 
 func TestCloseLeavesNothing(t *testing.T) {
 	// Whatever earlier tests left must be gone by now too.
-	waitFor(t, 10*time.Second, func() bool { return len(pluginProcesses(t)) == 0 && len(ourGoroutines()) == 0 },
-		func() string { return "before: " + strings.Join(ourGoroutines(), "\n\n") })
+	if !testutil.Poll(testutil.Deadline(t), func() bool { return len(pluginProcesses(t)) == 0 && len(ourGoroutines()) == 0 }) {
+		t.Fatal("before: " + strings.Join(ourGoroutines(), "\n\n"))
+	}
 
 	h, err := pluginhost.Load(context.Background(), testPluginPath, pluginhost.LoadOptions{MinBackoff: time.Millisecond})
 	if err != nil {
@@ -142,8 +144,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if pids := pluginProcesses(t); len(pids) != 0 {
 		t.Errorf("plugin processes after Close: %v", pids)
 	}
-	waitFor(t, 10*time.Second, func() bool { return len(ourGoroutines()) == 0 },
-		func() string { return "goroutines left after Close:\n" + strings.Join(ourGoroutines(), "\n\n") })
+	if !testutil.Poll(testutil.Deadline(t), func() bool { return len(ourGoroutines()) == 0 }) {
+		t.Fatal("goroutines left after Close:\n" + strings.Join(ourGoroutines(), "\n\n"))
+	}
 }
 
 func TestCleanupClientsStopsRestarts(t *testing.T) {
@@ -161,17 +164,6 @@ func TestCleanupClientsStopsRestarts(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, ok func() bool, msg func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestPluginLogLevels: a WARN line the plugin logs with plugin.Logger
 // reaches the worker's zap logger as a Warn entry, with its fields.
 func TestPluginLogLevels(t *testing.T) {
@@ -179,8 +171,7 @@ func TestPluginLogLevels(t *testing.T) {
 	h := load(t, pluginhost.LoadOptions{Logger: zap.New(core)})
 	tg, _ := newTarget(t)
 	wantStatus(t, run(h, tg, ctlReq(tg, "warn careful now")), 0)
-	waitFor(t, 5*time.Second, func() bool { return logs.FilterMessage("careful now").Len() > 0 },
-		func() string { return "no plugin line in the worker log" })
+	testutil.WaitFor(t, "the plugin's line in the worker log", func() bool { return logs.FilterMessage("careful now").Len() > 0 })
 	e := logs.FilterMessage("careful now").All()[0]
 	if e.Level != zapcore.WarnLevel {
 		t.Errorf("plugin WARN arrived at %v", e.Level)
