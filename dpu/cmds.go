@@ -91,14 +91,26 @@ func (w *Worker) rqCreate(c *command, cmd RQCreate) *CommandError {
 	if len(cmd.Addr) == 0 {
 		return cmdErr(t, ErrInvalidCommand, "empty initiator address")
 	}
+	mode := ucp.ErrorHandlingPrefer
+	switch cmd.ErrorHandling {
+	case RQErrorsPeer:
+	case RQErrorsNone:
+		// One attempt, no fallback: see docs/PROTOCOL.md ("Extensions for
+		// reference peers") for why a fallback would break the match of
+		// the two endpoints over shared memory.
+		mode = ucp.ErrorHandlingNone
+	default:
+		return cmdErr(t, ErrInvalidCommand, "unknown error-handling mode "+cmd.ErrorHandling.String())
+	}
 	key := string(cmd.Addr)
 	if q := w.rqAddr[key]; q != nil {
 		return cmdErr(t, ErrRQExists, "request queue "+utoa(q.id)+" of client "+utoa(q.c.id))
 	}
-	q := &rq{id: w.nextRQ + 1, c: cl, addrKey: key}
+	q := &rq{id: w.nextRQ + 1, c: cl, addrKey: key, zeroID: cmd.ZeroClientID, watch: new(flushWatch)}
 	ep, err := w.uw.Connect(cmd.Addr, ucp.EndpointOptions{
-		Name:    "rq/" + utoa(q.id),
-		OnError: func(_ *ucp.Endpoint, err error) { w.onRQError(q, err) },
+		Name:          "rq/" + utoa(q.id),
+		OnError:       func(_ *ucp.Endpoint, err error) { w.onRQError(q, err) },
+		ErrorHandling: mode,
 	})
 	if err != nil {
 		e := cmdErr(t, ErrConnect, err.Error())
@@ -113,7 +125,9 @@ func (w *Worker) rqCreate(c *command, cmd RQCreate) *CommandError {
 	w.regMu.Lock()
 	w.rqByID[q.id] = q
 	w.regMu.Unlock()
-	w.log.Debug("request queue created", zap.Uint64("client", cl.id), zap.Uint64("rq", q.id))
+	w.log.Debug("request queue created", zap.Uint64("client", cl.id), zap.Uint64("rq", q.id),
+		zap.Stringer("error_handling", cmd.ErrorHandling), zap.Bool("peer_failure_detection", ep.PeerFailureDetection()),
+		zap.Bool("zero_client_id", cmd.ZeroClientID))
 	c.answer(Notification{Type: t, Client: cl.id, RQ: q.id}, nil)
 	return nil
 }

@@ -19,6 +19,10 @@ const (
 	CmdRQDestroy  CommandType = 2
 	CmdMRReg      CommandType = 3
 	CmdMRDereg    CommandType = 4
+	// CmdRQFlushWait is rdmo's: Worker.WaitFlush, answered on the command
+	// channel when a FLUSH of a queue completed (not a Command: it does
+	// not go through the loop).
+	CmdRQFlushWait CommandType = 16
 )
 
 func (t CommandType) String() string {
@@ -33,6 +37,8 @@ func (t CommandType) String() string {
 		return "MR_REG"
 	case CmdMRDereg:
 		return "MR_DEREG"
+	case CmdRQFlushWait:
+		return "RQ_FLUSH_WAIT"
 	}
 	return "CommandType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -56,9 +62,49 @@ type ClientInit struct {
 // RQCreate creates a request queue: the worker connects to the initiator's
 // UCP worker address Addr, and requests arriving on that connection are
 // Client's. The answer carries the queue id (Notification.RQ).
+//
+// ErrorHandling and ZeroClientID are rdmo extensions (docs/PROTOCOL.md,
+// "Extensions for reference peers"), for initiators written like the
+// reference's client; the zero values are what rdmo's own initiators need.
 type RQCreate struct {
 	Client uint64 `msgpack:"client"`
 	Addr   []byte `msgpack:"addr"`
+	// ErrorHandling is the error-handling mode of the worker's endpoint to
+	// the initiator. UCX requires both ends of a connection to use the same
+	// mode, so it must be the initiator's: RQErrorsPeer for rdmo's
+	// initiators, RQErrorsNone for one that asks for none (the reference
+	// client).
+	ErrorHandling RQErrorHandling `msgpack:"err_mode,omitempty"`
+	// ZeroClientID makes the queue accept client id 0 in request headers
+	// as its own client's id, as well as that id (the reference client
+	// writes 0 in every header). Requests on other queues still have to
+	// name their queue's client exactly.
+	ZeroClientID bool `msgpack:"zero_client_id,omitempty"`
+}
+
+// RQErrorHandling is the error-handling mode of a request queue's endpoint.
+type RQErrorHandling uint8
+
+const (
+	// RQErrorsPeer asks UCX for peer-failure detection where a transport
+	// to the initiator can detect it, and connects without it otherwise
+	// (ucp.ErrorHandlingPrefer): what rdmo's initiators do.
+	RQErrorsPeer RQErrorHandling = 0
+	// RQErrorsNone asks for no detection (ucp.ErrorHandlingNone): what the
+	// reference client does. The worker then learns that such an
+	// initiator is gone only from its target (RQ_DESTROY, or the target's
+	// removal); see docs/SECURITY.md.
+	RQErrorsNone RQErrorHandling = 1
+)
+
+func (m RQErrorHandling) String() string {
+	switch m {
+	case RQErrorsPeer:
+		return "peer"
+	case RQErrorsNone:
+		return "none"
+	}
+	return "RQErrorHandling(" + strconv.Itoa(int(m)) + ")"
 }
 
 // RQDestroy stops a request queue: no new requests are accepted, in-flight
