@@ -312,6 +312,11 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, p
 	p := q.getPending()
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
+	if rh.Header.ClientID != q.c.id {
+		// Client id 0 on a reference initiator's queue (clientOK): the
+		// handlers, which check the id again, see the client it binds to.
+		binary.LittleEndian.PutUint64(p.hdr[rdmo.HeaderClientIDOffset:], q.c.id)
+	}
 	p.length = uint64(length)
 	switch {
 	case rndv:

@@ -90,6 +90,7 @@ type server struct {
 
 	accepted chan acceptResult // the first initiator, from acceptOne
 	peer     *peer
+	ref      *oob.RefConn // a reference initiator's connection (docaserver.go)
 	told     bool // the initiator has the verdict
 	initInfo oob.InitiatorInfo
 	rq       uint64
@@ -114,6 +115,9 @@ func RunServer(ctx context.Context, cfg cli.Config) error {
 		case r := <-s.accepted:
 			if r.c != nil {
 				s.peer = newPeer(r.c, "initiator")
+			}
+			if r.ref != nil {
+				r.ref.Close()
 			}
 		default:
 		}
@@ -175,6 +179,9 @@ func (s *server) run(ctx context.Context) error {
 	case r := <-accepted:
 		if r.err != nil {
 			return r.err
+		}
+		if r.ref != nil {
+			return s.runReference(ctx, r.ref)
 		}
 		conn = r.c
 	case <-s.fail.ch:
@@ -307,6 +314,7 @@ func (s *server) expectBarrier(ctx context.Context, id uint64, timeout time.Dura
 
 type acceptResult struct {
 	c   *oob.Conn
+	ref *oob.RefConn // a reference initiator (the port serves both)
 	err error
 }
 
@@ -316,9 +324,9 @@ type acceptResult struct {
 // logged and the wait goes on.
 func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
 	for {
-		c, err := s.ln.Accept(ctx)
+		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
-			out <- acceptResult{c: c}
+			out <- acceptResult{c: c, ref: ref}
 			return
 		}
 		if ctx.Err() != nil || errors.Is(err, oob.ErrClosed) {
@@ -602,6 +610,9 @@ func (s *server) teardown(tell func()) {
 	}
 	if s.tgt != nil {
 		warn("releasing target memory", s.tgt.close())
+	}
+	if s.ref != nil {
+		s.ref.Close()
 	}
 	if s.peer != nil {
 		// The initiator closes first once it has the verdict.

@@ -177,11 +177,8 @@ func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err e
 	remote := a.nc.RemoteAddr().String()
 	fail := func(err error) (*Conn, *RefConn, error) {
 		a.nc.Close()
-		lvl := zap.WarnLevel
-		if errors.Is(err, context.Canceled) {
-			lvl = zap.DebugLevel
-		}
-		l.opts.Logger.Check(lvl, "oob: handshake failed").Write(zap.String("remote", remote), zap.Error(err))
+		// Debug: the caller logs the HandshakeError (one line per bad peer).
+		l.opts.Logger.Debug("oob: handshake failed", zap.String("remote", remote), zap.Error(err))
 		return nil, nil, &HandshakeError{Remote: remote, Err: err}
 	}
 	deadline := time.Now().Add(l.opts.Timeout)
