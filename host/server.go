@@ -91,7 +91,7 @@ type server struct {
 	accepted chan acceptResult // the first initiator, from acceptOne
 	peer     *peer
 	ref      *oob.RefConn // a reference initiator's connection (docaserver.go)
-	told     bool // the initiator has the verdict
+	told     bool         // the initiator has the verdict
 	initInfo oob.InitiatorInfo
 	rq       uint64
 	rqMade   bool
