@@ -214,3 +214,56 @@ func TestBadPeersThenReference(t *testing.T) {
 		t.Errorf("%d log lines for %d bad peers:\n%s", n, len(bad), srv.Stderr())
 	}
 }
+
+// A reference initiator that writes the wrong bytes: the server exits 1
+// with one line naming the check that failed.
+func TestServerNamesFailedCheck(t *testing.T) {
+	tr := ucptest.Transports[0] // shm
+	needBinaries(t)
+	srv, port := server(t, tr)
+	client := testproc.StartCommand(t, []string{cClient, "127.0.0.1", port}, testproc.Options{
+		Name: "doca_client", Env: append(tr.Env(), "DOCA_CLIENT_BYTE=0x34"), Grace: -1})
+	client.Wait(t, runTimeout) // it may or may not notice: it reads no verdict
+	if code := srv.Wait(t, exitTimeout); code != 1 {
+		t.Errorf("server exit %d, want 1\n%s", code, srv.Stderr())
+	}
+	lines := regexp.MustCompile(`(?m)^rdmo: error: .*$`).FindAllString(srv.Stderr(), -1)
+	if len(lines) != 1 || !strings.Contains(lines[0], "verification FAILED: reference append check: the appended bytes are 34 34 34 34 34 34 34 34, want 8 × 33") {
+		t.Errorf("server error lines %q", lines)
+	}
+}
+
+// A server with a secret refuses reference initiators (they cannot
+// authenticate), with one log line, and keeps waiting.
+func TestSecretRefusesReference(t *testing.T) {
+	tr := ucptest.Transports[1] // tcp
+	needBinaries(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	srv := start(t, "server", tr, rdmoBin, "-m", "server", "--oob-port", port, "--ops", "1", "--secret-file", secret)
+	client := start(t, "doca_client", tr, cClient, "127.0.0.1", port)
+	if code := client.Wait(t, runTimeout); code == 0 {
+		t.Errorf("the reference initiator passed a server with a secret")
+	}
+	if !strings.Contains(client.Stderr(), "the server closed the connection") {
+		t.Errorf("C initiator: %s", client.Stderr())
+	}
+	// The server logs the refusal once the connection is closed: wait for
+	// the line (the client may see the close first).
+	for deadline := time.Now().Add(exitTimeout); !strings.Contains(srv.Stderr(), "a reference (DOCA) initiator cannot authenticate"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not log the refusal:\n%s", srv.Stderr())
+		}
+		select {
+		case <-srv.Done():
+			t.Fatalf("server exited (%d): it should keep waiting\n%s", srv.ExitCode(), srv.Stderr())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if strings.Contains(srv.Stderr(), "reference initiator connected") {
+		t.Errorf("server served the reference initiator")
+	}
+}

@@ -29,6 +29,9 @@
  *
  * Exit status 0 when both flushes were answered; 1 with one line on
  * stderr otherwise.
+ *
+ * For negative tests only, DOCA_CLIENT_BYTE (e.g. 0x34) replaces the 0x33
+ * the demo writes, so the server's checks must fail.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -282,7 +285,11 @@ int main(int argc, char **argv)
     uint64_t             info[2];
     int                  fd, i;
     const char          *port = argc > 2 ? argv[2] : "18515";
+    unsigned char        fill = 0x33;
 
+    if (getenv("DOCA_CLIENT_BYTE") != NULL) {
+        fill = (unsigned char)strtoul(getenv("DOCA_CLIENT_BYTE"), NULL, 0);
+    }
     if (argc < 2) {
         fprintf(stderr, "usage: doca_client <server host> [<port>]\n");
         return 2;
@@ -341,7 +348,7 @@ int main(int argc, char **argv)
         req.a.ptr_addr  = info[1];
         req.a.ptr_rkey  = info[0];
         req.a.data_rkey = info[0];
-        memset(data, 0x33, sizeof(data));
+        memset(data, fill, sizeof(data));
         send_request(worker, ep, &req, sizeof(req), data, sizeof(data), "append");
         flush(worker, ep, "append flush");
     }
@@ -371,7 +378,7 @@ int main(int argc, char **argv)
             iov.len  = 8;
             memcpy(p, &iov, sizeof(iov));
             p += sizeof(iov);
-            memset(p, 0x33, 8);
+            memset(p, fill, 8);
             p += 8;
         }
         send_request(worker, ep, &req, sizeof(req), payload, sizeof(payload), "scatter");
