@@ -206,12 +206,17 @@ func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err e
 		return fail(err)
 	}
 	if proto == ProtocolReference {
-		if len(l.opts.Secret) > 0 {
-			return fail(&RefError{Reason: "a reference (DOCA) initiator cannot authenticate, and this side requires a shared secret"})
-		}
 		rc, err := acceptRef(ctx, a.nc, first, l.opts, deadline)
 		if err != nil {
 			return fail(err)
+		}
+		if len(l.opts.Secret) > 0 {
+			// Its first message was read whole (at most RefMaxLen
+			// bytes, within the deadline), so the close is a clean
+			// end of stream, not a reset: the peer reads that it was
+			// turned away.
+			rc.Close()
+			return fail(&RefError{Reason: "a reference (DOCA) initiator cannot authenticate, and this side requires a shared secret"})
 		}
 		l.opts.Logger.Debug("oob: reference initiator accepted", zap.String("remote", remote), zap.Int("address_len", len(rc.first)))
 		return nil, rc, nil
