@@ -74,6 +74,23 @@ func (w *Worker) clientInit(c *command, cmd ClientInit) *CommandError {
 	return nil
 }
 
+// plausibleAddress rejects what would make UCX abort the worker process
+// instead of failing: UCX 1.13 asserts that a packed worker address's
+// header names a version it knows (the low 4 bits of its first byte: 0 or
+// 1). An initiator address comes from an unauthenticated peer when the
+// out-of-band channel has no secret (the reference exchange never has
+// one). It cannot check the rest: UCX does not even take the length;
+// docs/SECURITY.md, "Reference initiators".
+func plausibleAddress(addr []byte) string {
+	if len(addr) < 2 {
+		return "too short for a UCP worker address"
+	}
+	if v := addr[0] & 0x0f; v > 1 {
+		return "not a UCP worker address (header version " + strconv.Itoa(int(v)) + ")"
+	}
+	return ""
+}
+
 func (w *Worker) onHostError(c *client, err error) {
 	c.hostFailed.Store(true)
 	w.log.Warn("target endpoint failed: the client's requests fail with TargetUnreachable", zap.Uint64("client", c.id), zap.Error(err))
@@ -90,6 +107,9 @@ func (w *Worker) rqCreate(c *command, cmd RQCreate) *CommandError {
 	}
 	if len(cmd.Addr) == 0 {
 		return cmdErr(t, ErrInvalidCommand, "empty initiator address")
+	}
+	if err := plausibleAddress(cmd.Addr); err != "" {
+		return cmdErr(t, ErrInvalidCommand, "initiator address: "+err)
 	}
 	mode := ucp.ErrorHandlingPrefer
 	switch cmd.ErrorHandling {

@@ -149,3 +149,19 @@ func TestRQCreateBadErrorHandling(t *testing.T) {
 		}
 	})
 }
+
+// An initiator address that would make UCX 1.13 abort (an unknown header
+// version: random bytes from a peer) is refused, and the worker lives on.
+func TestRQCreateImplausibleAddress(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{putHandler{}}})
+		s := e.newSetup(3, 4096, 0, 4096)
+		for _, addr := range [][]byte{{0x25, 1, 2, 3}, {0x2f}, {}} {
+			if _, err := e.try(dpu.RQCreate{Client: s.client, Addr: addr, ErrorHandling: dpu.RQErrorsNone}); !errors.Is(err, dpu.ErrInvalidCommand) {
+				t.Errorf("RQ_CREATE with address % x: %v", addr, err)
+			}
+		}
+		in := e.newInitiator(3)
+		e.do(dpu.RQCreate{Client: s.client, Addr: in.addr})
+	})
+}

@@ -35,7 +35,6 @@ const (
 // from the worker (rdmoworker.Remote.WaitFlush: the queue's FLUSH
 // completed), never by polling its memory.
 func (s *server) runReference(ctx context.Context, rc *oob.RefConn) error {
-	s.ln.Close() // one initiator per run
 	s.ref = rc
 	s.log.Info("reference initiator connected (DOCA urom_rdmo out-of-band exchange)",
 		zap.Stringer("from", rc.RemoteAddr()), zap.Int("address_len", len(rc.First())))
@@ -43,31 +42,28 @@ func (s *server) runReference(ctx context.Context, rc *oob.RefConn) error {
 	if q.mem.Len() != refQueueSize {
 		return fmt.Errorf("reference demo: the queue region is %d bytes, want %d", q.mem.Len(), refQueueSize)
 	}
-
-	// Exchange 1: the initiator's address came with its connection; the
-	// answer is the RDMO worker's address.
-	if err := rc.Send(ctx, s.remoteAddr); err != nil {
-		return fmt.Errorf("reference exchange 1 (worker address): %w", err)
-	}
-	// Its queue: no error handling on the worker's endpoint (the
-	// initiator asks for none, and UCX refuses asymmetric modes), and its
-	// headers' client id 0 means this client.
-	n, err := s.do(ctx, dpu.RQCreate{Client: s.clientID, Addr: rc.First(), ErrorHandling: dpu.RQErrorsNone, ZeroClientID: true})
-	if err != nil {
-		return fmt.Errorf("RQ_CREATE for the reference initiator: %w", err)
-	}
-	s.rq, s.rqMade = n.RQ, true
-	s.log.Info("request queue created", zap.String("initiator", "reference"), zap.Uint64("rq", s.rq))
 	start := time.Now()
-
-	// Exchange 2: the queue's region id and the address of its tail word;
-	// the initiator sends nothing.
-	var info [16]byte
-	binary.LittleEndian.PutUint64(info[0:], q.id)
-	binary.LittleEndian.PutUint64(info[8:], q.mem.Address())
-	if err := s.refExchange(ctx, rc, info[:], "2 (region id and tail address)"); err != nil {
-		return err
+	if err := s.refSetup(ctx, rc); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, gone := err.(*refAbandoned); !gone {
+			return err
+		}
+		// Bad input from a peer that has nothing yet (no region id):
+		// one line, undo, and wait for a proper initiator.
+		s.log.Warn("reference initiator failed before its work began; still waiting for an initiator", zap.Error(err))
+		if s.rqMade {
+			if _, derr := s.do(ctx, dpu.RQDestroy{Client: s.clientID, RQ: s.rq}); derr != nil && ctx.Err() == nil {
+				return fmt.Errorf("RQ_DESTROY after the reference initiator left: %w", derr)
+			}
+			s.rqMade = false
+		}
+		rc.Close()
+		s.ref = nil
+		return errRefAbandoned
 	}
+	s.ln.Close() // one initiator per run: this one has its queue and region
 
 	// The append of 8 bytes and its FLUSH.
 	ev, err := s.waitRefFlush(ctx, 0, "the append's FLUSH")
@@ -105,6 +101,54 @@ func (s *server) runReference(ctx context.Context, rc *oob.RefConn) error {
 	}
 	s.rqMade = false
 	s.printRefSummary(ctx, rc, ev, ev2, elapsed)
+	return nil
+}
+
+// errRefAbandoned: runReference undid what it did for a reference initiator
+// that failed before its work began; the server waits for another.
+var errRefAbandoned = errors.New("reference initiator abandoned")
+
+// refAbandoned is a failure of the peer (its address, its connection)
+// before it learned the region id.
+type refAbandoned struct{ err error }
+
+func (e *refAbandoned) Error() string { return e.err.Error() }
+func (e *refAbandoned) Unwrap() error { return e.err }
+
+// refSetup runs exchanges 1 and 2 and creates the initiator's queue.
+func (s *server) refSetup(ctx context.Context, rc *oob.RefConn) error {
+	// Exchange 1: the initiator's address came with its connection; the
+	// answer is the RDMO worker's address.
+	if err := rc.Send(ctx, s.remoteAddr); err != nil {
+		return &refAbandoned{fmt.Errorf("reference exchange 1 (worker address): %w", err)}
+	}
+	// Its queue: no error handling on the worker's endpoint (the
+	// initiator asks for none, and UCX refuses asymmetric modes), and its
+	// headers' client id 0 means this client.
+	n, err := s.do(ctx, dpu.RQCreate{Client: s.clientID, Addr: rc.First(), ErrorHandling: dpu.RQErrorsNone, ZeroClientID: true})
+	if err != nil {
+		// The worker refused the initiator's address (it answered, with
+		// a status); the worker being gone or silent is this side's end.
+		var we *rdmo.WireError
+		if errors.As(err, &we) {
+			return &refAbandoned{fmt.Errorf("RQ_CREATE for the reference initiator: %w", err)}
+		}
+		return fmt.Errorf("RQ_CREATE for the reference initiator: %w", err)
+	}
+	s.rq, s.rqMade = n.RQ, true
+	s.log.Info("request queue created", zap.String("initiator", "reference"), zap.Uint64("rq", s.rq))
+
+	// Exchange 2: the queue's region id and the address of its tail word;
+	// the initiator sends nothing.
+	var info [16]byte
+	binary.LittleEndian.PutUint64(info[0:], s.seed.id)
+	binary.LittleEndian.PutUint64(info[8:], s.seed.mem.Address())
+	if err := s.refExchange(ctx, rc, info[:], "2 (region id and tail address)"); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return &refAbandoned{err}
+	}
 	return nil
 }
 

@@ -175,19 +175,25 @@ func (s *server) run(ctx context.Context) error {
 
 	s.log.Info("waiting for the initiator", zap.String("oob", s.ln.Addr().String()), zap.Bool("authenticated", secret != nil))
 	var conn *oob.Conn
-	select {
-	case r := <-accepted:
-		if r.err != nil {
-			return r.err
+	for conn == nil {
+		select {
+		case r := <-accepted:
+			if r.err != nil {
+				return r.err
+			}
+			if r.ref != nil {
+				if err := s.runReference(ctx, r.ref); !errors.Is(err, errRefAbandoned) {
+					return err
+				}
+				go s.acceptOne(ctx, accepted) // the reference initiator left before its work began
+				continue
+			}
+			conn = r.c
+		case <-s.fail.ch:
+			return s.fail.get()
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		if r.ref != nil {
-			return s.runReference(ctx, r.ref)
-		}
-		conn = r.c
-	case <-s.fail.ch:
-		return s.fail.get()
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 	s.ln.Close() // one initiator per run
 	s.peer = newPeer(conn, "initiator")

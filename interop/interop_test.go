@@ -1,6 +1,7 @@
 package interop_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -208,10 +210,34 @@ func TestBadPeersThenReference(t *testing.T) {
 		nc.Write(b)
 		nc.Close()
 	}
+	// Peers that complete their first message and then fail: random bytes
+	// for an address (UCX 1.13 would abort the worker on them, were they
+	// not refused), and a real worker address (of a worker that is gone)
+	// followed by a close mid-exchange.
+	uctx := ucptest.NewContext(t, tr)
+	w, err := uctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := w.Address()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := append([]byte{0x25}, bytes.Repeat([]byte{0xa7}, 78)...)
+	abandoned := [][]byte{garbage, real}
+	for _, a := range abandoned {
+		nc := dial()
+		nc.Write(append(binary.LittleEndian.AppendUint64(nil, uint64(len(a))), a...))
+		nc.Close()
+	}
 	client := start(t, "doca_client", tr, cClient, "127.0.0.1", port)
 	expectReferencePass(t, srv, client)
 	if n := strings.Count(srv.Stderr(), "out-of-band handshake failed; still waiting for the initiator"); n != len(bad) {
 		t.Errorf("%d log lines for %d bad peers:\n%s", n, len(bad), srv.Stderr())
+	}
+	if n := strings.Count(srv.Stderr(), "reference initiator failed before its work began; still waiting for an initiator"); n != len(abandoned) {
+		t.Errorf("%d log lines for %d peers that left early:\n%s", n, len(abandoned), srv.Stderr())
 	}
 }
 
