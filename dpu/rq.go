@@ -25,6 +25,8 @@ type rq struct {
 	c       *client
 	ep      *ucp.Endpoint
 	addrKey string
+	zeroID  bool        // client id 0 in a header means this queue's client (RQCreate.ZeroClientID)
+	watch   *flushWatch // completed FLUSHes, for WaitFlush
 
 	nextSeq  uint64
 	queue    []*pending // accepted, not yet dispatched; queue[head:]
@@ -101,6 +103,12 @@ func (q *rq) putPending(p *pending, max int) {
 	if len(q.free) < max {
 		q.free = append(q.free, p)
 	}
+}
+
+// clientOK reports whether a header's client id names the queue's client:
+// its id, or 0 on a queue made for a reference initiator.
+func (q *rq) clientOK(id uint64) bool {
+	return id == q.c.id || (id == 0 && q.zeroID)
 }
 
 func (q *rq) queued() int { return len(q.queue) - q.head }
@@ -213,7 +221,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	switch {
 	case err != nil:
 		st, detail = rdmo.StatusOf(err), err.Error()
-	case rh.Header.ClientID != q.c.id:
+	case !q.clientOK(rh.Header.ClientID):
 		st, detail = rdmo.StatusClientMismatch, "batch container names client "+utoa(rh.Header.ClientID)+
 			", the queue is client "+utoa(q.c.id)
 	case m.Rendezvous:
@@ -274,7 +282,7 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, p
 		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(perr), perr.Error())
 		return
 	}
-	if rh.Header.ClientID != q.c.id {
+	if !q.clientOK(rh.Header.ClientID) {
 		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusClientMismatch,
 			"header names client "+utoa(rh.Header.ClientID)+", the queue is client "+utoa(q.c.id))
 		return
@@ -308,6 +316,11 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, p
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
 	p.app, p.count = rh.Append, rh.Scatter.Count // decoded once, here, for the handler
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
+	if rh.Header.ClientID != q.c.id {
+		// Client id 0 on a reference initiator's queue (clientOK): the
+		// handlers, which check the id again, see the client it binds to.
+		binary.LittleEndian.PutUint64(p.hdr[wire.HeaderClientIDOffset:], q.c.id)
+	}
 	p.length = uint64(length)
 	switch {
 	case rndv:
@@ -500,6 +513,7 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 		wire.AppendFlushResponse(msg[:0], r)
 		w.stats.flushRsp.Add(1)
 		w.reply(q, msg[:])
+		q.watch.flushed(r)
 	case flags&rdmo.FlagAck != 0:
 		var msg [wire.AckResponseLen]byte
 		wire.AppendAck(msg[:0], wire.AckResponse{Op: op, Seq: seq, Status: st, Value: value})
@@ -635,6 +649,7 @@ func (w *Worker) closeRQ(q *rq) {
 		q.arena.reset()
 		q.free = nil
 	}
+	q.watch.close()
 	w.log.Debug("request queue closed", zap.Uint64("client", c.id), zap.Uint64("rq", q.id))
 	for _, cmd := range q.waiters {
 		cmd.answer(Notification{Type: CmdRQDestroy, Client: c.id, RQ: q.id}, nil)

@@ -140,6 +140,7 @@ func TestBinary(t *testing.T) {
 			{"-j", shipped, "-m", "client", "-s", "host1"},
 			{"--json", shipped, "--mode", "client", "--server-name", "host1"},
 			{"-m", "client", "-s", "h", "--oob-port", "20000", "--urom", "dpu:18516", "--append-strategy", "shared", "--ops", "10", "--log-format", "json"},
+			{"-m", "client", "-s", "h", "--oob-protocol", "doca"},
 		} {
 			r := runBinary(t, bin, args...)
 			if r.code != cli.ExitNotBuilt || r.stderr != "rdmo: error: client: not built into this binary yet\n" || r.stdout != "" {
@@ -203,6 +204,8 @@ func TestBinary(t *testing.T) {
 			{[]string{"-j", badLevel}, badLevel + `:3:3: key "log-level": invalid log level "15"`},
 			{[]string{}, "no mode given: use -m/--mode {server, client}"},
 			{[]string{"-m", "client"}, "client mode needs -s/--server-name"},
+			{[]string{"-m", "client", "-s", "h", "--oob-protocol", "urom"}, `--oob-protocol: invalid out-of-band protocol "urom"; valid protocols: rdmo, doca`},
+			{[]string{"-m", "server", "--oob-protocol", "doca"}, "--oob-protocol doca is for -m client"},
 			{[]string{"-m", "server", "-d", ""}, "-d/--device: empty name"},
 			{[]string{"-m", "server", "--oob-port", "0"}, `--oob-port: invalid port "0"`},
 			{[]string{"-m", "server", "--urom", "nohost"}, `--urom: invalid address "nohost"; want host:port`},

@@ -287,10 +287,28 @@ func (t *Target) Deregister(ctx context.Context, region uint64) error {
 // CreateRQ opens a request queue for the initiator whose UCP worker
 // address is addr (RQ_CREATE) and returns its id.
 func (t *Target) CreateRQ(ctx context.Context, addr []byte) (uint64, error) {
+	return t.CreateRQWith(ctx, addr, RQOptions{})
+}
+
+// RQOptions are the extensions of RQ_CREATE for initiators that are not
+// rdmo's own (docs/PROTOCOL.md, "Extensions for reference peers").
+type RQOptions struct {
+	// ErrorHandling is the mode of the worker's endpoint to the initiator;
+	// it must match the initiator's own (UCX refuses asymmetric modes).
+	// Zero: peer-failure detection, as rdmo's initiators use.
+	ErrorHandling dpu.RQErrorHandling
+	// ZeroClientID lets this queue's requests carry client id 0 (a DOCA
+	// reference initiator writes 0); docs/SECURITY.md says why that does
+	// not weaken the client check of any other queue.
+	ZeroClientID bool
+}
+
+// CreateRQWith is CreateRQ with the extensions of opts.
+func (t *Target) CreateRQWith(ctx context.Context, addr []byte, opts RQOptions) (uint64, error) {
 	if err := t.checkOpen(dpu.CmdRQCreate); err != nil {
 		return 0, err
 	}
-	n, err := t.do(ctx, dpu.RQCreate{Client: t.client, Addr: addr})
+	n, err := t.do(ctx, dpu.RQCreate{Client: t.client, Addr: addr, ErrorHandling: opts.ErrorHandling, ZeroClientID: opts.ZeroClientID})
 	if err != nil {
 		return 0, err
 	}
@@ -298,6 +316,17 @@ func (t *Target) CreateRQ(ctx context.Context, addr []byte) (uint64, error) {
 	t.rqs = append(t.rqs, n.RQ)
 	t.mu.Unlock()
 	return n.RQ, nil
+}
+
+// WaitFlush returns when a FLUSH of request queue rq numbered after+1 or
+// later has completed (the worker's flush notification, so a target never
+// polls its memory to learn that work is done), or when ctx ends. The
+// worker answers within its own bound; ask again with the same after.
+func (t *Target) WaitFlush(ctx context.Context, rq, after uint64) (dpu.FlushEvent, error) {
+	if err := t.checkOpen(dpu.CmdRQCreate); err != nil {
+		return dpu.FlushEvent{}, err
+	}
+	return t.remote.WaitFlush(ctx, t.client, rq, after)
 }
 
 // DestroyRQ closes a request queue (RQ_DESTROY): in-flight requests
