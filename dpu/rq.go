@@ -74,6 +74,8 @@ type pending struct {
 	consumed bool
 	// moved: executor-owned, Place or Fetch already used the payload.
 	moved bool
+	// arrived is when the request's message arrived (Worker.clock).
+	arrived int64
 }
 
 func (p *pending) fenced() bool {
@@ -120,6 +122,7 @@ func (q *rq) popFront() *pending {
 
 // handleMessages is the AM handler for AM id 0, on the loop.
 func (w *Worker) handleMessages(_ *ucp.Worker, msgs []ucp.Message) {
+	w.now = w.clock()
 	for i := range msgs {
 		w.handleMessage(&msgs[i])
 	}
@@ -303,6 +306,7 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, p
 	}
 	p := q.getPending()
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
+	p.arrived = w.now
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
 	p.length = uint64(length)
 	switch {
@@ -441,7 +445,9 @@ func (w *Worker) dispatch(c *client, q *rq) {
 // every operation it issued finished.
 func (w *Worker) completeBatch(b *batch) {
 	q := b.rq
+	now := w.clock()
 	for i, p := range b.ents {
+		w.stats.observe(p.op, now-p.arrived)
 		res := b.results[i]
 		st, detail := res.Status, res.Detail
 		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {

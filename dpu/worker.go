@@ -34,6 +34,10 @@ type Worker struct {
 	userOps  map[uint32]*handlerEntry // fixed after New
 
 	stats counters
+	// epoch and now time requests for Stats.Latency: now is read once per
+	// round of arriving messages (loop-owned), not once per request.
+	epoch time.Time
+	now   int64
 
 	// Inbox: any goroutine hands work to the loop here, then wakes it.
 	mu       sync.Mutex
@@ -151,6 +155,8 @@ func New(cfg Config) (*Worker, error) {
 		rqAddr:     map[string]*rq{},
 	}
 	w.stats.reqUser = map[uint32]*atomic.Uint64{}
+	w.stats.latUser = map[uint32]*latency{}
+	w.epoch = time.Now()
 	w.comp = &completer{w}
 	if err := w.register(cfg.Handlers); err != nil {
 		return nil, err
@@ -185,6 +191,7 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 			} else {
 				w.userOps[op] = e
 				w.stats.reqUser[op] = new(atomic.Uint64)
+				w.stats.latUser[op] = new(latency)
 			}
 		}
 		w.handlers = append(w.handlers, e)

@@ -59,6 +59,7 @@ func rdmoApp(benchMode func(context.Context, cli.Config) error) cli.App {
 		Bench:   benchMode,
 		DPU:     dpucmd.RunDPU,
 		Plugins: dpucmd.RunPlugins,
+		Workers: dpucmd.RunWorkers,
 		Worker:  dpucmd.RunWorker,
 		UCX: cli.UCX{
 			ValidateDevice: ucxflag.ValidateDevice,
@@ -152,6 +153,7 @@ type app struct {
 	bench       cli.Config
 	dpu         cli.DPUConfig
 	plugins     cli.PluginsConfig
+	workers     cli.WorkersConfig
 }
 
 func newApp(stdout, stderr io.Writer, modes cli.App) *app {
@@ -164,6 +166,7 @@ func newApp(stdout, stderr io.Writer, modes cli.App) *app {
 		bench:   cli.DefaultConfig(),
 		dpu:     cli.DefaultDPUConfig(),
 		plugins: cli.DefaultPluginsConfig(),
+		workers: cli.DefaultWorkersConfig(),
 	}
 }
 
@@ -206,7 +209,7 @@ func (a *app) rootCommand() *cobra.Command {
 		},
 	})
 
-	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.benchCommand(), a.uromWorkerCommand())
+	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.workersCommand(), a.benchCommand(), a.uromWorkerCommand())
 	return root
 }
 
@@ -281,6 +284,40 @@ func (a *app) pluginsCommand() *cobra.Command {
 		},
 	}
 	a.plugins.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
+func (a *app) workersCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "List the worker processes a UROM service runs",
+		Long: "Lists the worker processes of the UROM service at --urom: id, pid, state, uptime,\n" +
+			"clients and request queues, plugins, and the host that spawned each.\n" +
+			"--output json prints one JSON array for scripts.\n" +
+			"A service started with --secret-file needs the same --secret-file here.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.showVersion {
+				return a.printVersion()
+			}
+			cfg := a.workers
+			cfg.Log = a.log
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if a.modes.Workers == nil {
+				return cli.NotBuilt("workers")
+			}
+			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			cfg.Logger = log
+			return a.modes.Workers(cmd.Context(), cfg)
+		},
+	}
+	a.workers.RegisterFlags(cmd.Flags())
 	return cmd
 }
 
@@ -371,7 +408,7 @@ func (a *app) printVersion() error {
 	return err
 }
 
-var commandNames = []string{"dpu", "plugins", "bench"}
+var commandNames = []string{"dpu", "plugins", "workers", "bench"}
 
 func rootArgs(_ *cobra.Command, args []string) error {
 	if len(args) == 0 {

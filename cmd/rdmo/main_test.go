@@ -210,7 +210,7 @@ func TestBinary(t *testing.T) {
 			{[]string{"-m", "server", "--bogus"}, "unknown flag: --bogus"},
 			{[]string{"-x"}, `unknown shorthand flag: 'x' in -x`},
 			{[]string{"-j"}, "-j/--json needs a value"},
-			{[]string{"serve"}, `unknown command "serve"; commands: dpu, plugins, bench`},
+			{[]string{"serve"}, `unknown command "serve"; commands: dpu, plugins, workers, bench`},
 			{[]string{"dpu", "extra"}, `rdmo dpu takes no arguments, got "extra"`},
 			{[]string{"dpu", "--max-workers", "0"}, `--max-workers: invalid count "0"`},
 			{[]string{"dpu", "--config", dpuBad}, dpuBad + `:1:2: unknown key "mode"`},
@@ -219,7 +219,7 @@ func TestBinary(t *testing.T) {
 			{[]string{"plugins", "--urom", "a:1", "--secret-file", filepath.Join(dir, "none")}, "--secret-file: " + filepath.Join(dir, "none") + ": no such file or directory"},
 			{[]string{"dpu", "--secret-file", dir}, "--secret-file: " + dir + " is a directory"},
 			{[]string{"bench", "-m", "clinet"}, `-m/--mode: invalid mode "clinet"`},
-			{[]string{"help", "nope"}, `no help for "nope"; commands: dpu, plugins, bench`},
+			{[]string{"help", "nope"}, `no help for "nope"; commands: dpu, plugins, workers, bench`},
 		}
 		for _, tc := range tests {
 			r := runBinary(t, bin, tc.args...)

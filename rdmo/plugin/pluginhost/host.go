@@ -55,6 +55,12 @@ type LoadOptions struct {
 	// NoCachedState says the handler keeps no state between batches, so a
 	// restart loses nothing and Fence does not report it (see Handler).
 	NoCachedState bool
+	// OnFailure and OnRestart, when set, are called (on their own
+	// goroutine, not under any lock of the Handler) when the plugin
+	// process failed and when a restart brought it back: for counters
+	// that an operator alerts on.
+	OnFailure func(reason string)
+	OnRestart func()
 }
 
 func (o LoadOptions) withDefaults() LoadOptions {
@@ -480,6 +486,13 @@ func (h *Handler) instanceDied(inst *instance, reason string) {
 	}
 	h.log.Warn("plugin failed; restarting", zap.Int("pid", inst.pid), zap.String("reason", reason))
 	h.scheduleRestartLocked()
+	if f := h.opts.OnFailure; f != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			f(reason)
+		}()
+	}
 }
 
 func (h *Handler) scheduleRestartLocked() {
@@ -527,6 +540,13 @@ func (h *Handler) restartAfter(delay time.Duration) {
 	h.inst = inst
 	h.restarts++
 	h.log.Info("plugin restarted", zap.Int("pid", inst.pid), zap.Int("restarts", h.restarts))
+	if f := h.opts.OnRestart; f != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			f()
+		}()
+	}
 }
 
 func sameInfo(a, b rdmo.HandlerInfo) bool {
