@@ -74,8 +74,8 @@ type Config struct {
 	// workers left. 0: stop them at once.
 	DrainTimeout time.Duration
 	// Build labels rdmo_build_info (MetricsHandler).
-	Build BuildInfo
-	Logger           *zap.Logger
+	Build  BuildInfo
+	Logger *zap.Logger
 }
 
 // MinSecretLen is the shortest accepted Config.Secret and

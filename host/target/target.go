@@ -154,7 +154,11 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	go func() {
 		select {
 		case <-w.Gone():
-			t.finish(&WorkerDiedError{Reason: w.Reason()})
+			if errors.Is(w.Err(), urom.ErrShuttingDown) {
+				t.finish(ErrServiceShuttingDown)
+			} else {
+				t.finish(&WorkerDiedError{Reason: w.Reason()})
+			}
 		case <-t.done:
 		}
 	}()
@@ -189,6 +193,7 @@ func (t *Target) finish(err error) {
 func (t *Target) Done() <-chan struct{} { return t.done }
 
 // Err is nil while Done is open; then a *WorkerDiedError,
+// ErrServiceShuttingDown,
 // ErrServiceExited or ErrClosed.
 func (t *Target) Err() error {
 	select {
@@ -356,7 +361,8 @@ func (t *Target) CloseContext(ctx context.Context) error {
 	var errs []error
 	alive := t.w != nil && t.Err() == nil
 	gone := func(err error) bool {
-		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited)
+		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited) ||
+			errors.Is(err, urom.ErrShuttingDown)
 	}
 	undo := func(cmd dpu.Command) error {
 		if !alive {
