@@ -266,12 +266,12 @@ func TestOperatorView(t *testing.T) {
 	waitMetric(t, murl, `rdmo_urom_worker_exits_total{reason="killed"}`, 1)
 	vals, types := scrape(t, murl)
 	for series, want := range map[string]float64{
-		`rdmo_urom_worker_spawns_total`:                   2,
-		`rdmo_urom_workers`:                               1,
-		`rdmo_urom_hosts`:                                 1,
-		`rdmo_urom_ready`:                                 1,
-		`rdmo_urom_draining`:                              0,
-		`rdmo_urom_worker_exits_total{reason="stopped"}`:  0,
+		`rdmo_urom_worker_spawns_total`:                         2,
+		`rdmo_urom_workers`:                                     1,
+		`rdmo_urom_hosts`:                                       1,
+		`rdmo_urom_ready`:                                       1,
+		`rdmo_urom_draining`:                                    0,
+		`rdmo_urom_worker_exits_total{reason="stopped"}`:        0,
 		`rdmo_urom_worker_spawn_failures_total{reason="limit"}`: 0,
 	} {
 		if got, ok := vals[series]; !ok || got != want {
