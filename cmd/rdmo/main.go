@@ -23,11 +23,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/internal/bench"
 	"github.com/openrdmo/rdmo/internal/cli"
@@ -78,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, modes cli
 
 	a := newApp(stdout, stderr, modes)
 	root := a.rootCommand()
-	root.SetArgs(args)
+	root.SetArgs(helpFirst(args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
@@ -141,6 +144,49 @@ func withSignals(parent context.Context) (context.Context, func() os.Signal, fun
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// helpFirst makes -h/--help win over every other flag and its errors
+// (`rdmo -h -m foo` prints the help): when the command line asks for help,
+// it becomes "[command] -h", the command being the first argument if it
+// names one.
+func helpFirst(args []string) []string {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" || a == "--help=true" {
+			if len(args) > 0 && (slices.Contains(commandNames, args[0]) || args[0] == "help") {
+				if args[0] == "help" {
+					return []string{"-h"}
+				}
+				return []string{args[0], "-h"}
+			}
+			return []string{"-h"}
+		}
+	}
+	return args
+}
+
+// ignoredFlags lists the flags given on the command line that the root
+// command's mode does not use.
+func ignoredFlags(fs *pflag.FlagSet, given map[string]bool, mode cli.Mode) []string {
+	var names []string
+	switch mode {
+	case cli.ModeClient:
+		// The client reaches the worker the server started; the server
+		// chooses the workload.
+		names = []string{"urom", "append-strategy", "ops"}
+	case cli.ModeServer:
+		names = []string{"server-name"}
+	}
+	var out []string
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil && given[n] {
+			out = append(out, cli.FlagName(f))
+		}
+	}
+	return out
+}
 
 // app holds the configuration the flags are bound to.
 type app struct {
@@ -351,6 +397,11 @@ func (a *app) runRoot(cmd *cobra.Command, _ []string) error {
 	if a.showVersion {
 		return a.printVersion()
 	}
+	// Flags given on the command line, before the params file sets more
+	// (DOCA's params file holds the flags of both modes: those are not
+	// worth a warning).
+	given := map[string]bool{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { given[f.Name] = true })
 	if err := cli.LoadParams(cmd.Flags(), "json"); err != nil {
 		return err
 	}
@@ -363,11 +414,13 @@ func (a *app) runRoot(cmd *cobra.Command, _ []string) error {
 	if cfg.Mode == cli.ModeClient {
 		mode = a.modes.Client
 	}
-	return a.start(cmd.Context(), string(cfg.Mode), mode, cfg)
+	return a.start(cmd.Context(), string(cfg.Mode), mode, cfg, ignoredFlags(cmd.Flags(), given, cfg.Mode)...)
 }
 
-// start runs a mode with a logger, or reports that it is not built.
-func (a *app) start(ctx context.Context, name string, mode func(context.Context, cli.Config) error, cfg cli.Config) error {
+// start runs a mode with a logger, or reports that it is not built. It
+// warns about the flags given that the mode ignores (a DOCA params file
+// holds the flags of both modes, so they are not refused).
+func (a *app) start(ctx context.Context, name string, mode func(context.Context, cli.Config) error, cfg cli.Config, ignored ...string) error {
 	if mode == nil {
 		return cli.NotBuilt(name)
 	}
@@ -376,6 +429,9 @@ func (a *app) start(ctx context.Context, name string, mode func(context.Context,
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if len(ignored) > 0 {
+		log.Warn("flags ignored in "+name+" mode", zap.Strings("flags", ignored))
+	}
 	cfg.Logger = log
 	return mode(ctx, cfg)
 }
