@@ -139,8 +139,14 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		return
 	}
 	if q.closing || w.shutdown {
+		// What an initiator had in flight when its queue was
+		// destroyed: a normal teardown, not worth a warning (Stats
+		// still counts it).
 		q.nextSeq++
-		w.drop(m, "request queue is closing")
+		w.stats.dropped.Add(1)
+		if ce := w.reqLog.Check(zap.DebugLevel, "rdmo message dropped"); ce != nil {
+			ce.Write(zap.String("reason", "request queue is closing"), zap.Int("header_len", len(m.Header)), zap.Int("length", m.Length))
+		}
 		return
 	}
 	if len(m.Header) >= rdmo.HeaderLen && binary.LittleEndian.Uint32(m.Header[rdmo.HeaderOpOffset:]) == rdmo.OpBatch {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
+	"github.com/openrdmo/rdmo/internal/logsample"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 )
@@ -131,10 +131,10 @@ type inboxItem struct {
 // sampled logs the first 20 lines of each message per second and every
 // 1000th after that: a flood of bad requests (or a peer that died with
 // thousands in flight) cannot flood the log; Stats counts every one.
+// A line written after some were left out says how many
+// (logsample.SuppressedKey).
 func sampled(log *zap.Logger) *zap.Logger {
-	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, time.Second, 20, 1000)
-	}))
+	return logsample.Sampled(log, time.Second, 20, 1000)
 }
 
 // New creates the worker's UCP context and worker and starts the goroutine

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/openrdmo/rdmo/internal/hmacauth"
+	"github.com/openrdmo/rdmo/internal/logsample"
 )
 
 // Config configures a Service.
@@ -132,9 +132,7 @@ func NewService(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	// Whoever reaches the port can make the service log: the first 20
 	// lines of each message per second, then every 1000th.
-	hsLog := cfg.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, time.Second, 20, 1000)
-	}))
+	hsLog := logsample.Sampled(cfg.Logger, time.Second, 20, 1000)
 	s := &Service{cfg: cfg, log: cfg.Logger, hsLog: hsLog, workers: map[uint64]*workerProc{}, sessions: map[*session]struct{}{},
 		hurry: make(chan struct{}), stopped: make(chan struct{})}
 	s.plugins = s.discover(ctx)
