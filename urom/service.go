@@ -271,7 +271,9 @@ func (s *Service) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.stopFor(5*time.Second, ReasonShuttingDown)
+			// A worker drains its request queues as it exits (up to
+			// the drain timeout) before it is killed.
+			w.stopFor(5*time.Second+s.cfg.DrainTimeout, ReasonShuttingDown)
 		}()
 	}
 	wg.Wait()
