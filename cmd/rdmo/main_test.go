@@ -507,6 +507,8 @@ func TestExitCodesAndHelpFirst(t *testing.T) {
 		{"plugins", "--urom", "127.0.0.1:1", "--secret-file", short},
 		{"workers", "--urom", "127.0.0.1:1", "--secret-file", short},
 		{"dpu", "--listen", "127.0.0.1:0", "--secret-file", short},
+		{"-m", "server", "--secret-file", short},
+		{"-m", "client", "-s", "127.0.0.1", "--secret-file", short},
 		{"workers"},
 		{"workers", "--urom", "127.0.0.1:1", "--output", "yaml"},
 	} {
