@@ -112,7 +112,7 @@ func startDPU(t *testing.T, args ...string) (*testproc.Proc, string, string) {
 	t.Helper()
 	p := start(t, "dpu", append([]string{"dpu", "--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	addr := waitFor(t, p, `UROM_LISTEN (\S+)`, 30*time.Second)[1]
-	murl := waitFor(t, p, `serving metrics.*"url": "(http://[^"]+)/metrics"`, 30*time.Second)[1]
+	murl := waitFor(t, p, `serving metrics.*"url": ?"(http://[^"]+)/metrics"`, 30*time.Second)[1]
 	return p, addr, murl
 }
 
@@ -435,4 +435,85 @@ func TestListenWarning(t *testing.T) {
 			t.Errorf("--listen %s: warned %v, want %v:\n%s", tc.listen, warned, tc.warn, p.Stderr())
 		}
 	}
+}
+
+// With --log-format json every line is one JSON object without a repeated
+// key, a plugin's lines included (go-plugin names the plugin too), and each
+// event is one line ("serving metrics" once).
+func TestJSONLogs(t *testing.T) {
+	newRun(t)
+	dpu, addr, murl := startDPU(t, "--plugin-path", pluginDir, "--log-format", "json")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Spawn(ctx, urom.SpawnOptions{Plugins: []string{"flush", "counter"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := childOf(w.PID, "rdmo-plugin-counter")
+	if plugin == 0 {
+		t.Fatalf("no rdmo-plugin-counter process under worker pid %d", w.PID)
+	}
+	syscall.Kill(plugin, syscall.SIGKILL)
+	waitMetric(t, murl, `rdmo_urom_plugin_restarts_total{plugin="counter"}`, 1)
+	c.Close()
+	dpu.Signal(syscall.SIGTERM)
+	if code := dpu.Wait(t, exitTimeout); code != 0 {
+		t.Fatalf("dpu: exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(dpu.Stderr()), "\n")
+	pluginLines := 0
+	for _, line := range lines {
+		keys, err := objectKeys(line)
+		if err != nil {
+			t.Errorf("not one JSON object: %v: %s", err, line)
+			continue
+		}
+		seen := map[string]bool{}
+		for _, k := range keys {
+			if seen[k] {
+				t.Errorf("key %q twice: %s", k, line)
+			}
+			seen[k] = true
+		}
+		if seen["plugin_name"] {
+			pluginLines++
+		}
+	}
+	if pluginLines == 0 {
+		t.Errorf("no line of the plugin's:\n%s", dpu.Stderr())
+	}
+	if n := strings.Count(dpu.Stderr(), `"msg":"serving metrics"`); n != 1 {
+		t.Errorf("\"serving metrics\" logged %d times, want once", n)
+	}
+}
+
+// objectKeys lists the top-level keys of one JSON object, repeats kept.
+func objectKeys(line string) ([]string, error) {
+	dec := json.NewDecoder(strings.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("no object (%v)", err)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("more after the object")
+	}
+	return keys, nil
 }
