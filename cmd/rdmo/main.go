@@ -265,7 +265,9 @@ func (a *app) dpuCommand() *cobra.Command {
 		Short: "Run the UROM service daemon (the DPU side) that spawns RDMO workers",
 		Long: "Runs the UROM service: it finds plugins on the plugin path, accepts hosts on\n" +
 			"--listen, and spawns worker processes running the plugins they ask for.\n" +
-			"It stops on SIGINT or SIGTERM.\n\n" +
+			"On SIGINT or SIGTERM it drains: it accepts no new host, tells the connected\n" +
+			"ones, and lets their workers serve for up to --worker-drain-timeout before it\n" +
+			"stops them; a second signal stops it at once (docs/OPERATIONS.md).\n\n" +
 			"With --secret-file (at least 16 bytes; `openssl rand -hex 32`), every host must\n" +
 			"prove it holds the same secret, and the service proves it back, before anything\n" +
 			"is served (rdmo -m server --urom ... --secret-file, rdmo plugins --urom ...\n" +

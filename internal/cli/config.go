@@ -353,7 +353,7 @@ func (c *DPUConfig) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "plugin-path", GroupServiceFlags, "<dir[:dir...]>")
 	fs.Var((*countValue)(&c.MaxWorkers), "max-workers", "Most worker processes the service runs at once")
 	Annotate(fs, "max-workers", GroupServiceFlags, "<N>")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve metrics over HTTP on host:port (empty: off)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve /metrics, /healthz (liveness) and /readyz (readiness) over HTTP on host:port (empty: off)")
 	Annotate(fs, "metrics-addr", GroupServiceFlags, "<host:port>")
 	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret every host must prove before it is served; hosts use it with --secret-file (empty: any host that reaches --listen is served)")
 	Annotate(fs, "secret-file", GroupServiceFlags, "<path>")
