@@ -79,6 +79,8 @@ type pending struct {
 	consumed bool
 	// moved: executor-owned, Place or Fetch already used the payload.
 	moved bool
+	// arrived is when the request's message arrived (Worker.clock).
+	arrived int64
 }
 
 func (p *pending) fenced() bool {
@@ -131,6 +133,7 @@ func (q *rq) popFront() *pending {
 
 // handleMessages is the AM handler for AM id 0, on the loop.
 func (w *Worker) handleMessages(_ *ucp.Worker, msgs []ucp.Message) {
+	w.now = w.clock()
 	for i := range msgs {
 		w.handleMessage(&msgs[i])
 	}
@@ -147,8 +150,14 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		return
 	}
 	if q.closing || w.shutdown {
+		// What an initiator had in flight when its queue was
+		// destroyed: a normal teardown, not worth a warning (Stats
+		// still counts it).
 		q.nextSeq++
-		w.drop(m, "request queue is closing")
+		w.stats.dropped.Add(1)
+		if ce := w.reqLog.Check(zap.DebugLevel, "rdmo message dropped"); ce != nil {
+			ce.Write(zap.String("reason", "request queue is closing"), zap.Int("header_len", len(m.Header)), zap.Int("length", m.Length))
+		}
 		return
 	}
 	if len(m.Header) >= wire.HeaderLen && binary.LittleEndian.Uint32(m.Header[wire.HeaderOpOffset:]) == rdmo.OpBatch {
@@ -315,6 +324,7 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, p
 	p := q.getPending()
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
 	p.app, p.count = rh.Append, rh.Scatter.Count // decoded once, here, for the handler
+	p.arrived = w.now
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
 	if rh.Header.ClientID != q.c.id {
 		// Client id 0 on a reference initiator's queue (clientOK): the
@@ -458,7 +468,9 @@ func (w *Worker) dispatch(c *client, q *rq) {
 // every operation it issued finished.
 func (w *Worker) completeBatch(b *batch) {
 	q := b.rq
+	now := w.clock()
 	for i, p := range b.ents {
+		w.stats.observe(p.op, now-p.arrived)
 		res := b.results[i]
 		st, detail := res.Status, res.Detail
 		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {

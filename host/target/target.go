@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,7 +155,11 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	go func() {
 		select {
 		case <-w.Gone():
-			t.finish(&WorkerDiedError{Reason: w.Reason()})
+			if errors.Is(w.Err(), urom.ErrShuttingDown) {
+				t.finish(ErrServiceShuttingDown)
+			} else {
+				t.finish(&WorkerDiedError{Reason: w.Reason()})
+			}
 		case <-t.done:
 		}
 	}()
@@ -189,6 +194,7 @@ func (t *Target) finish(err error) {
 func (t *Target) Done() <-chan struct{} { return t.done }
 
 // Err is nil while Done is open; then a *WorkerDiedError,
+// ErrServiceShuttingDown,
 // ErrServiceExited or ErrClosed.
 func (t *Target) Err() error {
 	select {
@@ -337,17 +343,32 @@ func (t *Target) DestroyRQ(ctx context.Context, rq uint64) error {
 	if err := t.checkOpen(dpu.CmdRQDestroy); err != nil {
 		return err
 	}
-	t.forget(&t.rqs, rq)
+	known := t.forget(&t.rqs, rq)
 	_, err := t.do(ctx, dpu.RQDestroy{Client: t.client, RQ: rq})
+	if known && unknownRQ(err) {
+		// The worker took the queue down already, when its initiator
+		// went (a normal end of a run): nothing is left to destroy.
+		t.log.Debug("request queue already gone at the worker", zap.Uint64("rq", rq))
+		return nil
+	}
 	return err
 }
 
-func (t *Target) forget(ids *[]uint64, id uint64) {
+// unknownRQ reports whether the worker answered that it has no such
+// request queue (through a worker process the sentinel arrives as the
+// notification's detail).
+func unknownRQ(err error) bool {
+	return err != nil && (errors.Is(err, dpu.ErrUnknownRQ) || strings.Contains(err.Error(), dpu.ErrUnknownRQ.Error()))
+}
+
+func (t *Target) forget(ids *[]uint64, id uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i := slices.Index(*ids, id); i >= 0 {
 		*ids = slices.Delete(*ids, i, i+1)
+		return true
 	}
+	return false
 }
 
 // Stats returns the worker's counters.
@@ -385,7 +406,8 @@ func (t *Target) CloseContext(ctx context.Context) error {
 	var errs []error
 	alive := t.w != nil && t.Err() == nil
 	gone := func(err error) bool {
-		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited)
+		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited) ||
+			errors.Is(err, urom.ErrShuttingDown)
 	}
 	undo := func(cmd dpu.Command) error {
 		if !alive {

@@ -396,7 +396,7 @@ func (c *DPUConfig) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "plugin-path", GroupServiceFlags, "<dir[:dir...]>")
 	fs.Var((*countValue)(&c.MaxWorkers), "max-workers", "Most worker processes the service runs at once")
 	Annotate(fs, "max-workers", GroupServiceFlags, "<N>")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve metrics over HTTP on host:port (empty: off)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve /metrics, /healthz (liveness) and /readyz (readiness) over HTTP on host:port (empty: off)")
 	Annotate(fs, "metrics-addr", GroupServiceFlags, "<host:port>")
 	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret every host must prove before it is served; hosts use it with --secret-file (empty: any host that reaches --listen is served)")
 	Annotate(fs, "secret-file", GroupServiceFlags, "<path>")
@@ -459,6 +459,49 @@ func (c *PluginsConfig) Validate() error {
 		if err := checkHostPort("--urom", c.UROMAddress); err != nil {
 			return err
 		}
+	}
+	return checkFile("--secret-file", c.SecretFile)
+}
+
+// WorkersConfig is the configuration of `rdmo workers`.
+type WorkersConfig struct {
+	Log         LogConfig
+	UROMAddress string      // --urom: the service to ask (required)
+	SecretFile  string      // --secret-file: the secret the service at --urom requires ("" = none)
+	Output      string      // --output: "table" (default) or "json"
+	Logger      *zap.Logger // set before Run; never nil inside a mode (App)
+}
+
+// DefaultWorkersConfig is the workers configuration before flags.
+func DefaultWorkersConfig() WorkersConfig {
+	return WorkersConfig{Log: DefaultLogConfig(), Output: "table"}
+}
+
+// RegisterFlags adds --urom, --secret-file and -o/--output to fs, bound to c.
+func (c *WorkersConfig) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port to ask (rdmo dpu --listen)")
+	Annotate(fs, "urom", GroupFlags, "<host:port>")
+	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret the service at --urom requires (rdmo dpu --secret-file)")
+	Annotate(fs, "secret-file", GroupFlags, "<path>")
+	fs.StringVarP(&c.Output, "output", "o", c.Output, "Output format: table (for people) or json (one array, for scripts)")
+	Annotate(fs, "output", GroupFlags, "{table, json}")
+}
+
+// Validate checks the workers configuration; errors are usage errors.
+func (c *WorkersConfig) Validate() error {
+	if !c.Log.Level.Valid() || !c.Log.SDKLevel.Valid() {
+		return Usagef("invalid log level; valid levels: %s", validLogLevels())
+	}
+	if c.UROMAddress == "" {
+		return Usagef("--urom is required: the address of the UROM service (rdmo dpu --listen)")
+	}
+	if err := checkHostPort("--urom", c.UROMAddress); err != nil {
+		return err
+	}
+	switch c.Output {
+	case "table", "json":
+	default:
+		return UsageError(choiceError("output format", "formats", c.Output, "table", "json"))
 	}
 	return checkFile("--secret-file", c.SecretFile)
 }

@@ -321,10 +321,12 @@ type acceptResult struct {
 }
 
 // acceptOne accepts the first initiator that completes the handshake. A
-// peer that fails authentication (or speaks another version or role) ends
-// the run; other failed handshakes (a port scan, a peer that hung up) are
-// logged and the wait goes on.
+// peer that speaks another version or role ends the run; a failed
+// authentication is handled like any other failed handshake (a port scan,
+// a peer that hung up): logged, counted, and the wait goes on, so whoever
+// reaches the port cannot end the run by guessing wrong.
 func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
+	authFailures := 0
 	for {
 		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
@@ -335,7 +337,13 @@ func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
 			out <- acceptResult{err: err}
 			return
 		}
-		if errors.Is(err, oob.ErrAuth) || errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
+		if errors.Is(err, oob.ErrAuth) {
+			authFailures++
+			s.log.Warn("initiator refused: "+authHint(err).Error()+"; still waiting for the initiator",
+				zap.Int("auth_failures", authFailures))
+			continue
+		}
+		if errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
 			out <- acceptResult{err: fmt.Errorf("initiator refused: %w", authHint(err))}
 			return
 		}

@@ -192,9 +192,15 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 			handlers = append(handlers, h)
 			continue
 		}
+		// go-plugin's own lines carry a "plugin" key already: a second
+		// one would be a duplicate JSON key.
+		name := p.Name
 		h, err := pluginhost.Load(ctx, p.Path, pluginhost.LoadOptions{
-			Logger: log.With(zap.String("plugin", p.Name)), Name: p.Name, Version: p.Version,
+			Logger: log.With(zap.String("plugin_name", p.Name)), Name: p.Name, Version: p.Version,
 			Env: configEnv(spec.Config),
+			// The service counts these beyond this worker's life.
+			OnFailure: func(string) { urom.ReportPluginFailed(ctx, name) },
+			OnRestart: func() { urom.ReportPluginRestarted(ctx, name) },
 		})
 		if err != nil {
 			c.closePlugins()
