@@ -23,6 +23,7 @@ type targetUCX struct {
 
 	stop    atomic.Bool
 	running bool
+	begin   chan struct{} // closed by start or close
 	done    chan struct{}
 }
 
@@ -31,18 +32,33 @@ func newTargetUCX(cfg map[string]string, log *zap.Logger) (*targetUCX, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
+	t := &targetUCX{log: log, ctx: ctx, begin: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go t.own(ready)
+	if err := <-ready; err != nil {
 		ctx.Close()
 		return nil, err
 	}
-	addr, err := w.Address()
-	if err != nil {
-		w.Close()
-		ctx.Close()
-		return nil, err
+	return t, nil
+}
+
+// own is the worker's goroutine from its birth: UCX binds a worker to the
+// thread that made it, so it is made, progressed and closed here.
+func (t *targetUCX) own(ready chan<- error) {
+	defer close(t.done)
+	w, err := t.ctx.NewWorker(ucp.WorkerOptions{})
+	if err == nil {
+		if t.addr, err = w.Address(); err != nil {
+			w.Close()
+		}
 	}
-	return &targetUCX{log: log, ctx: ctx, w: w, addr: addr, done: make(chan struct{})}, nil
+	ready <- err
+	if err != nil {
+		return
+	}
+	t.w = w
+	<-t.begin
+	t.progress()
 }
 
 // allocate maps n bytes of UCX-allocated memory (which the shared-memory
@@ -57,15 +73,14 @@ func (t *targetUCX) allocate(n int) (*ucp.Memory, error) {
 	return m, nil
 }
 
-// start hands the worker to its progress goroutine; from then on only
-// Wake is called on it from elsewhere.
+// start lets the worker's goroutine progress it; only Wake is called on it
+// from elsewhere.
 func (t *targetUCX) start() {
 	t.running = true
-	go t.progress()
+	close(t.begin)
 }
 
 func (t *targetUCX) progress() {
-	defer close(t.done)
 	reported := false
 	for !t.stop.Load() {
 		n, err := t.w.Progress()
@@ -90,13 +105,13 @@ func (t *targetUCX) progress() {
 // after the RDMO worker is gone: it must not write into freed memory.
 func (t *targetUCX) close() error {
 	var errs []error
+	t.stop.Store(true)
 	if t.running {
-		t.stop.Store(true)
 		t.w.Wake()
-		<-t.done
 	} else {
-		errs = append(errs, t.w.Close())
+		close(t.begin)
 	}
+	<-t.done
 	for _, m := range t.mems {
 		errs = append(errs, m.Close())
 	}
