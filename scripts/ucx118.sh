@@ -49,7 +49,8 @@ mirror() {
 }
 
 build_root() {
-  if [ -x "$root/usr/bin/gcc" ] && chroot "$root" pkg-config --exists ucx 2>/dev/null; then
+  if [ -x "$root/usr/bin/gcc" ] && [ -x "$root/usr/bin/ucx_perftest" ] &&
+     chroot "$root" pkg-config --exists ucx 2>/dev/null; then
     return
   fi
   command -v debootstrap >/dev/null || sudo_apt debootstrap
@@ -60,7 +61,8 @@ build_root() {
   rm -rf "$tmp"
   mkdir -p "$(dirname "$root")"
   echo "ucx118: building $root from $(mirror) (about a minute, once)"
-  if ! debootstrap --variant=minbase --include=libucx-dev,gcc,pkg-config,libc6-dev \
+  # ucx-utils and iproute2: ucx_perftest and ss, for `make bench` inside.
+  if ! debootstrap --variant=minbase --include=libucx-dev,gcc,pkg-config,libc6-dev,ucx-utils,iproute2 \
        trixie "$tmp" "$(mirror)" >"$tmp.log" 2>&1; then
     tail -20 "$tmp.log" >&2
     rm -rf "$tmp"
