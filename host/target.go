@@ -52,11 +52,13 @@ func (t *targetUCX) own(ready chan<- error) {
 			w.Close()
 		}
 	}
+	if err == nil {
+		t.w = w
+	}
 	ready <- err
 	if err != nil {
 		return
 	}
-	t.w = w
 	<-t.begin
 	t.progress()
 }

@@ -75,9 +75,13 @@ build_root() {
 
 mounted=()
 cleanup() {
-  local i
+  local i m
   for ((i=${#mounted[@]}-1; i>=0; i--)); do
     umount -l "${mounted[$i]}" 2>/dev/null || true
+  done
+  # And whatever the tests mounted inside (ip netns mounts /run/netns).
+  for m in $(awk -v r="$root" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/self/mounts | sort -r); do
+    umount -l "$m" 2>/dev/null || true
   done
 }
 trap cleanup EXIT
@@ -90,6 +94,11 @@ bind() { # bind SRC DST-inside-root
 }
 
 build_root
+# The root becomes a mount point of its own, so that what runs inside can
+# change mount propagation on "/" (ip netns does: the netns tests).
+mount --bind "$root" "$root"
+mounted+=("$root")
+mount --make-rprivate "$root"
 # Modules come from the host's cache: the root has no module proxy of its
 # own (GOPROXY=off inside).
 go mod download
