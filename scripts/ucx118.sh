@@ -142,5 +142,5 @@ e2e=${UCX118_E2E:?"the e2e -run pattern (make test-ucx-1.18 sets it)"}
 start=$(date +%s)
 # shellcheck disable=SC2086 # pkgs is a list of patterns
 inroot go test -race -count=1 -timeout 15m $pkgs
-inroot go test -race -count=1 -timeout 10m -run "$e2e" ./e2e/
+inroot go test -race -count=1 -timeout 20m -run "$e2e" ./e2e/
 echo "ucx118: passed on UCX $ver in $(( $(date +%s) - start )) s"
