@@ -241,8 +241,9 @@ func TestClientBeforeServer(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	// The client prints this after its first dial failed: from here on
+	// only a retry can connect it.
 	waitFor(t, client, "waiting for the server", 20*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500")
 	expectPass(t, server, client)
 }
@@ -256,7 +257,9 @@ func midRun(t *testing.T, r *run) (server, client *testproc.Proc, workerPID int)
 	m := waitFor(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`, 60*time.Second)
 	workerPID, _ = strconv.Atoi(m[1])
 	waitFor(t, server, "seed append verified", 60*time.Second)
-	time.Sleep(300 * time.Millisecond) // into the workload
+	// Into the workload: the client reports operations done (its progress
+	// line, about every second).
+	waitFor(t, client, `rdmo client: [1-9]\d*/\d+ ops`, 60*time.Second)
 	return server, client, workerPID
 }
 

@@ -1,6 +1,9 @@
 package plugin
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // MaxMsgSize exports maxMsgSize to the external tests.
 const MaxMsgSize = maxMsgSize
@@ -10,4 +13,15 @@ func (h *Handler) Backoff() time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.backoff
+}
+
+// HoldRestarts keeps h down after its plugin dies, whatever the backoff,
+// until release is called (or h is closed).
+func (h *Handler) HoldRestarts() (release func()) {
+	gate := make(chan struct{})
+	h.mu.Lock()
+	h.restartGate = gate
+	h.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
 }

@@ -115,7 +115,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return len(pluginProcesses(t)) == 0 && len(ourGoroutines()) == 0 },
 		func() string { return "before: " + strings.Join(ourGoroutines(), "\n\n") })
 
-	h, err := plugin.Load(context.Background(), testPluginPath, plugin.LoadOptions{MinBackoff: time.Millisecond})
+	core, logs := observer.New(zapcore.InfoLevel)
+	h, err := plugin.Load(context.Background(), testPluginPath, plugin.LoadOptions{MinBackoff: time.Millisecond, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	inflight := make(chan []rdmo.Result)
 	go func() { inflight <- run(h, tg, ctlReq(tg, "sleep 30s")) }()
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, 30*time.Second, func() bool { return logs.FilterMessage("sleeping").Len() > 0 },
+		func() string { return "the plugin never started the call" })
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +156,13 @@ func TestCleanupClientsStopsRestarts(t *testing.T) {
 	pid := h.Pid()
 	// Shut down while a restart is due: none happens.
 	wantStatus(t, run(h, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
+	// CleanupClients returns once Close waited for the handler's restart
+	// goroutine: no restart can start a process after this point, so no
+	// wait for the backoff to pass is needed.
 	plugin.CleanupClients()
-	time.Sleep(100 * time.Millisecond)
+	if n := h.Restarts(); n != 0 {
+		t.Errorf("%d restarts after a shutdown while one was due", n)
+	}
 	waitGone(t, pid)
 	if pids := pluginProcesses(t); len(pids) != 0 {
 		t.Errorf("plugin processes after Close during restart: %v", pids)
