@@ -230,11 +230,13 @@ func faultLoaderMain() int {
 
 // ---- the faults ----
 
-// An initiator process killed with SIGKILL mid-stream. Over TCP the worker
-// notices (peer failure) and frees the request queue by itself; over
-// shared memory UCX 1.13 cannot notice, and the target's RQ_DESTROY frees
-// it within the drain timeout. Another initiator appending all along loses
-// nothing.
+// An initiator process killed with SIGKILL mid-stream. The worker notices
+// (peer failure: over TCP the socket closes; over shared memory UCX checks
+// the peer's process, since ucp.NewContext turns its shm error handling
+// on) and frees the request queue by itself. Where UCX cannot notice
+// (shm error handling turned off in the environment) the target's
+// RQ_DESTROY frees it within the drain timeout. Another initiator
+// appending all along loses nothing.
 //
 // Over shared memory the victim often dies in the middle of a rendezvous.
 // That used to abort the worker process (UCX 1.13 treats a CMA read from a
@@ -264,13 +266,13 @@ func TestFaultInitiatorKilled(t *testing.T) {
 			}
 			victim.Kill()
 			killed := time.Now()
-			if tr.Name == "tcp" {
+			if tr.PeerFailureDetection() {
 				if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().RQs == 1 }) {
 					t.Fatalf("the worker did not free the dead initiator's queue within 30 s")
 				}
 				t.Logf("worker freed the dead initiator's request queue %v after the kill", time.Since(killed).Round(time.Millisecond))
 			} else {
-				// UCX on shared memory cannot tell: the target does.
+				// UCX cannot tell: the target does.
 				tg.do(dpu.RQDestroy{Client: 1, RQ: victim.rq})
 				if el := time.Since(killed); el > drain+5*time.Second {
 					t.Errorf("RQ_DESTROY of the dead initiator's queue took %v (drain timeout %v)", el, drain)
@@ -298,9 +300,95 @@ func TestFaultInitiatorKilled(t *testing.T) {
 	}
 }
 
+// A hostile initiator (SECURITY.md finding 7) configures its own UCX
+// context with a zero-copy rendezvous scheme, so the worker reads the
+// payloads from its memory (CMA over shared memory), and dies with many
+// such reads due. UCX 1.13 treats a read from a dead process as fatal on
+// an endpoint without peer-failure handling: that aborted the worker
+// process, every client with it. Since ucp.NewContext turns UCX's
+// shared-memory error handling on, the worker's endpoint to the initiator
+// has it, and the read fails that endpoint only: the worker process lives,
+// frees the queue, and the other initiator of the client loses nothing.
+//
+// The initiator may also turn error handling off on its side
+// ("no-error-handling"): UCX then refuses its endpoint (asymmetric error
+// handling), so nothing it sends reaches a handler and there is no read
+// to fail.
+func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
+	tr := ucptest.Transports[0] // shared memory: where CMA reads happen
+	if tr.Name != "shm" || !tr.PeerFailureDetection() {
+		t.Fatalf("transport %s (peer-failure detection %v), want shm with detection", tr.Name, tr.PeerFailureDetection())
+	}
+	for _, hostile := range []struct {
+		name    string
+		env     []string
+		refused bool // UCX refuses its endpoint
+	}{
+		{"zcopy", []string{"E2E_RNDV_SCHEME=get_zcopy"}, false},
+		{"zcopy-no-error-handling", []string{"E2E_RNDV_SCHEME=get_zcopy", "E2E_ERROR_HANDLING=none",
+			"UCX_POSIX_ERROR_HANDLING=n", "UCX_SYSV_ERROR_HANDLING=n"}, true},
+	} {
+		t.Run(hostile.name, func(t *testing.T) {
+			testproc.CheckNoLeftovers(t)
+			ucptest.CheckLeaks(t)
+			var rw remote
+			tg := newTargets(t, tr, func() rdmoWorker {
+				rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
+				return rw
+			}, 1)[0]
+			qv := tg.fencedQueue(256<<20, 8)
+			qs := tg.fencedQueue(16<<20, 8)
+			victim := tg.startInitiator(tr, hostile.env...)
+			survivor := tg.startInitiator(tr)
+			before := tg.worker.Stats().Requests[rdmo.OpAppend]
+			// 1 MiB records: every one a rendezvous, many due at once.
+			victim.Send(fmt.Sprintf("burst 0 200 %d %d %d", qv.base, qv.id, 1<<20))
+			if hostile.refused {
+				// Another initiator's whole batch goes through the
+				// worker meanwhile; nothing of the victim's arrives.
+				q0 := tg.fencedQueue(1<<20, 8)
+				bg := startAppender(survivor, q0, 100, 1)
+				if err := bg.stop(q0); err != nil {
+					t.Fatalf("the other initiator: %v", err)
+				}
+				if n := tg.worker.Stats().Requests[rdmo.OpAppend] - before; n != 100 {
+					t.Fatalf("%d appends arrived, want the other initiator's 100 only", n)
+				}
+			} else if !waitFor(60*time.Second, func() bool { return tg.worker.Stats().Requests[rdmo.OpAppend] > before }) {
+				t.Fatalf("no rendezvous arrived; the initiator said:\n%s\n%s", victim.Stdout(), victim.Stderr())
+			}
+			// Killed with reads of its memory due (the worker takes the
+			// burst's records one by one).
+			victim.Kill()
+			bg := startAppender(survivor, qs, 300, 20)
+			// The worker notices the dead initiator (peer-failure
+			// detection on its endpoint) and frees its queue.
+			if !waitFor(60*time.Second, func() bool { return tg.worker.Stats().RQs == 1 }) {
+				t.Fatalf("the worker did not free the dead initiator's queue")
+			}
+			if err := bg.stop(qs); err != nil {
+				t.Fatalf("the other initiator: %v\nworker stats: %+v", err, tg.worker.Stats())
+			}
+			select {
+			case <-rw.W.Gone():
+				t.Fatalf("the worker process died: %s", rw.W.Reason())
+			default:
+			}
+			if err := qv.guardsOK(); err != nil {
+				t.Error(err)
+			}
+			st := tg.worker.Stats()
+			t.Logf("worker alive; the other initiator appended %d records, all there exactly once; victim's queue tail at base+%d; failures %v",
+				bg.records(), qv.tail()-qv.base, st.Failures)
+			survivor.Send("quit")
+		})
+	}
+}
+
 // The target process killed with SIGKILL while an initiator streams into
-// its memory. Over TCP the worker notices by itself and the initiator's
-// flush fails with TargetUnreachable. Either way, when told (RemoveClient,
+// its memory. The worker notices by itself (over TCP; over shared memory
+// too, see ucp.NewContext) and the initiator's flush fails with
+// TargetUnreachable. Either way, when told (RemoveClient,
 // as the target's host or the UROM service would), the worker drops the
 // client, its queues and regions within a bounded time, without hanging on
 // the dead endpoint, and another client loses nothing.
@@ -337,7 +425,7 @@ func TestFaultTargetKilled(t *testing.T) {
 			before := w.Stats()
 			vt.Kill()
 			killed := time.Now()
-			if tr.Name == "tcp" {
+			if tr.PeerFailureDetection() {
 				_, err := pv.Await("DONE", 30*time.Second)
 				if err == nil || !strings.Contains(err.Error(), rdmo.StatusTargetUnreachable.Err().Error()) {
 					t.Fatalf("the initiator of the dead target: %v, want a TargetUnreachable report", err)
@@ -364,7 +452,7 @@ func TestFaultTargetKilled(t *testing.T) {
 			if _, err := w.Do(context.Background(), dpu.MRReg{Client: victimID, VA: va, Len: 8, PackedRkey: rk}); !errors.Is(err, dpu.ErrUnknownClient) {
 				t.Errorf("MR_REG for the removed client: %v, want ErrUnknownClient", err)
 			}
-			pv.Kill() // on shm its last flush may wait forever: nobody told it
+			pv.Kill() // without detection its last flush may wait forever: nobody told it
 			if err := bg.stop(qB); err != nil {
 				t.Fatalf("the other client: %v", err)
 			}
@@ -377,8 +465,9 @@ func TestFaultTargetKilled(t *testing.T) {
 // The UROM worker process killed with SIGKILL under load: the host is told
 // (Worker.Gone, with a reason), commands in flight and later ones fail with
 // ErrWorkerDied, and the initiator's Flush returns an error within a
-// bounded time: over TCP UCX notices the dead peer; on shared memory it
-// cannot, and the host's PeerFailed does it.
+// bounded time: UCX notices the dead peer (over TCP; over shared memory
+// too, see ucp.NewContext), and where it cannot the host's PeerFailed does
+// it.
 func TestFaultWorkerProcessKilled(t *testing.T) {
 	for _, tr := range ucptest.Transports {
 		t.Run(tr.Name, func(t *testing.T) {

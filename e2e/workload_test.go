@@ -16,6 +16,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
 )
 
 // A record is self-describing so the target can check a queue without
@@ -170,8 +171,17 @@ func initiatorMain() int {
 	// them out of band: the initiator aggregates when the worker can unpack
 	// containers.
 	caps := strings.Split(os.Getenv("E2E_CAPABILITIES"), ",")
-	in, err := initiator.New(initiator.Options{WorkerAddress: addr, ClientID: client,
-		Aggregate: initiator.AggregateSupported(caps)})
+	opts := initiator.Options{WorkerAddress: addr, ClientID: client, Aggregate: initiator.AggregateSupported(caps)}
+	// A hostile initiator chooses its own UCX settings: E2E_RNDV_SCHEME
+	// (e.g. get_zcopy: the worker reads its memory), E2E_ERROR_HANDLING
+	// "none" (no peer-failure handling on its endpoint).
+	if v := os.Getenv("E2E_RNDV_SCHEME"); v != "" {
+		opts.UCX = map[string]string{"RNDV_SCHEME": v}
+	}
+	if os.Getenv("E2E_ERROR_HANDLING") == "none" {
+		opts.ErrorHandling = ucp.ErrorHandlingNone
+	}
+	in, err := initiator.New(opts)
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1

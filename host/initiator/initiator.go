@@ -231,8 +231,11 @@ func AggregateSupported(capabilities []string) bool {
 func (in *Initiator) Address() []byte { return append([]byte(nil), in.addr...) }
 
 // PeerFailureDetection reports whether UCX detects the failure of the RDMO
-// worker on this endpoint. When it does not (shared memory in UCX 1.13), the
-// layer above should call PeerFailed when it learns the worker is gone.
+// worker on this endpoint: over TCP, and over shared memory since
+// ucp.NewContext turns UCX's shm error handling on (there UCX watches the
+// worker's process, so a worker that stops inside a process that lives on
+// goes unnoticed). When it does not, the layer above should call PeerFailed
+// when it learns the worker is gone.
 func (in *Initiator) PeerFailureDetection() bool { return in.detect }
 
 // ClientID is the client id the Initiator puts into every request.
