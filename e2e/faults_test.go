@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -558,6 +559,106 @@ func TestFaultWorkerProcessKilled(t *testing.T) {
 			if el := time.Since(start); el > 10*time.Second {
 				t.Errorf("initiator Close took %v", el)
 			}
+		})
+	}
+}
+
+// What a worker crash leaves in the target's memory (docs/SECURITY.md,
+// "A worker crash"): the RDMO worker process is SIGKILLed while an
+// initiator appends (Owned append: the worker caches the queue's tail and
+// writes it back at each FLUSH). The tail word in target memory is the one
+// the last completed write-back left; the queue up to it holds whole
+// records, in order, exactly once, and at least every record a successful
+// FLUSH confirmed. Bytes past it are not claimed (records placed after the
+// last write-back). The host is told (Worker.Gone, ErrWorkerDied) and the
+// initiator's calls fail with a PeerFailedError.
+func TestFaultWorkerCrashKeepsWhatFlushConfirmed(t *testing.T) {
+	for _, tr := range ucptest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			testproc.CheckNoLeftovers(t)
+			ucptest.CheckLeaks(t)
+			var rw remote
+			tg := newTargets(t, tr, func() rdmoWorker {
+				rw = startUROMWorker(t, tr, []string{"append", "flush"}, nil)
+				return rw
+			}, 1)[0]
+			q := tg.fencedQueue(128<<20, 8)
+			in, err := initiator.New(initiator.Options{WorkerAddress: tg.wAddr, ClientID: 1, UCX: tr.Config()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			tg.do(dpu.RQCreate{Client: 1, Addr: in.Address()})
+
+			var confirmed atomic.Int64 // records a successful FLUSH confirmed
+			loadErr := make(chan error, 1)
+			go func() {
+				for seq := 0; ; seq++ {
+					err := in.Append(q.base, q.id, q.id, makeRecord(0, seq, 16+seq%200))
+					if err == nil && seq%100 == 99 {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+						_, err = in.Flush(ctx)
+						cancel()
+						if err == nil {
+							confirmed.Store(int64(seq + 1))
+						}
+					}
+					if err != nil {
+						loadErr <- err
+						return
+					}
+				}
+			}()
+			if !waitFor(60*time.Second, func() bool { return confirmed.Load() >= 2000 }) {
+				t.Fatal("no load")
+			}
+			syscall.Kill(rw.W.PID, syscall.SIGKILL)
+			select {
+			case <-rw.W.Gone():
+			case <-time.After(30 * time.Second): // a hang guard
+				t.Fatal("the host was not told that its worker died")
+			}
+			// The target is told clearly: the reason, and a typed error
+			// for anything it asks the dead worker.
+			if !strings.Contains(rw.W.Reason(), "killed") {
+				t.Errorf("reason %q does not say the worker was killed", rw.W.Reason())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := tg.worker.Do(ctx, dpu.MRReg{Client: 1, VA: q.base, Len: 8, PackedRkey: []byte{1}}); !errors.Is(err, urom.ErrWorkerDied) {
+				t.Errorf("command after the crash: %v, want ErrWorkerDied", err)
+			}
+			if !in.PeerFailureDetection() {
+				in.PeerFailed(fmt.Errorf("UROM: the worker died: %s", rw.W.Reason()))
+			}
+			select {
+			case err := <-loadErr:
+				var pf *initiator.PeerFailedError
+				if !errors.As(err, &pf) {
+					t.Errorf("initiator after the crash: %v, want a PeerFailedError", err)
+				}
+			case <-time.After(60 * time.Second): // a hang guard
+				t.Fatal("the initiator did not notice the dead worker")
+			}
+			// The initiator has stopped: nothing moves the memory now.
+			if err := q.guardsOK(); err != nil {
+				t.Fatal(err)
+			}
+			tail := q.tail()
+			if tail < q.base+8 || tail > q.base+uint64(q.size) {
+				t.Fatalf("tail %#x outside the queue [%#x, +%d)", tail, q.base, q.size)
+			}
+			got, err := walkQueue(q.data()[8 : tail-q.base])
+			if err != nil {
+				t.Fatalf("the queue up to the written-back tail: %v", err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("records of initiators %v, want initiator 0's only", got)
+			}
+			if c := int(confirmed.Load()); got[0] < c {
+				t.Errorf("%d records up to the tail, but a FLUSH confirmed %d", got[0], c)
+			}
+			t.Logf("%s: a FLUSH confirmed %d records; the written-back tail covers %d, intact and in order", tr.Name, confirmed.Load(), got[0])
 		})
 	}
 }
