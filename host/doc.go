@@ -22,8 +22,8 @@
 //
 // Every failure ends both sides with a clear error and no process left
 // behind: the out-of-band connection closing tells each side the other is
-// gone (the client then fails its initiator with PeerFailed, as UCX over
-// shared memory cannot notice), a dead worker or embedded service ends the
+// gone (the client then fails its initiator with PeerFailed, sooner than
+// UCX's own detection), a dead worker or embedded service ends the
 // server, and an interrupt tears everything down in order (RQ_DESTROY,
 // MR_DEREG, worker stop, embedded service stop, target memory).
 package host

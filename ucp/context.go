@@ -190,10 +190,14 @@ func (c *Context) Devices() []string {
 // the receiver's ready-to-receive. The zero-copy schemes make one process
 // read (get) or write (put) the other's memory with CMA over shared memory,
 // and UCX 1.13 treats a CMA call that finds the peer process gone as fatal
-// on endpoints without peer-failure handling, which shared-memory endpoints
-// cannot have in 1.13: an initiator killed mid-rendezvous aborted the RDMO
-// worker, every client with it. Both sides must use it: in 1.13 the sender
-// offers its memory for a get, and the receiver takes the offer.
+// on endpoints without peer-failure handling: an initiator killed
+// mid-rendezvous aborted the RDMO worker, every client with it. Since
+// NewContext gives shared-memory endpoints error handling
+// (shmErrorHandling) that call fails only the endpoint; the scheme stays
+// the default for endpoints without it (ErrorHandlingNone, or the
+// environment turning shm error handling off). Both sides must use it: in
+// 1.13 the sender offers its memory for a get, and the receiver takes the
+// offer.
 const SafeRendezvousScheme = "am"
 
 // WithRendezvousScheme returns cfg with RNDV_SCHEME set to

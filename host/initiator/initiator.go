@@ -428,8 +428,8 @@ func (in *Initiator) Flush(ctx context.Context) (rdmo.FlushResponse, error) {
 	return fw.Wait(ctx)
 }
 
-// PeerFailed tells the Initiator that the RDMO worker is gone, for
-// transports on which UCX cannot detect it (see PeerFailureDetection): the
+// PeerFailed tells the Initiator that the RDMO worker is gone, where UCX
+// cannot detect it or sooner than UCX does (see PeerFailureDetection): the
 // endpoint is closed forcibly and every pending and later call fails with a
 // *PeerFailedError wrapping cause.
 func (in *Initiator) PeerFailed(cause error) {
