@@ -309,7 +309,7 @@ func TestFaultInitiatorKilled(t *testing.T) {
 // process, every client with it. Since ucp.NewContext turns UCX's
 // shared-memory error handling on, the worker's endpoint to the initiator
 // has it, and the read fails that endpoint only: the worker process lives,
-// frees the queue, and the other initiator of the client loses nothing.
+// frees the queue, and another client's initiator loses nothing.
 //
 // The initiator may also turn error handling off on its side
 // ("no-error-handling"): UCX then refuses its endpoint (asymmetric error
@@ -333,21 +333,24 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 			testproc.CheckNoLeftovers(t)
 			ucptest.CheckLeaks(t)
 			var rw remote
-			tg := newTargets(t, tr, func() rdmoWorker {
+			tgs := newTargets(t, tr, func() rdmoWorker {
 				rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
 				return rw
-			}, 1)[0]
+			}, 1, 2)
+			// The victim is client 1's; the survivor another client's
+			// (client 1's own other initiators may stall, finding 7).
+			tg, other := tgs[0], tgs[1]
 			qv := tg.fencedQueue(256<<20, 8)
-			qs := tg.fencedQueue(16<<20, 8)
+			qs := other.fencedQueue(16<<20, 8)
 			victim := tg.startInitiator(tr, hostile.env...)
-			survivor := tg.startInitiator(tr)
+			survivor := other.startInitiator(tr)
 			before := tg.worker.Stats().Requests[rdmo.OpAppend]
 			// 1 MiB records: every one a rendezvous, many due at once.
 			victim.Send(fmt.Sprintf("burst 0 200 %d %d %d", qv.base, qv.id, 1<<20))
 			if hostile.refused {
 				// Another initiator's whole batch goes through the
 				// worker meanwhile; nothing of the victim's arrives.
-				q0 := tg.fencedQueue(1<<20, 8)
+				q0 := other.fencedQueue(1<<20, 8)
 				bg := startAppender(survivor, q0, 100, 1)
 				if err := bg.stop(q0); err != nil {
 					t.Fatalf("the other initiator: %v", err)
@@ -379,7 +382,7 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 				t.Error(err)
 			}
 			st := tg.worker.Stats()
-			t.Logf("worker alive; the other initiator appended %d records, all there exactly once; victim's queue tail at base+%d; failures %v",
+			t.Logf("worker alive; the other client's initiator appended %d records, all there exactly once; victim's queue tail at base+%d; failures %v",
 				bg.records(), qv.tail()-qv.base, st.Failures)
 			survivor.Send("quit")
 		})
