@@ -130,6 +130,11 @@ func (w *Worker) Connect(addr []byte, opts EndpointOptions) (*Endpoint, error) {
 	var ep C.ucp_ep_h
 	var detect C.int
 	if st := C.shim_ep_create_addr(w.sw, caddr, opts.ErrorHandling.shimMode(), &ep, &detect); st != C.UCS_OK {
+		if opts.ErrorHandling == ErrorHandlingRequire && st == C.UCS_ERR_UNREACHABLE {
+			// No transport to the peer offers detection (e.g. shared
+			// memory with UCX's error handling turned off).
+			return nil, fmt.Errorf("ucp: connect %s: peer-failure detection: %w (%w)", opts.Name, ErrNotSupported, Status(st))
+		}
 		return nil, fmt.Errorf("ucp: connect %s: %w", opts.Name, Status(st))
 	}
 	e := w.newEndpoint(ep, nameOr(opts.Name, "addr"), true, opts.OnError)
