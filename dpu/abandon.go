@@ -13,10 +13,11 @@ import (
 var errReceiveAbandoned = errors.New("the request queue closed before its rendezvous payload arrived")
 
 // abandonReceives ends, for the worker, the rendezvous receives of q that
-// UCX has not finished when q's endpoint is closed. Over shared memory UCX
-// 1.13 cannot tell that an initiator died, so a receive from a dead one
-// never completes, and a client's FLUSH waits for every Place of the
-// client before it: without this, one initiator killed mid-rendezvous
+// UCX has not finished when q's endpoint is closed. On an endpoint without
+// peer-failure handling (shared memory with UCX's error handling off, see
+// ucp.NewContext) UCX cannot tell that an initiator died, so a receive from
+// a dead one never completes, and a client's FLUSH waits for every Place of
+// the client before it: without this, one initiator killed mid-rendezvous
 // would stall every other initiator of its client for good. Each such
 // receive fails its request, and its placement ticket and operation group
 // are released now. The UCX request itself stays pending (UCX has no way

@@ -603,15 +603,23 @@ func TestInitiatorGone(t *testing.T) {
 func TestRQDestroyDrains(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
-		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
+		log, logs := observedLogger(t)
+		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow), Logger: log})
 		s := e.newSetup(1, 4096, 0, 4096)
 		in := s.in
 		seq := in.send(userReq(1, opSlow, rdmo.FlagAck, s.region, s.base), pattern(8, 9), 0)
 		slow.waitStarted(in)
 		var answered atomic.Bool
 		go func() {
-			// Release the handler once RQ_DESTROY is waiting for it.
-			time.Sleep(50 * time.Millisecond)
+			// Release the handler once RQ_DESTROY is waiting for it: the
+			// queue is closing (the worker logs it).
+			for deadline := time.Now().Add(waitLimit); logs.FilterMessage("request queue closing").Len() == 0; {
+				if time.Now().After(deadline) {
+					t.Errorf("RQ_DESTROY never started closing the queue")
+					break
+				}
+				time.Sleep(time.Millisecond) // polling the log, not synchronising
+			}
 			if answered.Load() {
 				t.Errorf("RQ_DESTROY answered while a request was in flight")
 			}
@@ -642,7 +650,8 @@ func TestCloseWithEverythingOpen(t *testing.T) {
 		slow := newSlow(t)
 		cache := newCache()
 		ctx := ucptest.NewContext(t, tr)
-		w, err := dpu.New(dpu.Config{Handlers: allHandlers(slow, cache), UCXConfig: tr.Config()})
+		log, logs := observedLogger(t)
+		w, err := dpu.New(dpu.Config{Handlers: allHandlers(slow, cache), UCXConfig: tr.Config(), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -659,7 +668,11 @@ func TestCloseWithEverythingOpen(t *testing.T) {
 		a.in.progressUntil("queued requests to arrive", func() bool { return w.Stats().InFlight[a.rq] == 4 })
 		closed := make(chan error, 1)
 		go func() { closed <- w.Close() }()
-		time.Sleep(20 * time.Millisecond) // let Close start while the handler runs
+		// Close starts while the handler runs.
+		a.in.progressUntil("Close to start", func() bool {
+			b.in.w.Progress()
+			return logs.FilterMessage("dpu worker closing").Len() > 0
+		})
 		slow.release()
 		// The initiators keep progressing: Close flushes the answers to
 		// them before closing their queues.

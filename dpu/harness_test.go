@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/internal/testutil"
@@ -32,6 +34,13 @@ type env struct {
 	tr  ucptest.Transport
 	ctx *ucp.Context
 	w   *dpu.Worker
+}
+
+// observedLogger is a worker logger that keeps every entry (debug ones
+// too) for the test to wait on, and logs info and above to the test log.
+func observedLogger(t testing.TB) (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(zap.DebugLevel)
+	return zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core(), core)), logs
 }
 
 func newEnv(t testing.TB, tr ucptest.Transport, cfg dpu.Config) *env {

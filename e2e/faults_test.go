@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -221,11 +222,13 @@ func faultLoaderMain() int {
 
 // ---- the faults ----
 
-// An initiator process killed with SIGKILL mid-stream. Over TCP the worker
-// notices (peer failure) and frees the request queue by itself; over
-// shared memory UCX 1.13 cannot notice, and the target's RQ_DESTROY frees
-// it within the drain timeout. Another initiator appending all along loses
-// nothing.
+// An initiator process killed with SIGKILL mid-stream. The worker notices
+// (peer failure: over TCP the socket closes; over shared memory UCX checks
+// the peer's process, since ucp.NewContext turns its shm error handling
+// on) and frees the request queue by itself. Where UCX cannot notice
+// (shm error handling turned off in the environment) the target's
+// RQ_DESTROY frees it within the drain timeout. Another initiator
+// appending all along loses nothing.
 //
 // Over shared memory the victim often dies in the middle of a rendezvous.
 // That used to abort the worker process (UCX 1.13 treats a CMA read from a
@@ -253,11 +256,11 @@ func TestFaultInitiatorKilled(t *testing.T) {
 			}
 			victim.Kill()
 			killed := time.Now()
-			if tr.Name == "tcp" {
+			if tr.PeerFailureDetection() {
 				testutil.WaitFor(t, "the worker to free the dead initiator's queue", func() bool { return tg.worker.Stats().RQs == 1 })
 				t.Logf("worker freed the dead initiator's request queue %v after the kill", time.Since(killed).Round(time.Millisecond))
 			} else {
-				// UCX on shared memory cannot tell: the target does.
+				// UCX cannot tell: the target does.
 				tg.do(dpu.RQDestroy{Client: 1, RQ: victim.rq})
 				if el := time.Since(killed); el > drain+5*time.Second {
 					t.Errorf("RQ_DESTROY of the dead initiator's queue took %v (drain timeout %v)", el, drain)
@@ -285,9 +288,98 @@ func TestFaultInitiatorKilled(t *testing.T) {
 	}
 }
 
+// A hostile initiator (SECURITY.md finding 7) configures its own UCX
+// context with a zero-copy rendezvous scheme, so the worker reads the
+// payloads from its memory (CMA over shared memory), and dies with many
+// such reads due. UCX 1.13 treats a read from a dead process as fatal on
+// an endpoint without peer-failure handling: that aborted the worker
+// process, every client with it. Since ucp.NewContext turns UCX's
+// shared-memory error handling on, the worker's endpoint to the initiator
+// has it, and the read fails that endpoint only: the worker process lives,
+// frees the queue, and another client's initiator loses nothing.
+//
+// The initiator may also turn error handling off on its side
+// ("no-error-handling"): UCX then refuses its endpoint (asymmetric error
+// handling), so nothing it sends reaches a handler and there is no read
+// to fail.
+func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
+	tr := ucptest.Transports[0] // shared memory: where CMA reads happen
+	if tr.Name != "shm" || !tr.PeerFailureDetection() {
+		t.Fatalf("transport %s (peer-failure detection %v), want shm with detection", tr.Name, tr.PeerFailureDetection())
+	}
+	for _, hostile := range []struct {
+		name    string
+		env     []string
+		refused bool // UCX refuses its endpoint
+	}{
+		{"zcopy", []string{"E2E_RNDV_SCHEME=get_zcopy"}, false},
+		{"zcopy-no-error-handling", []string{"E2E_RNDV_SCHEME=get_zcopy", "E2E_ERROR_HANDLING=none",
+			"UCX_POSIX_ERROR_HANDLING=n", "UCX_SYSV_ERROR_HANDLING=n"}, true},
+	} {
+		t.Run(hostile.name, func(t *testing.T) {
+			testproc.CheckNoLeftovers(t)
+			ucptest.CheckLeaks(t)
+			var rw remote
+			tgs := newTargets(t, tr, func() rdmoWorker {
+				rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
+				return rw
+			}, 1, 2)
+			// The victim is client 1's; the survivor another client's
+			// (client 1's own other initiators may stall, finding 7).
+			tg, other := tgs[0], tgs[1]
+			qv := tg.fencedQueue(256<<20, 8)
+			qs := other.fencedQueue(16<<20, 8)
+			victim := tg.startInitiator(tr, hostile.env...)
+			survivor := other.startInitiator(tr)
+			before := tg.worker.Stats().Requests[rdmo.OpAppend]
+			// 1 MiB records: every one a rendezvous, many due at once.
+			victim.Send(fmt.Sprintf("burst 0 200 %d %d %d", qv.base, qv.id, 1<<20))
+			if hostile.refused {
+				// Another initiator's whole batch goes through the
+				// worker meanwhile; nothing of the victim's arrives.
+				q0 := other.fencedQueue(1<<20, 8)
+				bg := startAppender(survivor, q0, 100, 1)
+				if err := bg.stop(q0); err != nil {
+					t.Fatalf("the other initiator: %v", err)
+				}
+				if n := tg.worker.Stats().Requests[rdmo.OpAppend] - before; n != 100 {
+					t.Fatalf("%d appends arrived, want the other initiator's 100 only", n)
+				}
+			} else if !testutil.Poll(testutil.Deadline(t), func() bool { return tg.worker.Stats().Requests[rdmo.OpAppend] > before }) {
+				t.Fatalf("no rendezvous arrived; the initiator said:\n%s\n%s", victim.Stdout(), victim.Stderr())
+			}
+			// Killed with reads of its memory due (the worker takes the
+			// burst's records one by one).
+			victim.Kill()
+			bg := startAppender(survivor, qs, 300, 20)
+			// The worker notices the dead initiator (peer-failure
+			// detection on its endpoint) and frees its queue.
+			if !testutil.Poll(testutil.Deadline(t), func() bool { return tg.worker.Stats().RQs == 1 }) {
+				t.Fatalf("the worker did not free the dead initiator's queue")
+			}
+			if err := bg.stop(qs); err != nil {
+				t.Fatalf("the other initiator: %v\nworker stats: %+v", err, tg.worker.Stats())
+			}
+			select {
+			case <-rw.W.Gone():
+				t.Fatalf("the worker process died: %s", rw.W.Reason())
+			default:
+			}
+			if err := qv.guardsOK(); err != nil {
+				t.Error(err)
+			}
+			st := tg.worker.Stats()
+			t.Logf("worker alive; the other client's initiator appended %d records, all there exactly once; victim's queue tail at base+%d; failures %v",
+				bg.records(), qv.tail()-qv.base, st.Failures)
+			survivor.Send("quit")
+		})
+	}
+}
+
 // The target process killed with SIGKILL while an initiator streams into
-// its memory. Over TCP the worker notices by itself and the initiator's
-// flush fails with TargetUnreachable. Either way, when told (RemoveClient,
+// its memory. The worker notices by itself (over TCP; over shared memory
+// too, see ucp.NewContext) and the initiator's flush fails with
+// TargetUnreachable. Either way, when told (RemoveClient,
 // as the target's host or the UROM service would), the worker drops the
 // client, its queues and regions within a bounded time, without hanging on
 // the dead endpoint, and another client loses nothing.
@@ -322,7 +414,7 @@ func TestFaultTargetKilled(t *testing.T) {
 			before := w.Stats()
 			vt.Kill()
 			killed := time.Now()
-			if tr.Name == "tcp" {
+			if tr.PeerFailureDetection() {
 				_, err := pv.Await("DONE", 30*time.Second)
 				if err == nil || !strings.Contains(err.Error(), rdmo.StatusTargetUnreachable.Err().Error()) {
 					t.Fatalf("the initiator of the dead target: %v, want a TargetUnreachable report", err)
@@ -349,7 +441,7 @@ func TestFaultTargetKilled(t *testing.T) {
 			if _, err := w.Do(context.Background(), dpu.MRReg{Client: victimID, VA: va, Len: 8, PackedRkey: rk}); !errors.Is(err, dpu.ErrUnknownClient) {
 				t.Errorf("MR_REG for the removed client: %v, want ErrUnknownClient", err)
 			}
-			pv.Kill() // on shm its last flush may wait forever: nobody told it
+			pv.Kill() // without detection its last flush may wait forever: nobody told it
 			if err := bg.stop(qB); err != nil {
 				t.Fatalf("the other client: %v", err)
 			}
@@ -362,8 +454,9 @@ func TestFaultTargetKilled(t *testing.T) {
 // The UROM worker process killed with SIGKILL under load: the host is told
 // (Worker.Gone, with a reason), commands in flight and later ones fail with
 // ErrWorkerDied, and the initiator's Flush returns an error within a
-// bounded time: over TCP UCX notices the dead peer; on shared memory it
-// cannot, and the host's PeerFailed does it.
+// bounded time: UCX notices the dead peer (over TCP; over shared memory
+// too, see ucp.NewContext), and where it cannot the host's PeerFailed does
+// it.
 func TestFaultWorkerProcessKilled(t *testing.T) {
 	for _, tr := range ucptest.Transports {
 		t.Run(tr.Name, func(t *testing.T) {
@@ -452,6 +545,106 @@ func TestFaultWorkerProcessKilled(t *testing.T) {
 			if el := time.Since(start); el > 10*time.Second {
 				t.Errorf("initiator Close took %v", el)
 			}
+		})
+	}
+}
+
+// What a worker crash leaves in the target's memory (docs/SECURITY.md,
+// "A worker crash"): the RDMO worker process is SIGKILLed while an
+// initiator appends (Owned append: the worker caches the queue's tail and
+// writes it back at each FLUSH). The tail word in target memory is the one
+// the last completed write-back left; the queue up to it holds whole
+// records, in order, exactly once, and at least every record a successful
+// FLUSH confirmed. Bytes past it are not claimed (records placed after the
+// last write-back). The host is told (Worker.Gone, ErrWorkerDied) and the
+// initiator's calls fail with a PeerFailedError.
+func TestFaultWorkerCrashKeepsWhatFlushConfirmed(t *testing.T) {
+	for _, tr := range ucptest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			testproc.CheckNoLeftovers(t)
+			ucptest.CheckLeaks(t)
+			var rw remote
+			tg := newTargets(t, tr, func() rdmoWorker {
+				rw = startUROMWorker(t, tr, []string{"append", "flush"}, nil)
+				return rw
+			}, 1)[0]
+			q := tg.fencedQueue(128<<20, 8)
+			in, err := initiator.New(initiator.Options{WorkerAddress: tg.wAddr, ClientID: 1, UCX: tr.Config()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			tg.do(dpu.RQCreate{Client: 1, Addr: in.Address()})
+
+			var confirmed atomic.Int64 // records a successful FLUSH confirmed
+			loadErr := make(chan error, 1)
+			go func() {
+				for seq := 0; ; seq++ {
+					err := in.Append(q.base, q.id, q.id, makeRecord(0, seq, 16+seq%200))
+					if err == nil && seq%100 == 99 {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+						_, err = in.Flush(ctx)
+						cancel()
+						if err == nil {
+							confirmed.Store(int64(seq + 1))
+						}
+					}
+					if err != nil {
+						loadErr <- err
+						return
+					}
+				}
+			}()
+			if !testutil.Poll(testutil.Deadline(t), func() bool { return confirmed.Load() >= 2000 }) {
+				t.Fatal("no load")
+			}
+			syscall.Kill(rw.W.PID, syscall.SIGKILL)
+			select {
+			case <-rw.W.Gone():
+			case <-time.After(30 * time.Second): // a hang guard
+				t.Fatal("the host was not told that its worker died")
+			}
+			// The target is told clearly: the reason, and a typed error
+			// for anything it asks the dead worker.
+			if !strings.Contains(rw.W.Reason(), "killed") {
+				t.Errorf("reason %q does not say the worker was killed", rw.W.Reason())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := tg.worker.Do(ctx, dpu.MRReg{Client: 1, VA: q.base, Len: 8, PackedRkey: []byte{1}}); !errors.Is(err, urom.ErrWorkerDied) {
+				t.Errorf("command after the crash: %v, want ErrWorkerDied", err)
+			}
+			if !in.PeerFailureDetection() {
+				in.PeerFailed(fmt.Errorf("UROM: the worker died: %s", rw.W.Reason()))
+			}
+			select {
+			case err := <-loadErr:
+				var pf *initiator.PeerFailedError
+				if !errors.As(err, &pf) {
+					t.Errorf("initiator after the crash: %v, want a PeerFailedError", err)
+				}
+			case <-time.After(60 * time.Second): // a hang guard
+				t.Fatal("the initiator did not notice the dead worker")
+			}
+			// The initiator has stopped: nothing moves the memory now.
+			if err := q.guardsOK(); err != nil {
+				t.Fatal(err)
+			}
+			tail := q.tail()
+			if tail < q.base+8 || tail > q.base+uint64(q.size) {
+				t.Fatalf("tail %#x outside the queue [%#x, +%d)", tail, q.base, q.size)
+			}
+			got, err := walkQueue(q.data()[8 : tail-q.base])
+			if err != nil {
+				t.Fatalf("the queue up to the written-back tail: %v", err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("records of initiators %v, want initiator 0's only", got)
+			}
+			if c := int(confirmed.Load()); got[0] < c {
+				t.Errorf("%d records up to the tail, but a FLUSH confirmed %d", got[0], c)
+			}
+			t.Logf("%s: a FLUSH confirmed %d records; the written-back tail covers %d, intact and in order", tr.Name, confirmed.Load(), got[0])
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
+	"github.com/openrdmo/rdmo/ucp"
 )
 
 // A record is self-describing so the target can check a queue without
@@ -54,27 +55,9 @@ func makeRecord(initiator, seq int, size int) []byte {
 // checkQueue walks the queue [start, end) and checks that it holds, for
 // each initiator, records 0..want[i]-1 exactly once, intact, in order.
 func checkQueue(mem []byte, want map[int]int) error {
-	next := map[int]int{}
-	off := 0
-	for off < len(mem) {
-		if len(mem)-off < recordHeader {
-			return fmt.Errorf("%d stray bytes at offset %d", len(mem)-off, off)
-		}
-		size := int(binary.LittleEndian.Uint32(mem[off:]))
-		if size < recordHeader || size > len(mem)-off {
-			return fmt.Errorf("bad record length %d at offset %d", size, off)
-		}
-		rec := mem[off : off+size]
-		id := int(binary.LittleEndian.Uint16(rec[4:]))
-		seq := int(binary.LittleEndian.Uint32(rec[8:]))
-		if crc32.ChecksumIEEE(rec[recordHeader:]) != binary.LittleEndian.Uint32(rec[12:]) {
-			return fmt.Errorf("record %d/%d at offset %d is corrupted", id, seq, off)
-		}
-		if seq != next[id] {
-			return fmt.Errorf("initiator %d: record %d at offset %d, expected %d (lost, duplicated or reordered)", id, seq, off, next[id])
-		}
-		next[id]++
-		off += size
+	next, err := walkQueue(mem)
+	if err != nil {
+		return err
 	}
 	for id, n := range want {
 		if next[id] != n {
@@ -85,6 +68,35 @@ func checkQueue(mem []byte, want map[int]int) error {
 		return fmt.Errorf("records from %d initiators, want %d", len(next), len(want))
 	}
 	return nil
+}
+
+// walkQueue walks the queue [start, end), checks that each initiator's
+// records are intact and numbered 0, 1, 2, ... in order, and returns how
+// many each has.
+func walkQueue(mem []byte) (map[int]int, error) {
+	next := map[int]int{}
+	off := 0
+	for off < len(mem) {
+		if len(mem)-off < recordHeader {
+			return nil, fmt.Errorf("%d stray bytes at offset %d", len(mem)-off, off)
+		}
+		size := int(binary.LittleEndian.Uint32(mem[off:]))
+		if size < recordHeader || size > len(mem)-off {
+			return nil, fmt.Errorf("bad record length %d at offset %d", size, off)
+		}
+		rec := mem[off : off+size]
+		id := int(binary.LittleEndian.Uint16(rec[4:]))
+		seq := int(binary.LittleEndian.Uint32(rec[8:]))
+		if crc32.ChecksumIEEE(rec[recordHeader:]) != binary.LittleEndian.Uint32(rec[12:]) {
+			return nil, fmt.Errorf("record %d/%d at offset %d is corrupted", id, seq, off)
+		}
+		if seq != next[id] {
+			return nil, fmt.Errorf("initiator %d: record %d at offset %d, expected %d (lost, duplicated or reordered)", id, seq, off, next[id])
+		}
+		next[id]++
+		off += size
+	}
+	return next, nil
 }
 
 // modelOp is one step of the model-based workload; the sequence comes from
@@ -171,8 +183,17 @@ func initiatorMain() int {
 	// them out of band: the initiator aggregates when the worker can unpack
 	// containers.
 	caps := strings.Split(os.Getenv("E2E_CAPABILITIES"), ",")
-	in, err := initiator.New(initiator.Options{WorkerAddress: addr, ClientID: client,
-		Aggregate: initiator.AggregateSupported(caps)})
+	opts := initiator.Options{WorkerAddress: addr, ClientID: client, Aggregate: initiator.AggregateSupported(caps)}
+	// A hostile initiator chooses its own UCX settings: E2E_RNDV_SCHEME
+	// (e.g. get_zcopy: the worker reads its memory), E2E_ERROR_HANDLING
+	// "none" (no peer-failure handling on its endpoint).
+	if v := os.Getenv("E2E_RNDV_SCHEME"); v != "" {
+		opts.UCX = map[string]string{"RNDV_SCHEME": v}
+	}
+	if os.Getenv("E2E_ERROR_HANDLING") == "none" {
+		opts.ErrorHandling = ucp.ErrorHandlingNone
+	}
+	in, err := initiator.New(opts)
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1

@@ -35,8 +35,64 @@ type Context struct {
 	nw  int
 }
 
-// NewContext initialises UCX. It reads the UCX_* environment.
+// shmErrorHandling are the UCX settings that let shared-memory endpoints
+// offer peer-failure detection: UCX 1.13 defaults them to "n", and an
+// endpoint asking for detection then finds no shared-memory transport, so
+// a dead peer on the same machine went unnoticed by UCX. NewContext turns
+// them on, unless the environment sets any of them or MM_ERROR_HANDLING
+// (which both inherit). They are transport settings, read from the
+// environment when a worker opens its interfaces (ucp_config_modify does
+// not reach them), hence setenv, once, before the first context.
+var shmErrorHandling = []string{"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING"}
+
+// keepaliveInterval is how often UCX checks that the peers of endpoints
+// with error handling are alive, where nothing else tells (a process that
+// dies leaves its shared memory mapped, so writes to it still succeed).
+// UCX's default, 20 s, left a dead initiator's queue or a dead target
+// unnoticed for that long; a check is a look at the peer's process (shared
+// memory) or a small message (TCP) per endpoint, so 1 s costs little
+// (docs/BENCHMARKS.md). Set unless the environment sets
+// UCX_KEEPALIVE_INTERVAL.
+const keepaliveInterval = "1s"
+
+var shmErrorHandlingOnce sync.Once
+
+func enableShmErrorHandling() {
+	if _, ok := os.LookupEnv("UCX_KEEPALIVE_INTERVAL"); !ok {
+		os.Setenv("UCX_KEEPALIVE_INTERVAL", keepaliveInterval)
+	}
+	for _, k := range append([]string{"UCX_MM_ERROR_HANDLING"}, shmErrorHandling...) {
+		if _, ok := os.LookupEnv(k); ok {
+			return
+		}
+	}
+	for _, k := range shmErrorHandling {
+		os.Setenv(k, "y")
+	}
+}
+
+// ShmPeerFailureDetection reports whether shared-memory endpoints of this
+// process's contexts can detect a dead peer process (a peer in another
+// process: one in the same process never dies on its own): yes unless the
+// environment turned UCX's shared-memory error handling off.
+func ShmPeerFailureDetection() bool {
+	shmErrorHandlingOnce.Do(enableShmErrorHandling)
+	v, ok := os.LookupEnv(shmErrorHandling[0])
+	if !ok {
+		v = os.Getenv("UCX_MM_ERROR_HANDLING")
+	}
+	switch strings.ToLower(v) {
+	case "y", "yes", "on", "1":
+		return true
+	}
+	return false
+}
+
+// NewContext initialises UCX. It reads the UCX_* environment. Shared-memory
+// transports get peer-failure detection (shmErrorHandling) unless the user
+// configured it.
 func NewContext(opts ContextOptions) (*Context, error) {
+	shmErrorHandlingOnce.Do(enableShmErrorHandling)
 	cfg := withProtocolV1(opts.Config)
 	keys := make([]*C.char, 0, len(cfg))
 	vals := make([]*C.char, 0, len(cfg))
@@ -166,10 +222,14 @@ func withProtocolV1(cfg map[string]string) map[string]string {
 // the receiver's ready-to-receive. The zero-copy schemes make one process
 // read (get) or write (put) the other's memory with CMA over shared memory,
 // and UCX 1.13 treats a CMA call that finds the peer process gone as fatal
-// on endpoints without peer-failure handling, which shared-memory endpoints
-// cannot have in 1.13: an initiator killed mid-rendezvous aborted the RDMO
-// worker, every client with it. Both sides must use it: in 1.13 the sender
-// offers its memory for a get, and the receiver takes the offer.
+// on endpoints without peer-failure handling: an initiator killed
+// mid-rendezvous aborted the RDMO worker, every client with it. Since
+// NewContext gives shared-memory endpoints error handling
+// (shmErrorHandling) that call fails only the endpoint; the scheme stays
+// the default for endpoints without it (ErrorHandlingNone, or the
+// environment turning shm error handling off). Both sides must use it: in
+// 1.13 the sender offers its memory for a get, and the receiver takes the
+// offer.
 const SafeRendezvousScheme = "am"
 
 // WithRendezvousScheme returns cfg with RNDV_SCHEME set to

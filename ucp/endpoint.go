@@ -43,11 +43,14 @@ const (
 	ErrorHandlingRequire ErrorHandling = 2
 )
 
-// UCX 1.13's shared-memory transports cannot detect a failed peer, and an
-// endpoint that asks for detection then finds no transport at all. By default
-// (ErrorHandlingPrefer) Connect asks for detection first and, when that leaves
-// the peer unreachable, connects without it; PeerFailureDetection tells which
-// one the endpoint got. Without detection a dead peer is noticed by the layer above
+// UCX 1.13's shared-memory transports detect a failed peer only with their
+// error handling turned on (NewContext does, see shmErrorHandling); without
+// it an endpoint that asks for detection finds no transport at all. By
+// default (ErrorHandlingPrefer) Connect asks for detection first and, when
+// that leaves the peer unreachable, connects without it;
+// PeerFailureDetection tells which one the endpoint got. Both ends of a
+// connection must agree: UCX refuses an endpoint whose peer's endpoint has
+// another error-handling mode ("asymmetric endpoint configuration"). Without detection a dead peer is noticed by the layer above
 // (its control connection closes) and the endpoint is closed with
 // CloseForce, which fails everything pending on it.
 
@@ -127,6 +130,11 @@ func (w *Worker) Connect(addr []byte, opts EndpointOptions) (*Endpoint, error) {
 	var ep C.ucp_ep_h
 	var detect C.int
 	if st := C.shim_ep_create_addr(w.sw, caddr, opts.ErrorHandling.shimMode(), &ep, &detect); st != C.UCS_OK {
+		if opts.ErrorHandling == ErrorHandlingRequire && st == C.UCS_ERR_UNREACHABLE {
+			// No transport to the peer offers detection (e.g. shared
+			// memory with UCX's error handling turned off).
+			return nil, fmt.Errorf("ucp: connect %s: peer-failure detection: %w (%w)", opts.Name, ErrNotSupported, Status(st))
+		}
 		return nil, fmt.Errorf("ucp: connect %s: %w", opts.Name, Status(st))
 	}
 	e := w.newEndpoint(ep, nameOr(opts.Name, "addr"), true, opts.OnError)

@@ -339,9 +339,11 @@ func TestProcessAtomicsFromTwoInitiators(t *testing.T) {
 
 // A peer killed with SIGKILL while operations are outstanding: every
 // operation completes (with an error where it could not finish), nothing
-// hangs. Over TCP UCX detects the failure itself; shared memory in UCX 1.13
-// cannot, so there the layer above notices the dead process and closes the
-// endpoint with CloseForce, which is what this test does.
+// hangs. UCX detects the failure itself (over TCP, and over shared memory
+// with the error handling NewContext turns on); where it cannot (that
+// turned off in the environment) the layer above notices the dead process
+// and closes the endpoint with CloseForce, which is what this test does
+// then.
 func TestProcessPeerKilled(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		srv, si := startServer(t, tr)
@@ -388,6 +390,9 @@ func TestProcessPeerKilled(t *testing.T) {
 		if d.n != issued {
 			t.Fatalf("%d of %d operations completed after the peer died", d.n, issued)
 		}
+		if ep.PeerFailureDetection() != tr.PeerFailureDetection() {
+			t.Errorf("endpoint detection %v, want %v over %s", ep.PeerFailureDetection(), tr.PeerFailureDetection(), tr.Name)
+		}
 		if ep.PeerFailureDetection() {
 			if !errors.Is(epErr, ucp.ErrPeerFailed) {
 				t.Errorf("endpoint error callback: %v, want ErrPeerFailed", epErr)
@@ -401,5 +406,52 @@ func TestProcessPeerKilled(t *testing.T) {
 			ep.Close()
 		}
 		t.Logf("%s: %d ops, %d failed, detection=%v", tr.Name, issued, len(d.errs), ep.PeerFailureDetection())
+	})
+}
+
+// Endpoints that require peer-failure detection connect over shared memory
+// as over TCP (NewContext turns UCX's shm error handling on), and a killed
+// peer fails them with ErrPeerFailed without anyone closing them.
+func TestProcessRequireDetection(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		if !tr.PeerFailureDetection() {
+			t.Fatalf("%s: no peer-failure detection (UCX_POSIX/SYSV_ERROR_HANDLING off in the environment?)", tr.Name)
+		}
+		srv, si := startServer(t, tr)
+		w := newLocalWorker(t, tr)
+		failed := make(chan error, 1)
+		ep, err := w.Connect(si.addr, ucp.EndpointOptions{Name: "required", ErrorHandling: ucp.ErrorHandlingRequire,
+			OnError: func(_ *ucp.Endpoint, err error) { failed <- err }})
+		if err != nil {
+			t.Fatalf("%s: Connect requiring detection: %v", tr.Name, err)
+		}
+		if !ep.PeerFailureDetection() {
+			t.Fatalf("%s: endpoint without detection", tr.Name)
+		}
+		rkey, err := ep.UnpackRkey(si.rkeyAlloc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ep.PutSync([]byte("alive"), si.baseAlloc, rkey, 0); err != nil {
+			t.Fatal(err)
+		}
+		srv.Kill()
+		deadline := time.Now().Add(60 * time.Second) // a hang guard
+		for {
+			w.Progress()
+			select {
+			case err := <-failed:
+				if !errors.Is(err, ucp.ErrPeerFailed) {
+					t.Errorf("%s: endpoint error %v, want ErrPeerFailed", tr.Name, err)
+				}
+				ep.Close()
+				return
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the dead peer was not detected", tr.Name)
+			}
+			w.Wait(time.Millisecond)
+		}
 	})
 }

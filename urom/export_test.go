@@ -35,3 +35,13 @@ func startForTest(t testing.TB, cfg Config) (string, *Service) {
 
 // StartForTest is startForTest for the tests of package urom_test.
 var StartForTest = startForTest
+
+// ReadSpecAnswerAfterExit makes the service, until the test ends, read a
+// new worker's answer to its spec only once it has seen the worker's
+// process exit: the worst timing for a worker that refuses its spec and
+// exits at once (a worker that accepts it never exits, so only tests of
+// refusals may use this).
+func ReadSpecAnswerAfterExit(t testing.TB) {
+	testHookBeforeReady = func(exited <-chan struct{}) { <-exited }
+	t.Cleanup(func() { testHookBeforeReady = nil })
+}

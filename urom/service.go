@@ -556,6 +556,7 @@ type workerProc struct {
 	// rdmo_urom_worker_exits_total (before, it is a failed spawn).
 	running bool
 	started time.Time
+	ready   bool // start has read the worker's answer to its spec
 }
 
 func (w *workerProc) info() WorkerInfo {
@@ -632,17 +633,38 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 	body, _ := encodeBody(spec)
 	if err := w.ctl.write(&envelope{Kind: kindSpec, Body: body}); err != nil {
 		w.kill()
+		ctl.Close()
 		return fmt.Errorf("urom: worker spec: %w", err)
 	}
+	if testHookBeforeReady != nil {
+		testHookBeforeReady(w.done)
+	}
+	// The answer to the spec may be the worker's refusal, written just
+	// before it exits: the socket keeps it after the process is gone, and
+	// exited leaves the socket to us until we have read it (w.ready).
 	env, err := w.ctl.read(30 * time.Second)
-	if err != nil {
+	if err == nil {
+		err = errorFromEnvelope(env)
+		if err != nil {
+			err = fmt.Errorf("urom: worker %d refused its spec: %w", w.id, err)
+		}
+	} else {
 		w.kill()
 		<-w.done
-		return errorf(codeWorkerDied, "worker %d did not start: %v (%s)", w.id, err, w.reason)
+		err = errorf(codeWorkerDied, "worker %d did not start: %v (%s)", w.id, err, w.deathReason())
 	}
-	if err := errorFromEnvelope(env); err != nil {
+	w.mu.Lock()
+	w.ready = true
+	gone := w.reason != ""
+	w.mu.Unlock()
+	if err == nil && gone {
+		// It answered ready and died before we registered it.
+		err = errorf(codeWorkerDied, "worker %d died as it started: %s", w.id, w.deathReason())
+	}
+	if err != nil {
 		w.kill()
-		return fmt.Errorf("urom: worker %d refused its spec: %w", w.id, err)
+		ctl.Close()
+		return err
 	}
 	w.mu.Lock()
 	w.running = true
@@ -650,6 +672,11 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 	go w.readLoop()
 	return nil
 }
+
+// testHookBeforeReady, when set (tests), runs before the service reads a
+// new worker's answer to its spec, with the channel closed once the
+// service has seen the process exit.
+var testHookBeforeReady func(exited <-chan struct{})
 
 func (w *workerProc) readLoop() {
 	for {
@@ -746,7 +773,15 @@ func (w *workerProc) exited(err error) {
 	for _, ch := range pending {
 		ch <- nil
 	}
-	if ctl := w.control(); ctl != nil {
+	// A worker still starting keeps its socket open: start reads the last
+	// thing it said (a refusal of its spec), then closes it.
+	w.mu.Lock()
+	ctl := w.ctl
+	if !w.ready {
+		ctl = nil
+	}
+	w.mu.Unlock()
+	if ctl != nil {
 		ctl.Close()
 	}
 	s := w.s

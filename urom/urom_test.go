@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,6 +125,21 @@ func (h *testHandler) Handle(ctx context.Context, kind string, body msgpack.RawM
 		}
 		return names, nil
 	case "sleep":
+		// With a FIFO's path, say "started" by opening it: the test's
+		// open of the other end returns once the command runs.
+		var fifo string
+		if len(body) > 0 {
+			if err := msgpack.Unmarshal(body, &fifo); err != nil {
+				return nil, err
+			}
+		}
+		if fifo != "" {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return nil, err
+			}
+			f.Close()
+		}
 		time.Sleep(5 * time.Second)
 		return nil, nil
 	case "crash":
@@ -179,6 +195,32 @@ func waitGone(t *testing.T, pid int) {
 		}
 	}
 	t.Fatalf("process %d still running", pid)
+}
+
+// waitOpened returns once a process opened the FIFO at path for writing
+// (the worker's "sleep" command does as it starts).
+func waitOpened(t *testing.T, path string) {
+	t.Helper()
+	opened := make(chan error, 1)
+	go func() {
+		f, err := os.Open(path)
+		if err == nil {
+			f.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		// Unblock the open above so the goroutine ends with the test.
+		if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("the worker never started the command")
+	}
 }
 
 func TestTwoHostsTwoWorkers(t *testing.T) {
@@ -247,8 +289,12 @@ func TestKilledWorkerIsReportedAndOthersKeepServing(t *testing.T) {
 	}
 	// A command in flight when the worker dies fails, it does not hang.
 	errc := make(chan error, 1)
-	go func() { errc <- victim.Call(ctx, "sleep", nil, nil) }()
-	time.Sleep(50 * time.Millisecond)
+	fifo := filepath.Join(t.TempDir(), "started")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() { errc <- victim.Call(ctx, "sleep", fifo, nil) }()
+	waitOpened(t, fifo)
 	syscall.Kill(victim.PID, syscall.SIGKILL)
 	select {
 	case <-victim.Gone():

@@ -138,18 +138,33 @@ func TestWorkerSettingsRefused(t *testing.T) {
 		{map[string]string{rdmoworker.SettingDrainTimeout: "later"}, `worker setting drain-timeout: invalid duration "later"`},
 		{map[string]string{"max-inflight": "3"}, `unknown worker setting "max-inflight"`},
 	} {
-		c := startRDMOService(t, ctx, ucptest.Transports[0], tc.settings)
-		w, err := c.Spawn(ctx, urom.SpawnOptions{})
-		if err == nil {
-			w.Stop(ctx)
-			t.Errorf("settings %v: spawn succeeded", tc.settings)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("settings %v: %v, want it to say %q", tc.settings, err, tc.want)
-		}
-		if ws, err := c.Workers(ctx); err != nil || len(ws) != 0 {
-			t.Errorf("settings %v: workers %v, %v after a refused spawn", tc.settings, ws, err)
-		}
+		checkSettingRefused(t, ctx, tc.settings, tc.want)
+	}
+}
+
+// A worker refuses its settings and exits at once: the service may notice
+// the exit before it reads the refusal (as a loaded machine made it do).
+// The refusal still reaches the host intact, not a closed connection.
+func TestWorkerSettingsRefusedReadAfterExit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	urom.ReadSpecAnswerAfterExit(t)
+	checkSettingRefused(t, ctx, map[string]string{"max-inflight": "3"}, `unknown worker setting "max-inflight"`)
+}
+
+func checkSettingRefused(t *testing.T, ctx context.Context, settings map[string]string, want string) {
+	t.Helper()
+	c := startRDMOService(t, ctx, ucptest.Transports[0], settings)
+	w, err := c.Spawn(ctx, urom.SpawnOptions{})
+	if err == nil {
+		w.Stop(ctx)
+		t.Errorf("settings %v: spawn succeeded", settings)
+		return
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("settings %v: %v, want it to say %q", settings, err, want)
+	}
+	if ws, err := c.Workers(ctx); err != nil || len(ws) != 0 {
+		t.Errorf("settings %v: workers %v, %v after a refused spawn", settings, ws, err)
 	}
 }

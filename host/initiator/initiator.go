@@ -237,8 +237,11 @@ func AggregateSupported(capabilities []string) bool {
 func (in *Initiator) Address() []byte { return append([]byte(nil), in.addr...) }
 
 // PeerFailureDetection reports whether UCX detects the failure of the RDMO
-// worker on this endpoint. When it does not (shared memory in UCX 1.13), the
-// layer above should call PeerFailed when it learns the worker is gone.
+// worker on this endpoint: over TCP, and over shared memory since
+// ucp.NewContext turns UCX's shm error handling on (there UCX watches the
+// worker's process, so a worker that stops inside a process that lives on
+// goes unnoticed). When it does not, the layer above should call PeerFailed
+// when it learns the worker is gone.
 func (in *Initiator) PeerFailureDetection() bool { return in.detect }
 
 // ClientID is the client id the Initiator puts into every request.
@@ -431,8 +434,8 @@ func (in *Initiator) Flush(ctx context.Context) (wire.FlushResponse, error) {
 	return fw.Wait(ctx)
 }
 
-// PeerFailed tells the Initiator that the RDMO worker is gone, for
-// transports on which UCX cannot detect it (see PeerFailureDetection): the
+// PeerFailed tells the Initiator that the RDMO worker is gone, where UCX
+// cannot detect it or sooner than UCX does (see PeerFailureDetection): the
 // endpoint is closed forcibly and every pending and later call fails with a
 // *PeerFailedError wrapping cause.
 func (in *Initiator) PeerFailed(cause error) {

@@ -240,8 +240,9 @@ func TestClientBeforeServer(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	// The client prints this after its first dial failed: from here on
+	// only a retry can connect it.
 	waitOutput(t, client, "waiting for the server")
-	time.Sleep(300 * time.Millisecond)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500")
 	expectPass(t, server, client)
 }
@@ -255,7 +256,9 @@ func midRun(t *testing.T, r *run) (server, client *testproc.Proc, workerPID int)
 	m := waitOutput(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`)
 	workerPID, _ = strconv.Atoi(m[1])
 	waitOutput(t, server, "seed append verified")
-	time.Sleep(300 * time.Millisecond) // into the workload
+	// Into the workload: the client reports operations done (its progress
+	// line, about every second).
+	waitOutput(t, client, `rdmo client: [1-9]\d*/\d+ ops`)
 	return server, client, workerPID
 }
 

@@ -45,6 +45,14 @@ func (tr Transport) Config() map[string]string {
 	return cfg
 }
 
+// PeerFailureDetection reports whether endpoints over tr to another process
+// detect that process's death: always over TCP; over shared memory unless
+// the environment turned UCX's error handling there off
+// (ucp.ShmPeerFailureDetection).
+func (tr Transport) PeerFailureDetection() bool {
+	return tr.Name == "tcp" || ucp.ShmPeerFailureDetection()
+}
+
 // InCI reports whether the tests run in CI, where nothing may be skipped for
 // want of UCX or root.
 func InCI() bool { return os.Getenv("CI") == "true" }

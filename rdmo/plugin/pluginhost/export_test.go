@@ -2,6 +2,7 @@ package pluginhost
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wire"
@@ -27,4 +28,15 @@ const (
 // LoadCodec is Load with every call carried by the named codec.
 func LoadCodec(ctx context.Context, path string, opts LoadOptions, codec string) (*Handler, error) {
 	return load(ctx, path, opts, codec)
+}
+
+// HoldRestarts keeps h down after its plugin dies, whatever the backoff,
+// until release is called (or h is closed).
+func (h *Handler) HoldRestarts() (release func()) {
+	gate := make(chan struct{})
+	h.mu.Lock()
+	h.restartGate = gate
+	h.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
 }

@@ -155,6 +155,9 @@ type Handler struct {
 	backoff    time.Duration
 	restarts   int
 	dirty      map[uint64]uint64 // client -> gen of the instance holding its cached state
+	// restartGate, when set (tests only), holds every restart until it
+	// is closed, so a test sees the plugin down whatever the timing.
+	restartGate chan struct{}
 
 	wg sync.WaitGroup // restarts, readers, watchers, kills
 }
@@ -513,6 +516,16 @@ func (h *Handler) restartAfter(delay time.Duration) {
 	case <-timer.C:
 	case <-h.ctx.Done():
 		return
+	}
+	h.mu.Lock()
+	gate := h.restartGate
+	h.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-h.ctx.Done():
+			return
+		}
 	}
 	inst, info, err := h.start(h.ctx)
 	if err == nil && !sameInfo(info, h.info) {

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/openrdmo/rdmo/rdmo"
 	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
@@ -399,44 +400,65 @@ func TestConcurrentClients(t *testing.T) {
 }
 
 func TestCrashIsolation(t *testing.T) {
+	type crashFunc func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target, logs *observer.ObservedLogs) []rdmo.Result
 	cases := []struct {
 		name  string
-		crash func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result
+		crash crashFunc
 		want  string // in the Detail
 	}{
-		{"panic", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"panic", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target, _ *observer.ObservedLogs) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "panic"))
 		}, "panic on command"},
-		{"exit", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"exit", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target, _ *observer.ObservedLogs) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "exit"))
 		}, "HandleBatch"},
-		{"exit-after-put", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"exit-after-put", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target, _ *observer.ObservedLogs) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutThenExit, []byte("a")), ctlReq(tg, "pid"))
 		}, "HandleBatch"},
-		{"sigkill", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"sigkill", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target, logs *observer.ObservedLogs) []rdmo.Result {
 			pid := h.Pid()
+			// Killed once the plugin is inside the call (it logs
+			// "sleeping" there).
+			stop := make(chan struct{})
+			defer close(stop)
 			go func() {
-				time.Sleep(300 * time.Millisecond)
+				for logs.FilterMessage("sleeping").Len() == 0 {
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond): // polling the log
+					}
+				}
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}()
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "sleep 20s"))
 		}, "HandleBatch"},
-		{"timeout", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target) []rdmo.Result {
+		{"timeout", func(t *testing.T, h *pluginhost.Handler, tg *rdmotest.Target, _ *observer.ObservedLogs) []rdmo.Result {
 			return run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("a")), ctlReq(tg, "sleep 20s"))
 		}, "CallTimeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			// A long first backoff, so the test sees the plugin down.
-			h := load(t, pluginhost.LoadOptions{CallTimeout: 2 * time.Second, MinBackoff: 500 * time.Millisecond})
+			// Only the timeout case wants the call timeout to fire; the
+			// others have one no loaded machine reaches.
+			callTimeout := time.Minute
+			if tc.name == "timeout" {
+				callTimeout = 2 * time.Second
+			}
+			core, logs := observer.New(zapcore.InfoLevel)
+			h := load(t, pluginhost.LoadOptions{CallTimeout: callTimeout, MinBackoff: time.Millisecond,
+				Logger: zap.New(zapcore.NewTee(testLogger(t).Core(), core))})
 			tg, mem := newTarget(t)
 			wantStatus(t, run(h, tg, putReq(tg, region, base+100, tp.PutDirect, []byte("before"))), 0)
 			pid := h.Pid()
+			// The test sees the plugin down, whatever the timing.
+			release := h.HoldRestarts()
+			defer release()
 
 			start := time.Now()
-			res := tc.crash(t, h, tg)
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("the failed batch took %v", d)
+			res := tc.crash(t, h, tg, logs)
+			if d := time.Since(start); d >= 20*time.Second {
+				t.Errorf("the failed batch took %v: it waited for the plugin's sleep", d)
 			}
 			wantStatus(t, res, rdmo.StatusHandlerFailed, rdmo.StatusHandlerFailed)
 			for _, r := range res {
@@ -446,11 +468,15 @@ func TestCrashIsolation(t *testing.T) {
 			}
 			t.Logf("detail: %s", res[0].Detail)
 
-			// Down: calls fail at once.
-			start = time.Now()
-			res = run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("b")))
-			if d := time.Since(start); d > 100*time.Millisecond {
-				t.Errorf("a call while down took %v", d)
+			// Down: calls fail with the typed error, without waiting for
+			// the restart (it is held until the checks are done, so a
+			// call that waited for it would not return).
+			down := make(chan []rdmo.Result, 1)
+			go func() { down <- run(h, tg, putReq(tg, region, base, tp.PutDirect, []byte("b"))) }()
+			select {
+			case res = <-down:
+			case <-time.After(time.Minute): // a hang guard, not a measurement
+				t.Fatal("a call while the plugin is down waited for its restart")
 			}
 			wantStatus(t, res, rdmo.StatusHandlerFailed)
 			if !strings.Contains(res[0].Detail, "down") {
@@ -459,6 +485,10 @@ func TestCrashIsolation(t *testing.T) {
 			if err := h.WriteBack(tg); !errors.Is(err, rdmo.ErrHandlerFailed) {
 				t.Errorf("WriteBack while down = %v", err)
 			}
+			if p := h.Pid(); p != 0 {
+				t.Errorf("plugin up (pid %d) while its restart is held", p)
+			}
+			release()
 
 			// Back: the next batch succeeds, in a new process; the old is gone.
 			newPid := waitUp(t, h, pid)

@@ -3,7 +3,6 @@ package pluginhost_test
 import (
 	"context"
 	"debug/elf"
-	"github.com/openrdmo/rdmo/examples/counter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openrdmo/rdmo/examples/counter"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -116,7 +117,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 		t.Fatal("before: " + strings.Join(ourGoroutines(), "\n\n"))
 	}
 
-	h, err := pluginhost.Load(context.Background(), testPluginPath, pluginhost.LoadOptions{MinBackoff: time.Millisecond})
+	core, logs := observer.New(zapcore.InfoLevel)
+	h, err := pluginhost.Load(context.Background(), testPluginPath, pluginhost.LoadOptions{MinBackoff: time.Millisecond, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	inflight := make(chan []rdmo.Result)
 	go func() { inflight <- run(h, tg, ctlReq(tg, "sleep 30s")) }()
-	time.Sleep(200 * time.Millisecond)
+	testutil.WaitFor(t, "the plugin to start the call", func() bool { return logs.FilterMessage("sleeping").Len() > 0 })
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +158,13 @@ func TestCleanupClientsStopsRestarts(t *testing.T) {
 	pid := h.Pid()
 	// Shut down while a restart is due: none happens.
 	wantStatus(t, run(h, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
+	// CleanupClients returns once Close waited for the handler's restart
+	// goroutine: no restart can start a process after this point, so no
+	// wait for the backoff to pass is needed.
 	pluginhost.CleanupClients()
-	time.Sleep(100 * time.Millisecond)
+	if n := h.Restarts(); n != 0 {
+		t.Errorf("%d restarts after a shutdown while one was due", n)
+	}
 	waitGone(t, pid)
 	if pids := pluginProcesses(t); len(pids) != 0 {
 		t.Errorf("plugin processes after Close during restart: %v", pids)

@@ -91,8 +91,8 @@ func (h *Handler) event(format string, args ...any) {
 }
 
 // HandleBatch implements rdmo.Handler. OpCtl commands: "panic", "exit",
-// "sleep <duration>", "warn <message>" (a WARN log line), "flush" (Target
-// Flush), "fence" (Target WriteBack), "events" (Detail = the hook calls seen,
+// "sleep <duration>" (logs "sleeping" first), "warn <message>" (a WARN log line), "flush" (Target
+// Flush), "fence" (Target WriteBackAll), "events" (Detail = the hook calls seen,
 // comma-separated), "pid" (Value = the process id).
 func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Result) {
 	for i := range reqs {
@@ -179,6 +179,8 @@ func (h *Handler) ctl(t rdmo.Target, cmd string) rdmo.Result {
 		if err != nil {
 			return rdmo.Fail(rdmo.StatusPayloadMismatch, "%v", err)
 		}
+		// Tests wait for this line to know the call is in the plugin.
+		plugin.Logger().Info("sleeping", zap.String("from", Name), zap.Duration("for", d))
 		time.Sleep(d)
 	case "warn":
 		plugin.Logger().Warn(arg, zap.String("from", Name))
