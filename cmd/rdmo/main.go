@@ -43,7 +43,7 @@ func main() {
 	if code, ok := bench.RoleMain(); ok {
 		os.Exit(code)
 	}
-	// The bench command's own flags (--topology, --size, --json, --plot,
+	// The bench command's own flags (--topology, --size, --results, --plot,
 	// --short, ...) are not cli.Config flags: TakeArgs keeps them for the
 	// bench mode it returns and hands the rest of the command line to the
 	// parser.
@@ -288,8 +288,7 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run the RDMO benchmark workload",
-		Long: "Runs --ops RDMO operations and reports their rate and latency. Without -m both\n" +
-			"sides run in this process; with -m server or -m client this process runs one side.",
+		Long:  bench.Help(),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.showVersion {
@@ -307,6 +306,11 @@ func (a *app) benchCommand() *cobra.Command {
 		},
 	}
 	a.bench.RegisterFlags(cmd.Flags())
+	// Flags of the other modes that bench refuses (one line, exit 2): not
+	// listed in its help.
+	for _, f := range []string{"device", "server-name", "mode", "oob-port", "append-strategy", "secret-file"} {
+		cmd.Flags().MarkHidden(f)
+	}
 	return cmd
 }
 

@@ -45,7 +45,7 @@ func runShort(t *testing.T, o Options) *Report {
 	o.Short = true
 	o.Executable = os.Args[0]
 	o.Stdout, o.Stderr = &out, os.Stderr
-	o.JSON = filepath.Join(dir, "bench.json")
+	o.Results = filepath.Join(dir, "bench.json")
 	o.Plot = filepath.Join(dir, "bench.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -77,7 +77,7 @@ func runShort(t *testing.T, o Options) *Report {
 			t.Errorf("output does not mention %s\n%s", m, text)
 		}
 	}
-	b, err := os.ReadFile(o.JSON)
+	b, err := os.ReadFile(o.Results)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,10 +258,10 @@ func TestSplitArgs(t *testing.T) {
 		{[]string{"-m", "server"}, "", "-m server", false},
 		{[]string{"bench", "--topology", "shm", "--ops", "5", "--short"}, "--topology shm --short", "bench --ops 5", true},
 		{[]string{"-l", "60", "bench", "--size=8,64", "--plot", "x.svg", "-j", "p.json"}, "--size=8,64 --plot x.svg", "-l 60 bench -j p.json", true},
-		{[]string{"bench", "--json"}, "--json", "bench", true},
-		{[]string{"bench", "--json", "--short"}, "--json --short", "bench", true},
-		{[]string{"bench", "--json=out.json"}, "--json=out.json", "bench", true},
-		{[]string{"bench", "--json", "params.json"}, "", "bench --json params.json", true},
+		{[]string{"bench", "--results", "-", "--short"}, "--results - --short", "bench", true},
+		{[]string{"bench", "--results=out.json"}, "--results=out.json", "bench", true},
+		{[]string{"bench", "--json", "params.json", "--results", "r.json"}, "--results r.json", "bench --json params.json", true},
+		{[]string{"bench", "-j", "params.json"}, "", "bench -j params.json", true},
 		{[]string{"bench", "-h"}, "", "bench -h", true},
 		{[]string{"--urom", "bench", "dpu"}, "", "--urom bench dpu", false},
 	} {
@@ -271,10 +271,10 @@ func TestSplitArgs(t *testing.T) {
 		}
 	}
 	o := DefaultOptions()
-	if err := FlagSet(&o).Parse([]string{"--topology", "shm", "--size", "8,4k", "--json", "--modes", "rdmo-append,raw-am", "--queue-mb", "16"}); err != nil {
+	if err := FlagSet(&o).Parse([]string{"--topology", "shm", "--size", "8,4k", "--results", "-", "--modes", "rdmo-append,raw-am", "--queue-mb", "16"}); err != nil {
 		t.Fatal(err)
 	}
-	if o.Topology != TopologySHM || !slices.Equal(o.Sizes, []int{8, 4096}) || o.JSON != "-" || o.QueueBytes != 16<<20 {
+	if o.Topology != TopologySHM || !slices.Equal(o.Sizes, []int{8, 4096}) || o.Results != "-" || o.QueueBytes != 16<<20 {
 		t.Errorf("parsed %+v", o)
 	}
 	if err := o.validate(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -62,7 +63,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	d.rep = newReport(o)
 	out := o.Stdout
-	if o.JSON == "-" {
+	if o.Results == "-" {
 		out = o.Stderr
 	}
 	d.out = newProgress(out)
@@ -75,7 +76,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	d.rep.finish()
 	d.rep.WriteTable(out)
-	if o.JSON != "" {
+	if o.Results != "" {
 		if err := d.writeJSON(); err != nil {
 			return d.rep, err
 		}
@@ -95,12 +96,12 @@ func (d *driver) writeJSON() error {
 		return err
 	}
 	b = append(b, '\n')
-	if d.o.JSON == "-" {
+	if d.o.Results == "-" {
 		_, err = d.o.Stdout.Write(b)
 		return err
 	}
-	if err := os.WriteFile(d.o.JSON, b, 0o644); err != nil {
-		return fmt.Errorf("bench: json: %w", err)
+	if err := os.WriteFile(d.o.Results, b, 0o644); err != nil {
+		return fmt.Errorf("bench: --results: %w", err)
 	}
 	return nil
 }
@@ -161,7 +162,16 @@ func (d *driver) run(ctx context.Context) error {
 			fmt.Fprintf(d.out.w, "worker metrics at http://%s/metrics\n", maddr)
 		}
 	}
-	wenv, _ := json.Marshal(append(append([]string(nil), d.o.ChildEnv...), sideEnv...))
+	// The target asks the service for its workers with the UCX settings
+	// only: the service refuses anything else in a worker's environment.
+	// The embedded service gives its workers the rest itself (WorkerEnv).
+	var spawnEnv []string
+	for _, kv := range append(append([]string(nil), d.o.ChildEnv...), sideEnv...) {
+		if name, _, _ := strings.Cut(kv, "="); urom.SpawnEnvAllowed[name] {
+			spawnEnv = append(spawnEnv, kv)
+		}
+	}
+	wenv, _ := json.Marshal(spawnEnv)
 	env := append(append([]string{roleEnv + "=" + roleTarget, envUROM + "=" + d.uromAddr, envWorkerEnv + "=" + string(wenv)}, d.o.ChildEnv...), sideEnv...)
 	t, err := startChild("target", d.exe, d.o.TargetCPUs, env, d.o.Stderr)
 	if err != nil {

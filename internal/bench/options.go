@@ -76,7 +76,7 @@ type Options struct {
 	// containers (initiator.Options.Aggregate).
 	Aggregate bool
 
-	JSON        string // "" off, "-" standard output, else a file
+	Results     string // the results as JSON: "" off, "-" standard output, else a file
 	Plot        string // SVG file of rate against size, "" none
 	MetricsAddr string // serve the run's worker metrics here ("" none)
 	UROMAddress string // an external UROM service ("" runs one in this process)
@@ -335,14 +335,13 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
 	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
-	fs.StringVar(&o.JSON, "json", o.JSON, "Write the results as JSON to standard output (bare --json) or to a file (--json=FILE)")
-	fs.Lookup("json").NoOptDefVal = "-"
+	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
 	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
 	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")
 	fs.StringVar(&o.InitiatorCPUs, "initiator-cpus", o.InitiatorCPUs, "Pin the initiator processes to these CPUs")
 	fs.StringVar(&o.TargetCPUs, "target-cpus", o.TargetCPUs, "Pin the target process to these CPUs")
-	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "Write CPU (and heap) profiles of every process (worker, target, initiators) into this directory, in 5 s segments")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "Write CPU (and heap) profiles of every process (worker, target, initiators) into this directory, in 5 s segments (the worker's only with the embedded UROM service)")
 	return fs
 }
 
