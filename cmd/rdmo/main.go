@@ -289,7 +289,7 @@ func (a *app) benchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Run the RDMO benchmark workload",
 		Long:  bench.Help(),
-		Args: noArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.showVersion {
 				return a.printVersion()
