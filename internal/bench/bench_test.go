@@ -53,11 +53,25 @@ func runShort(t *testing.T, o Options) *Report {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out.String())
 	}
-	modes, _ := expandModes(o.Modes, o.IOVs)
+	vo := o
+	if err := vo.validate(); err != nil {
+		t.Fatal(err)
+	}
+	modes := vo.Modes
 	if len(rep.Rows) != len(modes)*len(o.Sizes) {
 		t.Errorf("%d rows, want %d\n%s", len(rep.Rows), len(modes)*len(o.Sizes), out.String())
 	}
 	for _, row := range rep.Rows {
+		if isPerftest(row.Mode) {
+			// ucx_perftest checks no data; it ran and counted.
+			if row.Error != "" || row.Verified || row.Rounds != 1 || row.Ops == 0 {
+				t.Errorf("row %s %d B: verified %v, rounds %d, ops %d, error %q", row.Mode, row.Size, row.Verified, row.Rounds, row.Ops, row.Error)
+			}
+			continue
+		}
+		if row.Stable {
+			t.Errorf("row %s: stable in a --short run (no timing claims)", row.Mode)
+		}
 		if row.Error != "" || !row.Verified || row.Rounds != 1 || row.Ops == 0 {
 			t.Errorf("row %s %d B: verified %v, rounds %d, ops %d, error %q", row.Mode, row.Size, row.Verified, row.Rounds, row.Ops, row.Error)
 		}
@@ -84,6 +98,20 @@ func runShort(t *testing.T, o Options) *Report {
 	var back Report
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(rep.Rows) {
 		t.Errorf("JSON output: %v, %d rows", err, len(back.Rows))
+	}
+	// The contract for tools that read the bench (docs/BENCHMARKS.md).
+	var raw struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range raw.Rows {
+		for _, k := range []string{"mode", "size", "rate", "mb_per_s", "p50_ns", "verified", "cpu_ns_per_op", "stable"} {
+			if _, ok := row[k]; !ok {
+				t.Errorf("JSON row %v lacks %q", row["mode"], k)
+			}
+		}
 	}
 	svg, err := os.ReadFile(o.Plot)
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("<polyline")) {
@@ -287,7 +315,7 @@ func TestSplitArgs(t *testing.T) {
 
 func TestExpandModes(t *testing.T) {
 	all, err := expandModes(nil, []int{1, 4, 16})
-	if err != nil || len(all) != 11 {
+	if err != nil || len(all) != 14 {
 		t.Fatalf("all modes: %v %v", all, err)
 	}
 	got, err := expandModes([]string{"scatter/2", "flush", "native-append/blocking"}, []int{1})
@@ -315,6 +343,10 @@ func TestReportRatiosAndPlot(t *testing.T) {
 			Row{Mode: ModeFlushLoad, Size: size, Error: "lost data"},
 		)
 	}
+	for i := range r.Rows {
+		r.Rows[i].Stable, r.Rows[i].Rounds = true, 3
+	}
+	r.Rows[5].Stable, r.Rows[5].Spread = false, 0.9 // flush/idle 64 B
 	r.finish()
 	a := r.Row(ModeRDMOAppendOwned, 64)
 	if a.XRawAM != 0.8 || a.XNativeBlocking != 16 || a.XNativePipelined != 4 {
@@ -325,7 +357,9 @@ func TestReportRatiosAndPlot(t *testing.T) {
 	}
 	var out bytes.Buffer
 	r.WriteTable(&out)
-	for _, want := range []string{"16.00× native-append/blocking (goal ≥ 10×): met", "FAILED flush/load 64 B: lost data", "idle flush round trip p50 = 2.00×"} {
+	for _, want := range []string{"64 B: rdmo-append/owned / native-append/blocking = 16 (goal ≥ 10): met",
+		"FAILED flush/load 64 B: lost data", "4096 B: idle flush p50 / am-pingpong p50 = 2 (goal ≤ 2.5): met",
+		"64 B: idle flush p50 / am-pingpong p50 = 2: unstable: re-run (spread flush/idle 90% over 3 rounds"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -255,6 +255,8 @@ func (p *initProc) round(s roundSpec) (roundResult, error) {
 		return p.flushIdle(s)
 	case s.Mode == ModeFlushLoad:
 		return p.flushLoad(s)
+	case s.Mode == ModeNativeOwned:
+		return p.nativeOwned(s)
 	case s.Mode == ModeNativeBlocking:
 		return p.native(s, 1)
 	case s.Mode == ModeNativePipelined:
