@@ -306,10 +306,13 @@ func (a *app) benchCommand() *cobra.Command {
 		},
 	}
 	a.bench.RegisterFlags(cmd.Flags())
-	// Flags of the other modes that bench refuses (one line, exit 2): not
-	// listed in its help.
+	// Flags of the other modes that bench refuses (one line, exit 2). They
+	// stay registered, so a shared params file (-j) still loads; the help
+	// says they are refused.
 	for _, f := range []string{"device", "server-name", "mode", "oob-port", "append-strategy", "secret-file"} {
-		cmd.Flags().MarkHidden(f)
+		if fl := cmd.Flags().Lookup(f); fl != nil {
+			fl.Usage += " (refused by bench)"
+		}
 	}
 	return cmd
 }
