@@ -373,3 +373,35 @@ func TestReportRatiosAndPlot(t *testing.T) {
 	}
 
 }
+
+func TestParsePerftestLine(t *testing.T) {
+	r, ok := parsePerftestLine("[thread 0]            418513      0.030   158.287    31.420        0.39       1.94        6318       31826")
+	if !ok || r.final || r.iters != 418513 || r.elapsed != time.Duration(31.420*418513*1e3) {
+		t.Errorf("report line: %+v %v", r, ok)
+	}
+	r, ok = parsePerftestLine("Final:                 20000      3.072    46.198   118.268     1352.88     528.46       21646        8455")
+	if !ok || !r.final || r.iters != 20000 {
+		t.Errorf("final line: %+v %v", r, ok)
+	}
+	for _, l := range []string{"", "|    Stage     | # iterations |", "+------+", "[thread 0] x y"} {
+		if _, ok := parsePerftestLine(l); ok {
+			t.Errorf("%q parsed", l)
+		}
+	}
+}
+
+func TestSpreadAndCPU(t *testing.T) {
+	if s := spread([]float64{100, 80, 120}); s < 0.399 || s > 0.401 {
+		t.Errorf("spread %v, want 0.4", s)
+	}
+	if spread([]float64{5}) != 0 {
+		t.Error("spread of one round")
+	}
+	c := readCPU(os.Getpid())
+	for i := 0; c.total() == 0 && i < 1e9; i++ { // burn until a tick is accounted
+		c = readCPU(os.Getpid())
+	}
+	if c.total() == 0 || readCPU(-1).total() != 0 {
+		t.Errorf("readCPU: %+v", c)
+	}
+}
