@@ -7,29 +7,25 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
-// waitStats polls the worker's counters until cond holds (bounded by
-// waitLimit, a hang guard). It progresses nothing: an initiator that must
+// waitStats polls the worker's counters until cond holds (bounded by the
+// test's deadline, a hang guard). It progresses nothing: an initiator that must
 // stay silent stays silent.
 func waitStats(t *testing.T, w *dpu.Worker, what string, cond func(dpu.Stats) bool) dpu.Stats {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		st := w.Stats()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (stats %+v)", what, st)
-		}
-		time.Sleep(time.Millisecond) // polling the worker's counters, not synchronising
+	var st dpu.Stats
+	if !testutil.Poll(testutil.Deadline(t), func() bool { st = w.Stats(); return cond(st) }) {
+		t.Fatalf("timed out waiting for %s (stats %+v)", what, st)
 	}
+	return st
 }
 
 // An initiator that stops in the middle of a rendezvous APPEND must not
@@ -41,7 +37,7 @@ func waitStats(t *testing.T, w *dpu.Worker, what string, cond func(dpu.Stats) bo
 // (Over TCP, UCX cancels the receive itself when the worker force-closes
 // the endpoint; the outcome for B is the same.)
 func TestAbandonedRendezvousReleasesFlush(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		const (
 			client = 1
 			qlen   = 128 << 10
@@ -99,7 +95,7 @@ func TestAbandonedRendezvousReleasesFlush(t *testing.T) {
 		// B appends eagerly, then flushes. Its FLUSH waits for A's Place.
 		data := pattern(1000, 2)
 		seq := b.send(appendReq(client, rdmo.FlagAck, q, s.region, s.region), data, 0)
-		b.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xB}), nil, 0)
+		b.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xB}), nil, 0)
 		ack := b.ack(seq)
 		if ack.Status != rdmo.StatusOK {
 			t.Fatalf("B's append %+v", ack)

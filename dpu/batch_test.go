@@ -8,6 +8,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -23,7 +24,7 @@ func rawEntry(hdr []byte, flags uint16, payload []byte) []byte {
 	b = le.AppendUint32(b, uint32(len(payload)))
 	b = append(b, hdr...)
 	b = append(b, payload...)
-	for len(b)%rdmo.BatchAlign != 0 {
+	for len(b)%wire.BatchAlign != 0 {
 		b = append(b, 0)
 	}
 	return b
@@ -35,7 +36,7 @@ func batchData(t testing.TB, ents ...entry) []byte {
 	var data []byte
 	for _, e := range ents {
 		var err error
-		if data, err = rdmo.AppendBatchEntry(data, e.hdr, e.payload); err != nil {
+		if data, err = wire.AppendBatchEntry(data, e.hdr, e.payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,7 +47,7 @@ func batchData(t testing.TB, ents ...entry) []byte {
 // sequence numbers the worker gives its inner requests.
 func (in *initiator) sendBatch(ents ...entry) []uint64 {
 	in.t.Helper()
-	hdr := rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: in.client}, rdmo.BatchHeader{Count: uint64(len(ents))})
+	hdr := wire.AppendBatchRequest(nil, wire.Header{ClientID: in.client}, wire.BatchHeader{Count: uint64(len(ents))})
 	return in.sendContainer(hdr, batchData(in.t, ents...), ucp.SendEager, len(ents))
 }
 
@@ -66,11 +67,11 @@ func (in *initiator) sendContainer(hdr, data []byte, flags ucp.SendFlags, seqs i
 }
 
 func TestCapabilities(t *testing.T) {
-	if !slices.Contains(dpu.Capabilities(), rdmo.CapabilityBatch) {
-		t.Fatalf("capabilities %v lack %q", dpu.Capabilities(), rdmo.CapabilityBatch)
+	if !slices.Contains(dpu.Capabilities(), wire.CapabilityBatch) {
+		t.Fatalf("capabilities %v lack %q", dpu.Capabilities(), wire.CapabilityBatch)
 	}
 	dpu.Capabilities()[0] = "changed"
-	if !slices.Contains(dpu.Capabilities(), rdmo.CapabilityBatch) {
+	if !slices.Contains(dpu.Capabilities(), wire.CapabilityBatch) {
 		t.Fatal("Capabilities returns shared memory")
 	}
 }
@@ -80,7 +81,7 @@ func TestCapabilities(t *testing.T) {
 // reports use them), FENCE and FLUSH inside behave as usual, small and
 // large payloads reach target memory.
 func TestBatchMixedOps(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 64<<10, 0, 64<<10)
 		in := s.in
@@ -91,7 +92,7 @@ func TestBatchMixedOps(t *testing.T) {
 			entry{userReq(1, opPut, rdmo.FlagAck, s.region, s.base), small},
 			entry{userReq(1, opPut, 0, s.region, s.base+8), big1},
 			entry{userReq(1, opPut, rdmo.FlagAck|rdmo.FlagFence, s.region, s.base+4096), fencedData},
-			entry{rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xF1}), nil},
+			entry{wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xF1}), nil},
 			entry{userReq(1, opPut, rdmo.FlagAck, s.region, s.base+5000), big2},
 			entry{userReq(1, opNull, rdmo.FlagAck), nil},
 		)
@@ -154,7 +155,7 @@ func TestBatchMixedOps(t *testing.T) {
 // A FENCE on an inner request waits for every earlier request, also the
 // ones in the same container.
 func TestBatchFenceInside(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -184,7 +185,7 @@ func TestBatchFenceInside(t *testing.T) {
 
 // The in-flight limit applies to each inner request.
 func TestBatchInFlightLimit(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow), MaxInFlightPerRQ: 2})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -211,7 +212,7 @@ func TestBatchInFlightLimit(t *testing.T) {
 // requests completed, however long that takes and whatever arrives
 // meanwhile.
 func TestBatchPayloadsOutliveTheContainer(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 256<<10, 0, 256<<10)
@@ -277,7 +278,7 @@ func TestBatchPayloadsOutliveTheContainer(t *testing.T) {
 // malformed inner request fails alone. Nothing is written for what failed,
 // and the connection keeps working.
 func TestBatchMalformed(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 8192, 0, 4096)
 		in := s.in
@@ -285,7 +286,7 @@ func TestBatchMalformed(t *testing.T) {
 			return entry{userReq(1, opPut, flags, s.region, s.base+off), pattern(8, seed)}
 		}
 		hdr := func(client uint64, flags uint32, count uint64) []byte {
-			return rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, rdmo.BatchHeader{Count: count})
+			return wire.AppendBatchRequest(nil, wire.Header{ClientID: client, Flags: flags}, wire.BatchHeader{Count: count})
 		}
 		one := batchData(t, put(rdmo.FlagAck, 0, 1))
 
@@ -310,7 +311,7 @@ func TestBatchMalformed(t *testing.T) {
 		add(rawEntry(userReq(1, 40, rdmo.FlagAck), 0, nil))                                                                  // unknown op
 		add(rawEntry(userReq(1, opPut, rdmo.FlagAck, s.region, s.base+5000), 0, pattern(8, 7)))                              // out of bounds
 		add(rawEntry([]byte{1, 2, 3, 4, 5, 6, 7, 8}, 0, nil))                                                                // short header
-		add(rawEntry(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1}, rdmo.FlushHeader{FlushID: 0x77}), 0, []byte{1})) // flush with payload
+		add(rawEntry(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1}, rdmo.FlushHeader{FlushID: 0x77}), 0, []byte{1})) // flush with payload
 		good2 := put(rdmo.FlagAck, 124, 8)
 		add(rawEntry(good2.hdr, 0, good2.payload))
 		inner := in.sendContainer(hdr(1, 0, 9), data, ucp.SendEager, 9)

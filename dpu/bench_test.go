@@ -11,6 +11,7 @@ import (
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -60,7 +61,7 @@ func BenchmarkDispatch(b *testing.B) {
 			got := 0
 			in.w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) {
 				for _, m := range msgs {
-					if f, err := rdmo.ParseFlushResponse(m.Header); err == nil && f.Failed == 0 {
+					if f, err := wire.ParseFlushResponse(m.Header); err == nil && f.Failed == 0 {
 						got++
 					} else {
 						b.Errorf("bad answer %x: %v %+v", m.Header, err, f)
@@ -84,7 +85,7 @@ func BenchmarkDispatch(b *testing.B) {
 				}
 				if (i+1)%bc.window == 0 || i == b.N-1 {
 					flushes++
-					fl = rdmo.AppendFlushRequest(fl[:0], rdmo.Header{ClientID: s.client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: uint64(flushes)})
+					fl = wire.AppendFlushRequest(fl[:0], wire.Header{ClientID: s.client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: uint64(flushes)})
 					if err := in.ep.SendAM(0, fl, nil, ucp.SendReply, nil, 0); err != nil {
 						b.Fatal(err)
 					}

@@ -27,8 +27,9 @@ const (
 // limits are an error.
 type Config struct {
 	// Handlers serve the operations; each op id may be claimed by one
-	// handler only. Without a handler for FLUSH (op 0) the worker uses a
-	// built-in one (Fence then Flush), so a FLUSH is always answered.
+	// handler only. Without a handler for FLUSH (op 0) the worker uses
+	// plugins/flush (the only FLUSH implementation), so a FLUSH is always
+	// answered.
 	Handlers []rdmo.Handler
 
 	// MaxInFlightPerRQ bounds the requests of one request queue that were
@@ -59,7 +60,7 @@ type Config struct {
 	// DrainTimeout bounds how long RQ_DESTROY (and client removal) waits
 	// for in-flight requests before closing the endpoint anyway.
 	DrainTimeout time.Duration
-	// IdleWait is how long the worker goroutine sleeps in the kernel when
+	// IdleWait is how long the loop sleeps in the kernel when
 	// it has nothing to do (an arrival or a Wake ends the sleep early).
 	IdleWait time.Duration
 

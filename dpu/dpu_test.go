@@ -15,6 +15,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -60,7 +61,7 @@ type badOps struct {
 func (b badOps) Info() rdmo.HandlerInfo { return rdmo.HandlerInfo{Name: "bad", Ops: b.ops} }
 
 func TestCommands(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(), MaxClients: 2, MaxRQsPerClient: 1, MaxRegionsPerClient: 2})
 		tgt := e.newTarget(8192)
 		tgt2 := e.newTarget(8192)
@@ -164,7 +165,7 @@ func TestCommands(t *testing.T) {
 }
 
 func TestPutFlushAck(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 8192, 1024, 4096)
 		in := s.in
@@ -220,7 +221,7 @@ func TestPutFlushAck(t *testing.T) {
 // Out-of-bounds and wrap-around puts are rejected, write nothing, do not
 // hang the following flush, and are reported in its response.
 func TestRejectedRequestsReportedAtFlush(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 4096, 1024, 2048)
 		in := s.in
@@ -269,24 +270,24 @@ func TestRejectedRequestsReportedAtFlush(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		// Reference ops need a handler before their payload is checked.
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(badOps{ops: []uint32{rdmo.OpAppend, rdmo.OpScatter}})})
 		s := e.newSetup(1, 4096, 0, 4096)
 		in := s.in
 		op4 := make([]byte, 16)
-		rdmo.Header{ClientID: 1, Op: 4, Flags: rdmo.FlagAck}.Put(op4)
+		wire.Header{ClientID: 1, Op: 4, Flags: rdmo.FlagAck}.Put(op4)
 		short := in.send([]byte{1, 2, 3, 4, 5, 6, 7, 8}, nil, 0)
 		mismatch := in.send(userReq(2, opPut, rdmo.FlagAck, s.region, s.base), pattern(8, 1), 0)
 		unknown := in.send(userReq(1, 40, rdmo.FlagAck), nil, 0)
-		shortFlush := in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{})[:16], nil, 0)
+		shortFlush := in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{})[:16], nil, 0)
 		reserved := in.send(op4, nil, 0)
 		flags := in.send(userReq(1, opPut, rdmo.FlagAck|1<<5, s.region, s.base), pattern(8, 1), 0)
-		emptyAppend := in.send(rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.AppendHeader{}), nil, 0)
+		emptyAppend := in.send(wire.AppendAppendRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.AppendHeader{}), nil, 0)
 		panics := in.send(userReq(1, opPanic, rdmo.FlagAck), nil, 0)
 		// A scatter whose payload does not match its count.
-		badScatter := in.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 2}), make([]byte, 30), 0)
-		in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1}, rdmo.FlushHeader{FlushID: 77}), []byte{1}, 0)
+		badScatter := in.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 2}), make([]byte, 30), 0)
+		in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1}, rdmo.FlushHeader{FlushID: 77}), []byte{1}, 0)
 		want := map[uint64]rdmo.Status{
 			mismatch:    rdmo.StatusClientMismatch,
 			unknown:     rdmo.StatusUnknownOp,
@@ -331,14 +332,14 @@ func TestValidation(t *testing.T) {
 // A FENCEd request (every FLUSH) starts only after every earlier request of
 // its queue completed; a slow request delays it.
 func TestFenceWaitsForEarlierRequests(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)
 		in := s.in
 		marker := pattern(16, 7)
 		slowSeq := in.send(userReq(1, opSlow, rdmo.FlagAck, s.region, s.base+64), marker, 0)
-		in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 42}), nil, 0)
+		in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 42}), nil, 0)
 		// A later put with FENCE waits too; one without may run.
 		fenced := in.send(userReq(1, opPut, rdmo.FlagAck|rdmo.FlagFence, s.region, s.base+128), pattern(8, 1), 0)
 		slow.waitStarted(in)
@@ -365,7 +366,7 @@ func TestFenceWaitsForEarlierRequests(t *testing.T) {
 }
 
 func TestInFlightLimit(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow), MaxInFlightPerRQ: 2})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -395,7 +396,7 @@ func TestInFlightLimit(t *testing.T) {
 }
 
 func TestSyncAndRendezvous(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(), MaxRendezvousFetch: 128 << 10})
 		s := e.newSetup(1, 512<<10, 0, 512<<10)
 		in := s.in
@@ -457,7 +458,7 @@ func TestSyncAndRendezvous(t *testing.T) {
 // MR_DEREG calls RegionRemoved, whose write-back is visible when the
 // command answers; later requests naming the region fail.
 func TestDeregWritesBack(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		cache := newCache()
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(cache)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -503,7 +504,7 @@ func TestDeregWritesBack(t *testing.T) {
 // 1.13 cannot detect a dead peer, so there the control layer's
 // RemoveClient is what the test exercises.
 func TestTargetFailure(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		cache := newCache()
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(cache)})
 		a := e.newSetup(1, 4096, 0, 4096)
@@ -567,7 +568,7 @@ func TestTargetFailure(t *testing.T) {
 // An initiator that goes away frees its request queue (where UCX detects
 // it; shared memory in UCX 1.13 cannot, and RQ_DESTROY is the way there).
 func TestInitiatorGone(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 4096, 0, 4096)
 		if _, f := s.in.flush(1); f.Failed != 0 {
@@ -600,7 +601,7 @@ func TestInitiatorGone(t *testing.T) {
 
 // RQ_DESTROY lets in-flight requests finish before it answers.
 func TestRQDestroyDrains(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)
@@ -637,7 +638,7 @@ func TestRQDestroyDrains(t *testing.T) {
 // Close with clients, queues, regions, held payloads and a running
 // handler leaks nothing (CheckLeaks) once the handler returns.
 func TestCloseWithEverythingOpen(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		cache := newCache()
 		ctx := ucptest.NewContext(t, tr)
@@ -652,7 +653,7 @@ func TestCloseWithEverythingOpen(t *testing.T) {
 		b.in.ack(0)
 		a.in.send(userReq(1, opSlow, 0, a.region, a.base), pattern(8, 1), 0)
 		slow.waitStarted(a.in)
-		a.in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 1}), nil, 0)
+		a.in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 1}), nil, 0)
 		a.in.send(userReq(1, opPut, 0, a.region, a.base+64), pattern(2000, 2), 0) // held zero-copy
 		a.in.send(userReq(1, opPut, 0, a.region, a.base+4096), pattern(64<<10, 3), ucp.SendRendezvous)
 		a.in.progressUntil("queued requests to arrive", func() bool { return w.Stats().InFlight[a.rq] == 4 })
@@ -694,7 +695,7 @@ func TestCloseWithEverythingOpen(t *testing.T) {
 
 // Requests from several clients and queues run concurrently and correctly.
 func TestManyClientsAndQueues(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		var sets []*setup
 		for id := uint64(1); id <= 3; id++ {

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/coalesce"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -44,11 +45,8 @@ type client struct {
 	parked    []parkedFlush
 	readback  [8]byte // destination of the flush's visibility read
 
-	// Executor queue: the loop appends, the executor takes.
-	exMu   sync.Mutex
-	exQ    []execItem
-	exSig  chan struct{}
-	syncCh chan struct{} // the loop signals the end of a Sync-style wait
+	exQ    coalesce.Queue[execItem] // the loop pushes, the executor takes
+	syncCh chan struct{}            // the loop signals the end of a Sync-style wait
 
 	// Executor-owned.
 	tgt      target
@@ -72,7 +70,8 @@ type parkedFlush struct {
 }
 
 func newClient(w *Worker, id uint64) *client {
-	c := &client{id: id, w: w, exSig: make(chan struct{}, 1), syncCh: make(chan struct{}, 1)}
+	c := &client{id: id, w: w, syncCh: make(chan struct{}, 1)}
+	c.exQ.Init(nil)
 	empty := map[uint64]*region{}
 	c.regions.Store(&empty)
 	c.sync = opGroup{kind: groupSync, c: c}
@@ -102,13 +101,7 @@ func (c *client) pushExec(it execItem) {
 	if it.kind != execStop {
 		c.w.atExec++
 	}
-	c.exMu.Lock()
-	c.exQ = append(c.exQ, it)
-	c.exMu.Unlock()
-	select {
-	case c.exSig <- struct{}{}:
-	default:
-	}
+	c.exQ.Push(it)
 }
 
 // batch is a run of requests of one queue for one handler, from dispatch
@@ -129,7 +122,8 @@ func (b *batch) add(p *pending) {
 	b.ents = append(b.ents, p)
 	b.reqs = append(b.reqs, rdmo.Request{
 		Seq: p.seq, Op: p.op, Flags: p.flags,
-		Header:  p.hdr[:p.hdrLen:p.hdrLen],
+		Flush: rdmo.FlushHeader{FlushID: p.flushID}, Append: p.app, Scatter: rdmo.ScatterHeader{Count: p.count},
+		Sub:     p.hdr[wire.SubHeaderOffset:p.hdrLen:p.hdrLen],
 		Payload: p.payload, Length: p.length, Rendezvous: p.rndv,
 	})
 	b.results = append(b.results, rdmo.Result{})
@@ -164,14 +158,7 @@ func (c *client) putBatch(b *batch) {
 func (c *client) run() {
 	var items []execItem
 	for {
-		c.exMu.Lock()
-		for len(c.exQ) == 0 {
-			c.exMu.Unlock()
-			<-c.exSig
-			c.exMu.Lock()
-		}
-		items, c.exQ = c.exQ, items[:0]
-		c.exMu.Unlock()
+		items = c.exQ.Wait(items)
 		for i := range items {
 			it := items[i]
 			items[i] = execItem{}
@@ -233,7 +220,7 @@ func (c *client) runDereg(r *region, cmd *command) {
 	t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
 	var errs []error
 	for _, e := range c.w.handlers {
-		if err := c.protect(e.info.Name, "RegionRemoved", func() error { return e.h.RegionRemoved(t, r.id) }); err != nil {
+		if err := c.protect(e.info.Name, "RegionRemoved", func() error { return e.h.RegionRemoved(t, rdmo.RegionID(r.id)) }); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", e.info.Name, err))
 		}
 	}
@@ -254,7 +241,7 @@ func (c *client) runStop(graceful bool) {
 	if graceful && !c.hostFailed.Load() {
 		t := &c.tgt
 		t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
-		err := t.Fence()
+		err := t.WriteBackAll()
 		if ferr := t.Flush(); err == nil {
 			err = ferr
 		}
@@ -267,6 +254,6 @@ func (c *client) runStop(graceful bool) {
 		c.cmdBufs.reset()
 	}
 	for _, e := range c.w.handlers {
-		c.protect(e.info.Name, "ClientRemoved", func() error { e.h.ClientRemoved(c.id); return nil })
+		c.protect(e.info.Name, "ClientRemoved", func() error { e.h.ClientRemoved(rdmo.ClientID(c.id)); return nil })
 	}
 }

@@ -14,7 +14,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -22,15 +24,6 @@ import (
 var le = binary.LittleEndian
 
 const waitLimit = 20 * time.Second
-
-func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport)) {
-	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			ucptest.CheckLeaks(t)
-			fn(t, tr)
-		})
-	}
-}
 
 // env is one test's world: a dpu.Worker, and a UCP context on which the
 // test makes its targets and initiators.
@@ -199,8 +192,8 @@ type initiator struct {
 	ep      *ucp.Endpoint
 	client  uint64
 	seq     uint64
-	acks    map[uint64]rdmo.AckResponse
-	flushes []rdmo.FlushResponse
+	acks    map[uint64]wire.AckResponse
+	flushes []wire.FlushResponse
 	order   []string // "ack:<seq>" / "flush:<id>" in arrival order
 	bad     []string
 	sendErr []error
@@ -212,7 +205,7 @@ func (e *env) newInitiator(client uint64) *initiator {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	in := &initiator{t: e.t, w: w, client: client, acks: map[uint64]rdmo.AckResponse{}}
+	in := &initiator{t: e.t, w: w, client: client, acks: map[uint64]wire.AckResponse{}}
 	if in.addr, err = w.Address(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -226,14 +219,14 @@ func (e *env) newInitiator(client uint64) *initiator {
 }
 
 func (in *initiator) response(b []byte) {
-	id, err := rdmo.ParseResponseID(b)
+	id, err := wire.ParseResponseID(b)
 	if err != nil {
 		in.bad = append(in.bad, err.Error())
 		return
 	}
 	switch id {
-	case rdmo.RspAck:
-		a, err := rdmo.ParseAck(b)
+	case wire.RspAck:
+		a, err := wire.ParseAck(b)
 		if err != nil {
 			in.bad = append(in.bad, err.Error())
 			return
@@ -243,8 +236,8 @@ func (in *initiator) response(b []byte) {
 		}
 		in.acks[a.Seq] = a
 		in.order = append(in.order, fmt.Sprintf("ack:%d", a.Seq))
-	case rdmo.RspFlush:
-		f, err := rdmo.ParseFlushResponse(b)
+	case wire.RspFlush:
+		f, err := wire.ParseFlushResponse(b)
 		if err != nil {
 			in.bad = append(in.bad, err.Error())
 			return
@@ -302,7 +295,7 @@ func (in *initiator) send(hdr, payload []byte, flags ucp.SendFlags) uint64 {
 
 func (in *initiator) progressUntil(what string, cond func() bool) {
 	in.t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := testutil.Deadline(in.t)
 	for !cond() {
 		if _, err := in.w.Progress(); err != nil {
 			in.t.Fatal(err)
@@ -324,21 +317,21 @@ func (in *initiator) progressFor(d time.Duration) {
 	}
 }
 
-func (in *initiator) ack(seq uint64) rdmo.AckResponse {
+func (in *initiator) ack(seq uint64) wire.AckResponse {
 	in.t.Helper()
 	in.progressUntil(fmt.Sprintf("ack of seq %d", seq), func() bool { _, ok := in.acks[seq]; return ok })
 	return in.acks[seq]
 }
 
-func (in *initiator) flush(id uint64) (uint64, rdmo.FlushResponse) {
+func (in *initiator) flush(id uint64) (uint64, wire.FlushResponse) {
 	in.t.Helper()
-	seq := in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: in.client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id}), nil, 0)
+	seq := in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: in.client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id}), nil, 0)
 	return seq, in.waitFlush(id)
 }
 
-func (in *initiator) waitFlush(id uint64) rdmo.FlushResponse {
+func (in *initiator) waitFlush(id uint64) wire.FlushResponse {
 	in.t.Helper()
-	var got rdmo.FlushResponse
+	var got wire.FlushResponse
 	in.progressUntil(fmt.Sprintf("flush %#x", id), func() bool {
 		for _, f := range in.flushes {
 			if f.FlushID == id {
@@ -404,7 +397,7 @@ func userReq(client uint64, op, flags uint32, sub ...uint64) []byte {
 	for _, v := range sub {
 		b = le.AppendUint64(b, v)
 	}
-	h, err := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: client, Op: op, Flags: flags}, b)
+	h, err := wire.AppendUserRequest(nil, wire.Header{ClientID: client, Op: op, Flags: flags}, b)
 	if err != nil {
 		panic(err)
 	}
@@ -412,8 +405,11 @@ func userReq(client uint64, op, flags uint32, sub ...uint64) []byte {
 }
 
 func sub(req *rdmo.Request, i int) uint64 {
-	return le.Uint64(req.Header[rdmo.HeaderLen+8*i:])
+	return le.Uint64(req.Sub[8*i:])
 }
+
+// regionSub is sub for a word that names a region.
+func regionSub(req *rdmo.Request, i int) rdmo.RegionID { return rdmo.RegionID(sub(req, i)) }
 
 type putHandler struct{ rdmo.BaseHandler }
 
@@ -424,7 +420,7 @@ func (putHandler) Info() rdmo.HandlerInfo {
 func (putHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	for i := range reqs {
 		r := &reqs[i]
-		region, addr := sub(r, 0), sub(r, 1)
+		region, addr := regionSub(r, 0), sub(r, 1)
 		var err error
 		if r.Rendezvous {
 			err = t.Place(r, region, addr)
@@ -484,7 +480,7 @@ func (syncHandler) Info() rdmo.HandlerInfo {
 
 func (syncHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	for i := range reqs {
-		region, addr := sub(&reqs[i], 0), sub(&reqs[i], 1)
+		region, addr := regionSub(&reqs[i], 0), sub(&reqs[i], 1)
 		buf := t.Buffer(8)
 		ops := []rdmo.RemoteOp{
 			{Kind: rdmo.RemoteFetchAdd, Region: region, Addr: addr, Operand: 1},
@@ -516,13 +512,13 @@ func (fetchHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rd
 	for i := range reqs {
 		data, err := t.Fetch(&reqs[i])
 		if err == nil {
-			err = t.Put(sub(&reqs[i], 0), sub(&reqs[i], 1), data)
+			err = t.Put(regionSub(&reqs[i], 0), sub(&reqs[i], 1), data)
 		}
 		results[i] = rdmo.ResultOf(err)
 	}
 }
 
-// cacheHandler keeps values in worker memory and writes them at Fence
+// cacheHandler keeps values in worker memory and writes them at WriteBack
 // (all) or RegionRemoved (that region's), like a cached queue tail.
 type cacheHandler struct {
 	mu      sync.Mutex
@@ -540,14 +536,14 @@ func (*cacheHandler) Info() rdmo.HandlerInfo {
 func (h *cacheHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.cached[t.ClientID()]
+	m := h.cached[uint64(t.ClientID())]
 	if m == nil {
 		m = map[[2]uint64]uint64{}
-		h.cached[t.ClientID()] = m
+		h.cached[uint64(t.ClientID())] = m
 	}
 	for i := range reqs {
 		region, addr, v := sub(&reqs[i], 0), sub(&reqs[i], 1), sub(&reqs[i], 2)
-		reg, err := t.Region(region)
+		reg, err := t.Region(rdmo.RegionID(region))
 		if err == nil {
 			err = reg.CheckRange(addr, 8)
 		}
@@ -561,34 +557,35 @@ func (h *cacheHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results [
 
 func (h *cacheHandler) write(t rdmo.Target, only uint64) error {
 	var errs []error
-	for k, v := range h.cached[t.ClientID()] {
+	for k, v := range h.cached[uint64(t.ClientID())] {
 		if only != 0 && k[0] != only {
 			continue
 		}
 		b := t.Buffer(8)
 		le.PutUint64(b, v)
-		if err := t.Put(k[0], k[1], b); err != nil {
+		if err := t.Put(rdmo.RegionID(k[0]), k[1], b); err != nil {
 			errs = append(errs, err)
 		}
-		delete(h.cached[t.ClientID()], k)
+		delete(h.cached[uint64(t.ClientID())], k)
 	}
 	return errors.Join(errs...)
 }
 
-func (h *cacheHandler) Fence(t rdmo.Target) error {
+func (h *cacheHandler) WriteBack(t rdmo.Target) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.write(t, 0)
 }
 
-func (h *cacheHandler) RegionRemoved(t rdmo.Target, region uint64) error {
+func (h *cacheHandler) RegionRemoved(t rdmo.Target, region rdmo.RegionID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.removed = append(h.removed, region)
-	return h.write(t, region)
+	h.removed = append(h.removed, uint64(region))
+	return h.write(t, uint64(region))
 }
 
-func (h *cacheHandler) ClientRemoved(client uint64) {
+func (h *cacheHandler) ClientRemoved(id rdmo.ClientID) {
+	client := uint64(id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.cached, client)

@@ -8,6 +8,7 @@ import (
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -30,7 +31,7 @@ func BenchmarkFlushRoundTrip(b *testing.B) {
 			got := 0
 			in.w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) {
 				for _, m := range msgs {
-					if f, err := rdmo.ParseFlushResponse(m.Header); err != nil || f.Failed != 0 {
+					if f, err := wire.ParseFlushResponse(m.Header); err != nil || f.Failed != 0 {
 						b.Errorf("bad answer %x: %v %+v", m.Header, err, f)
 					}
 					got++
@@ -40,7 +41,7 @@ func BenchmarkFlushRoundTrip(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				fl = rdmo.AppendFlushRequest(fl[:0], rdmo.Header{ClientID: s.client, Flags: rdmo.FlagFence},
+				fl = wire.AppendFlushRequest(fl[:0], wire.Header{ClientID: s.client, Flags: rdmo.FlagFence},
 					rdmo.FlushHeader{FlushID: uint64(i)})
 				if err := in.ep.SendAM(0, fl, nil, ucp.SendReply, nil, 0); err != nil {
 					b.Fatal(err)

@@ -39,7 +39,7 @@ func checkSleeps(t *testing.T, what string, sleeps, spins uint64) {
 // An idle worker sleeps: after traffic stops it spins once (at most the
 // adaptive window), then sleeps IdleWait after IdleWait without spinning.
 func TestIdleWorkerSleeps(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
 		s := e.newSetup(1, 4096, 0, 4096)
 		// A conversation first: it grows the loop's spin window.
@@ -57,7 +57,7 @@ func TestIdleWorkerSleeps(t *testing.T) {
 // spins for at most SpinPending, then sleeps like an idle one, and the
 // request completes once the handler returns.
 func TestStuckHandlerLoopSleeps(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		slow := newSlow(t)
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(slow)})
 		s := e.newSetup(1, 4096, 0, 4096)

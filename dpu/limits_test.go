@@ -11,6 +11,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -19,7 +20,7 @@ func TestEagerPayloadLimitConfig(t *testing.T) {
 	if _, err := dpu.New(dpu.Config{MaxEagerPayload: -1}); err == nil {
 		t.Error("New accepted a negative MaxEagerPayload")
 	}
-	if dpu.DefaultMaxEagerPayload < rdmo.MaxIOVLen+rdmo.IOVDescLen {
+	if dpu.DefaultMaxEagerPayload < wire.MaxIOVLen+wire.IOVDescLen {
 		t.Errorf("DefaultMaxEagerPayload %d cannot hold a scatter of one full chunk", dpu.DefaultMaxEagerPayload)
 	}
 }
@@ -31,7 +32,7 @@ func TestEagerPayloadLimitConfig(t *testing.T) {
 // larger ones by rendezvous, still run, and the queue keeps serving.
 func TestEagerPayloadLimit(t *testing.T) {
 	const limit = 4096
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		core, logs := observer.New(zapcore.WarnLevel)
 		log := zaptest.NewLogger(t).WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
 		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(), MaxEagerPayload: limit, Logger: log})
@@ -47,7 +48,7 @@ func TestEagerPayloadLimit(t *testing.T) {
 		atLimit := in.send(userReq(1, opPut, rdmo.FlagAck, s.region, s.base), pattern(limit, 1), ucp.SendEager)
 		over := in.send(userReq(1, opPut, rdmo.FlagAck, s.region, s.base+8<<10), pattern(limit+1, 2), ucp.SendEager)
 		// A flush carrying an oversized payload is answered (it fails).
-		in.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBAD}),
+		in.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBAD}),
 			pattern(limit+8, 3), ucp.SendEager)
 		f := in.waitFlush(0xBAD)
 		if a := in.ack(atLimit); a.Status != rdmo.StatusOK {
@@ -62,7 +63,7 @@ func TestEagerPayloadLimit(t *testing.T) {
 
 		// A container over the limit as a whole, though each entry would
 		// fit: one failed request (op 3, no ack), none of its entries runs.
-		big := in.sendContainer(rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: 1}, rdmo.BatchHeader{Count: 2}),
+		big := in.sendContainer(wire.AppendBatchRequest(nil, wire.Header{ClientID: 1}, wire.BatchHeader{Count: 2}),
 			batchData(t,
 				entry{userReq(1, opPut, rdmo.FlagAck, s.region, s.base+16<<10), pattern(limit/2, 4)},
 				entry{userReq(1, opPut, rdmo.FlagAck, s.region, s.base+24<<10), pattern(limit/2, 5)}),

@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -51,7 +52,7 @@ type targetOp struct {
 	readback *region
 	ticket   uint64
 	rq       *rq
-	msg      [rdmo.FlushResponseLen]byte // opReply
+	msg      [wire.FlushResponseLen]byte // opReply
 }
 
 type groupKind uint8

@@ -9,18 +9,19 @@ import (
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
 func appendReq(client uint64, flags uint32, ptrAddr, ptrRkey, dataRkey uint64) []byte {
-	return rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: client, Flags: flags},
-		rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: ptrRkey, DataRkey: dataRkey})
+	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags},
+		rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)})
 }
 
 // The reference demo (SPEC §5) and more, through the real handlers.
 func TestPluginsEndToEnd(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{
 			appendop.New(appendop.Options{}), flush.New(), scatter.New(scatter.Options{}),
 		}})
@@ -70,12 +71,12 @@ func TestPluginsEndToEnd(t *testing.T) {
 		var payload []byte
 		for i := 0; i < 16; i++ {
 			var err error
-			payload, err = rdmo.AppendIOV(payload, rdmo.IOV{Addr: q + qlen + uint64(i)*64, Rkey: scat, Len: 8}, bytes.Repeat([]byte{byte(i)}, 8))
+			payload, err = wire.AppendIOV(payload, wire.IOV{Addr: q + qlen + uint64(i)*64, Rkey: rdmo.RegionID(scat), Len: 8}, bytes.Repeat([]byte{byte(i)}, 8))
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
-		in.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 0}, rdmo.ScatterHeader{Count: 16}), payload, 0)
+		in.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 0}, rdmo.ScatterHeader{Count: 16}), payload, 0)
 		if _, f := in.flush(3); f.Failed != 0 {
 			t.Fatalf("flush %+v", f)
 		}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -57,9 +58,11 @@ type pending struct {
 	seq     uint64
 	op      uint32
 	flags   uint32
-	flushID uint64
+	flushID uint64            // FLUSH sub-header
+	app     rdmo.AppendHeader // APPEND sub-header
+	count   uint64            // SCATTER sub-header
 	h       *handlerEntry
-	hdr     [rdmo.MaxHeaderLen]byte
+	hdr     [wire.MaxHeaderLen]byte // the header as received, for Request.Sub
 	hdrLen  uint8
 	payload []byte
 	length  uint64
@@ -140,14 +143,14 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		w.drop(m, "request queue is closing")
 		return
 	}
-	if len(m.Header) >= rdmo.HeaderLen && binary.LittleEndian.Uint32(m.Header[rdmo.HeaderOpOffset:]) == rdmo.OpBatch {
+	if len(m.Header) >= wire.HeaderLen && binary.LittleEndian.Uint32(m.Header[wire.HeaderOpOffset:]) == rdmo.OpBatch {
 		w.handleContainer(q, m)
 		return
 	}
 	seq := q.nextSeq
 	q.nextSeq++
-	rh, err := rdmo.ParseRequest(m.Header)
-	if len(m.Header) >= rdmo.HeaderLen {
+	rh, err := wire.ParseRequest(m.Header)
+	if len(m.Header) >= wire.HeaderLen {
 		w.stats.request(rh.Header.Op, m.Length)
 	} else {
 		w.stats.bytes.Add(uint64(m.Length))
@@ -205,7 +208,7 @@ func (q *rq) putBox(b *heldBox) {
 // requests fails (op 3, no answer) and none runs.
 func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	w.stats.request(rdmo.OpBatch, m.Length)
-	rh, err := rdmo.ParseRequest(m.Header)
+	rh, err := wire.ParseRequest(m.Header)
 	st, detail := rdmo.StatusOK, ""
 	switch {
 	case err != nil:
@@ -217,7 +220,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 		st, detail = rdmo.StatusRendezvousRefused, "a batch container must be sent eager"
 	case m.Length > w.cfg.MaxEagerPayload:
 		st, detail = rdmo.StatusLengthOverflow, w.eagerDetail("batch container", m.Length)
-	case !rdmo.CountPlausible(m.Data, rh.Batch.Count):
+	case !wire.CountPlausible(m.Data, rh.Batch.Count):
 		st, detail = rdmo.StatusPayloadMismatch, "batch count "+utoa(rh.Batch.Count)+" does not fit "+
 			strconv.Itoa(len(m.Data))+" bytes of entries"
 	}
@@ -228,7 +231,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 		return
 	}
 	count := rh.Batch.Count
-	if err := rdmo.CheckBatchPayload(m.Data, count); err != nil {
+	if err := wire.CheckBatchPayload(m.Data, count); err != nil {
 		// The entries cannot be trusted: nothing runs, nothing answers.
 		st := rdmo.StatusOf(err)
 		first := q.nextSeq
@@ -243,13 +246,13 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 		return
 	}
 	ct := container{m: m}
-	it := rdmo.NewBatchIter(m.Data, count)
+	it := wire.NewBatchIter(m.Data, count)
 	for it.Next() {
 		seq := q.nextSeq
 		q.nextSeq++
 		hdr, data := it.Header(), it.Payload()
 		rh, err := it.Request()
-		if len(hdr) >= rdmo.HeaderLen && rh.Header.Op != rdmo.OpBatch {
+		if len(hdr) >= wire.HeaderLen && rh.Header.Op != rdmo.OpBatch {
 			w.stats.request(rh.Header.Op, 0) // bytes: counted with the container
 		}
 		ct.poff = it.PayloadOffset()
@@ -260,12 +263,12 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 // request validates one request, a plain AM (m) or an inner request of a
 // container (ct), and queues it, or completes it at once with its failure.
 // rh and perr are what decoding its header gave.
-func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, perr error,
+func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, perr error,
 	data []byte, length int, rndv bool, m *ucp.Message, ct *container) {
 	op := rh.Header.Op
 	flushID := uint64(0)
-	if op == rdmo.OpFlush && len(hdr) >= rdmo.FlushHeaderLen {
-		flushID = binary.LittleEndian.Uint64(hdr[rdmo.FlushIDOffset:])
+	if op == rdmo.OpFlush && len(hdr) >= wire.FlushHeaderLen {
+		flushID = binary.LittleEndian.Uint64(hdr[wire.FlushIDOffset:])
 	}
 	if perr != nil {
 		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(perr), perr.Error())
@@ -303,6 +306,7 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh rdmo.RequestHeader, p
 	}
 	p := q.getPending()
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
+	p.app, p.count = rh.Append, rh.Scatter.Count // decoded once, here, for the handler
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
 	p.length = uint64(length)
 	switch {
@@ -344,7 +348,7 @@ func (w *Worker) drop(m *ucp.Message, why string) {
 
 // reject completes a request that failed before it could run.
 func (w *Worker) reject(q *rq, seq uint64, hdr []byte, op, flags uint32, flushID uint64, st rdmo.Status, detail string) {
-	if len(hdr) < rdmo.HeaderLen {
+	if len(hdr) < wire.HeaderLen {
 		// Too short to know the op or the flags: a failure to count, no
 		// answer (it may not be a FLUSH, nor ask for an ack).
 		op, flags = 0, 0
@@ -429,7 +433,7 @@ func (w *Worker) dispatch(c *client, q *rq) {
 		b.add(q.popFront())
 	}
 	for i := range b.ents {
-		b.reqs[i].Client = c.id
+		b.reqs[i].Client = rdmo.ClientID(c.id)
 	}
 	q.started += len(b.ents)
 	c.queued++
@@ -487,18 +491,18 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 	}
 	switch {
 	case op == rdmo.OpFlush:
-		r := rdmo.FlushResponse{FlushID: flushID, Failed: q.failed}
+		r := wire.FlushResponse{FlushID: flushID, Failed: q.failed}
 		if q.failed > 0 {
 			r.FirstOp, r.FirstStatus, r.FirstSeq = q.firstOp, q.firstStatus, q.firstSeq
 		}
 		q.failed, q.firstOp, q.firstStatus, q.firstSeq = 0, 0, 0, 0
-		var msg [rdmo.FlushResponseLen]byte
-		rdmo.AppendFlushResponse(msg[:0], r)
+		var msg [wire.FlushResponseLen]byte
+		wire.AppendFlushResponse(msg[:0], r)
 		w.stats.flushRsp.Add(1)
 		w.reply(q, msg[:])
 	case flags&rdmo.FlagAck != 0:
-		var msg [rdmo.AckResponseLen]byte
-		rdmo.AppendAck(msg[:0], rdmo.AckResponse{Op: op, Seq: seq, Status: st, Value: value})
+		var msg [wire.AckResponseLen]byte
+		wire.AppendAck(msg[:0], wire.AckResponse{Op: op, Seq: seq, Status: st, Value: value})
 		w.stats.acks.Add(1)
 		w.reply(q, msg[:])
 	}
@@ -706,8 +710,8 @@ func (a *payloadArena) reset() { a.cur, a.free = nil, nil }
 func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // Capabilities lists the wire extensions beyond the reference that this
-// worker implements, as capability strings: today rdmo.CapabilityBatch
+// worker implements, as capability strings: today wire.CapabilityBatch
 // (it unpacks BATCH containers, docs/PROTOCOL.md section 11). A target
 // passes them to its initiators out of band (host/oob.WorkerInfo), which
 // enable what they know (initiator.Options.Aggregate).
-func Capabilities() []string { return []string{rdmo.CapabilityBatch} }
+func Capabilities() []string { return []string{wire.CapabilityBatch} }

@@ -40,7 +40,7 @@ type Stats struct {
 	Fetches           uint64 `msgpack:"fetches"`   // rendezvous payloads brought into worker memory
 	Syncs             uint64 `msgpack:"syncs"`     // Sync calls
 	SyncOps           uint64 `msgpack:"sync_ops"`  // their operations
-	Fences            uint64 `msgpack:"fences"`    // Target.Fence calls
+	Fences            uint64 `msgpack:"fences"`    // Target.WriteBackAll calls
 	Flushes           uint64 `msgpack:"flushes"`   // Target.Flush calls
 	Readbacks         uint64 `msgpack:"readbacks"` // visibility reads after a flush
 	HandlerPanics     uint64 `msgpack:"handler_panics"`
@@ -123,7 +123,7 @@ func (c *counters) batch(n int) {
 const OtherOp = ^uint32(0)
 
 // Stats returns a snapshot of the counters. It is safe to call from any
-// goroutine and does not wait for the worker goroutine.
+// goroutine and does not wait for the loop.
 func (w *Worker) Stats() Stats {
 	c := &w.stats
 	s := Stats{

@@ -27,7 +27,9 @@ type region struct {
 	destroyWhenIdle bool
 }
 
-func (r *region) view() rdmo.Region { return rdmo.Region{ID: r.id, Base: r.base, Len: r.length} }
+func (r *region) view() rdmo.Region {
+	return rdmo.Region{ID: rdmo.RegionID(r.id), Base: r.base, Len: r.length}
+}
 
 // target implements rdmo.Target for one client on its executor goroutine.
 // It is bound to the batch (or command) being run, which owns the Puts and
@@ -57,9 +59,10 @@ var (
 
 func wireErr(s rdmo.Status, detail string) error { return &rdmo.WireError{Status: s, Detail: detail} }
 
-func (t *target) ClientID() uint64 { return t.c.id }
+func (t *target) ClientID() rdmo.ClientID { return rdmo.ClientID(t.c.id) }
 
-func (t *target) region(id uint64) (*region, error) {
+func (t *target) region(rid rdmo.RegionID) (*region, error) {
+	id := uint64(rid)
 	if r := (*t.c.regions.Load())[id]; r != nil {
 		if r.gone.Load() {
 			return nil, wireErr(rdmo.StatusRegionGone, "region "+utoa(id)+" was deregistered")
@@ -78,7 +81,7 @@ func (t *target) region(id uint64) (*region, error) {
 	return nil, wireErr(rdmo.StatusRegionNotOwned, "region "+utoa(id)+" belongs to another client")
 }
 
-func (t *target) Region(id uint64) (rdmo.Region, error) {
+func (t *target) Region(id rdmo.RegionID) (rdmo.Region, error) {
 	r, err := t.region(id)
 	if err != nil {
 		return rdmo.Region{}, err
@@ -97,7 +100,7 @@ func (t *target) usable() error {
 	return nil
 }
 
-func (t *target) Put(id, addr uint64, data []byte) error {
+func (t *target) Put(id rdmo.RegionID, addr uint64, data []byte) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -230,7 +233,7 @@ func (t *target) pendingOf(req *rdmo.Request) (*pending, error) {
 	return nil, wireErr(rdmo.StatusInternal, "request is not part of the running batch")
 }
 
-func (t *target) Place(req *rdmo.Request, id, addr uint64) error {
+func (t *target) Place(req *rdmo.Request, id rdmo.RegionID, addr uint64) error {
 	if req == nil {
 		return wireErr(rdmo.StatusInternal, "Place of a nil request")
 	}
@@ -345,14 +348,14 @@ func (t *target) readbackRegion() *region {
 	return nil
 }
 
-func (t *target) Fence() error {
+func (t *target) WriteBackAll() error {
 	if t.g == nil {
 		return errUnbound
 	}
 	t.w.stats.fences.Add(1)
 	var errs []error
 	for _, e := range t.w.handlers {
-		if err := t.c.protect(e.info.Name, "Fence", func() error { return e.h.Fence(t) }); err != nil {
+		if err := t.c.protect(e.info.Name, "WriteBack", func() error { return e.h.WriteBack(t) }); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/openrdmo/rdmo/internal/coalesce"
+	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 )
@@ -35,12 +37,11 @@ type Worker struct {
 
 	stats counters
 
-	// Inbox: any goroutine hands work to the loop here, then wakes it.
-	mu       sync.Mutex
-	cmds     []*command
-	items    []inboxItem
-	closeReq bool
-	pending  atomic.Int64 // items + commands queued, for the sleep check
+	// Inbox: Do callers queue commands and executors their messages; the
+	// first item into an empty queue wakes the loop (wake). Close closes
+	// cmds.
+	cmds     coalesce.Queue[*command]
+	inbox    coalesce.Queue[inboxItem]
 	sleeping atomic.Bool
 	done     chan struct{} // closed when the loop has torn everything down
 	closeErr error
@@ -151,6 +152,8 @@ func New(cfg Config) (*Worker, error) {
 		rqAddr:     map[string]*rq{},
 	}
 	w.stats.reqUser = map[uint32]*atomic.Uint64{}
+	w.cmds.Init(w.wake)
+	w.inbox.Init(w.wake)
 	w.comp = &completer{w}
 	if err := w.register(cfg.Handlers); err != nil {
 		return nil, err
@@ -190,7 +193,10 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		w.handlers = append(w.handlers, e)
 	}
 	if w.byOp[rdmo.OpFlush] == nil {
-		e := &handlerEntry{h: builtinFlush{}, info: builtinFlush{}.Info()}
+		// FLUSH has one implementation, the flush plugin's, whether the
+		// worker's builder configured it or not.
+		fl := flush.New()
+		e := &handlerEntry{h: fl, info: fl.Info()}
 		w.byOp[rdmo.OpFlush] = e
 		w.handlers = append(w.handlers, e)
 	}
@@ -204,31 +210,10 @@ func (w *Worker) lookup(op uint32) *handlerEntry {
 	return w.userOps[op]
 }
 
-// builtinFlush serves FLUSH when no configured handler does: write back
-// every handler's cached state, then make all writes visible.
-type builtinFlush struct{ rdmo.BaseHandler }
-
-func (builtinFlush) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: "flush (built-in)", Version: "1.0.0", Ops: []uint32{rdmo.OpFlush}}
-}
-
-func (builtinFlush) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
-	for i := range reqs {
-		err := t.Fence()
-		if err == nil {
-			err = t.Flush()
-		}
-		results[i] = rdmo.ResultOf(err)
-		if err != nil && results[i].Status == rdmo.StatusHandlerFailed {
-			results[i].Status = rdmo.StatusOf(err)
-		}
-	}
-}
-
 // Address is the worker's UCP address (what CLIENT_INIT answers with).
 func (w *Worker) Address() []byte { return append([]byte(nil), w.addr...) }
 
-// Do executes a command on the worker goroutine and returns its answer.
+// Do executes a command on the loop and returns its answer.
 // It is safe for concurrent use. A failed command returns its notification
 // (with a non-OK Status) and a *CommandError. When ctx ends first, Do
 // returns ctx.Err(); the command still runs to completion.
@@ -239,16 +224,10 @@ func (w *Worker) Do(ctx context.Context, cmd Command) (Notification, error) {
 		return e.notification(0), e
 	}
 	c := &command{cmd: cmd, reply: make(chan cmdResult, 1)}
-	w.mu.Lock()
-	if w.closeReq {
-		w.mu.Unlock()
+	if !w.cmds.Push(c) {
 		e := cmdErr(cmd.CommandType(), ErrClosed, "")
 		return e.notification(commandClient(cmd)), e
 	}
-	w.cmds = append(w.cmds, c)
-	w.mu.Unlock()
-	w.pending.Add(1)
-	w.wake()
 	select {
 	case r := <-c.reply:
 		return r.n, r.err
@@ -268,33 +247,24 @@ func (w *Worker) RemoveClient(id uint64) error {
 }
 
 // Close tears the worker down: every client is removed after its handlers
-// wrote back their cached state (Fence, Flush) where the target is still
+// wrote back their cached state (WriteBackAll, Flush) where the target is still
 // reachable; then the UCP worker and context are closed and the goroutines
 // end. Close waits for handlers that are running to return.
 func (w *Worker) Close() error {
-	w.mu.Lock()
-	first := !w.closeReq
-	w.closeReq = true
-	w.mu.Unlock()
-	if first {
-		w.pending.Add(1)
-		w.wake()
-	}
+	w.cmds.Close()
 	<-w.done
 	return w.closeErr
 }
 
 // push hands an executor's message to the loop.
 func (w *Worker) push(it inboxItem) {
-	w.mu.Lock()
-	w.items = append(w.items, it)
-	w.mu.Unlock()
-	w.pending.Add(1)
-	w.wake()
+	w.inbox.Push(it)
 }
 
 // wake interrupts the loop's sleep; it costs a system call only when the
-// loop is (about to be) asleep.
+// loop is (about to be) asleep. The loop sets sleeping before it checks
+// the inbox (inboxPending): either it sees the item or the producer sees
+// the flag.
 func (w *Worker) wake() {
 	if w.sleeping.Load() {
 		w.uw.Wake()
@@ -432,7 +402,7 @@ func (w *Worker) run(started chan<- error) {
 		w.sleeps.Add(1)
 		w.sleeping.Store(true)
 		woken := false
-		if w.pending.Load() == 0 {
+		if !w.inboxPending() {
 			if waitErr != nil {
 				// No wake-up support: nap briefly instead of spinning.
 				time.Sleep(min(w.cfg.IdleWait, 100*time.Microsecond))
@@ -450,17 +420,22 @@ func (w *Worker) run(started chan<- error) {
 	w.closeErr = w.teardown()
 }
 
+// inboxPending reports, without a lock, whether drainInbox has work.
+func (w *Worker) inboxPending() bool {
+	return w.inbox.Len() > 0 || w.cmds.Len() > 0 || w.cmds.Closed() && !w.shutdown
+}
+
 // drainInbox runs the queued commands and executor messages.
 func (w *Worker) drainInbox() int {
-	if w.pending.Load() == 0 {
+	if !w.inboxPending() {
 		return 0
 	}
-	w.mu.Lock()
-	cmds, items := w.cmds, w.items
-	w.cmds, w.items = w.cmdBuf[:0], w.itemBuf[:0]
-	closeReq := w.closeReq
-	w.mu.Unlock()
-	w.pending.Add(-int64(len(cmds) + len(items)))
+	// Close first, commands second, messages last: every command queued
+	// before Close, and every message queued before a command taken, is
+	// in this round, and messages are handled before commands.
+	closeReq := w.cmds.Closed()
+	cmds := w.cmds.Take(w.cmdBuf)
+	items := w.inbox.Take(w.itemBuf)
 	for i := range items {
 		w.handleItem(&items[i])
 		items[i] = inboxItem{}
@@ -476,7 +451,6 @@ func (w *Worker) drainInbox() int {
 	}
 	w.cmdBuf, w.itemBuf = cmds[:0], items[:0]
 	if closeReq && !w.shutdown {
-		w.pending.Add(-1)
 		w.startShutdown()
 	}
 	return len(cmds) + len(items)
@@ -531,11 +505,7 @@ func (w *Worker) startShutdown() {
 func (w *Worker) teardown() error {
 	var errs []error
 	// Answer commands that raced with Close.
-	w.mu.Lock()
-	cmds := w.cmds
-	w.cmds = nil
-	w.mu.Unlock()
-	for _, c := range cmds {
+	for _, c := range w.cmds.Take(nil) {
 		e := cmdErr(c.cmd.CommandType(), ErrClosed, "")
 		c.answer(e.notification(commandClient(c.cmd)), e)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
@@ -250,7 +251,7 @@ func commonHeader(client uint64, op, flags uint32) []byte {
 }
 
 func scatterReq(client uint64, flags uint32, count uint64) []byte {
-	return rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, rdmo.ScatterHeader{Count: count})
+	return wire.AppendScatterRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.ScatterHeader{Count: count})
 }
 
 // iovs encodes scatter elements: each (addr, rkey, data).
@@ -259,7 +260,7 @@ func iovs(t testing.TB, elems ...any) []byte {
 	for i := 0; i+2 < len(elems); i += 3 {
 		data := elems[i+2].([]byte)
 		var err error
-		p, err = rdmo.AppendIOV(p, rdmo.IOV{Addr: elems[i].(uint64), Rkey: elems[i+1].(uint64), Len: uint16(len(data))}, data)
+		p, err = wire.AppendIOV(p, wire.IOV{Addr: elems[i].(uint64), Rkey: rdmo.RegionID(elems[i+1].(uint64)), Len: uint16(len(data))}, data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,11 +269,11 @@ func iovs(t testing.TB, elems ...any) []byte {
 }
 
 func batchReq(client uint64, flags uint32, count uint64) []byte {
-	return rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, rdmo.BatchHeader{Count: count})
+	return wire.AppendBatchRequest(nil, wire.Header{ClientID: client, Flags: flags}, wire.BatchHeader{Count: count})
 }
 
 func batchEntry(t testing.TB, dst, hdr, payload []byte) []byte {
-	b, err := rdmo.AppendBatchEntry(dst, hdr, payload)
+	b, err := wire.AppendBatchEntry(dst, hdr, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,36 +306,36 @@ func recvRaw(r *rawInitiator, timeout time.Duration) ([]byte, error) {
 
 // flushRaw sends a FLUSH as client and returns the acks that arrived
 // before its response (at least minAcks of them) and the response.
-func flushRaw(r *rawInitiator, client, id uint64, minAcks int) ([]rdmo.AckResponse, rdmo.FlushResponse, error) {
-	hdr := rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id})
+func flushRaw(r *rawInitiator, client, id uint64, minAcks int) ([]wire.AckResponse, wire.FlushResponse, error) {
+	hdr := wire.AppendFlushRequest(nil, wire.Header{ClientID: client, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id})
 	if err := sendRaw(r, hdr, nil, 0); err != nil {
-		return nil, rdmo.FlushResponse{}, err
+		return nil, wire.FlushResponse{}, err
 	}
 	return awaitFlushRaw(r, id, minAcks)
 }
 
 // awaitFlushRaw collects acks until the flush response with id (and at
 // least minAcks acks) arrived.
-func awaitFlushRaw(r *rawInitiator, id uint64, minAcks int) ([]rdmo.AckResponse, rdmo.FlushResponse, error) {
-	var acks []rdmo.AckResponse
-	var rsp rdmo.FlushResponse
+func awaitFlushRaw(r *rawInitiator, id uint64, minAcks int) ([]wire.AckResponse, wire.FlushResponse, error) {
+	var acks []wire.AckResponse
+	var rsp wire.FlushResponse
 	got := false
 	for !got || len(acks) < minAcks {
 		b, err := recvRaw(r, 20*time.Second)
 		if err != nil {
 			return acks, rsp, err
 		}
-		switch rid, err := rdmo.ParseResponseID(b); {
+		switch rid, err := wire.ParseResponseID(b); {
 		case err != nil:
 			return acks, rsp, err
-		case rid == rdmo.RspAck:
-			a, err := rdmo.ParseAck(b)
+		case rid == wire.RspAck:
+			a, err := wire.ParseAck(b)
 			if err != nil {
 				return acks, rsp, err
 			}
 			acks = append(acks, a)
 		default:
-			f, err := rdmo.ParseFlushResponse(b)
+			f, err := wire.ParseFlushResponse(b)
 			if err != nil {
 				return acks, rsp, err
 			}
@@ -427,11 +428,11 @@ func badInputs(t testing.TB) []badInput {
 			send: func(e *badEnv) { e.send(append(appendReq(clientA, e.qA.base, e.qA.id, e.qA.id, ack), x...), x) }},
 		{name: "flush carrying a payload", flush: true, want: st(rdmo.StatusPayloadMismatch),
 			send: func(e *badEnv) {
-				e.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: clientA, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBAD}), x)
+				e.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: clientA, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBAD}), x)
 			}},
 		{name: "flush carrying a rendezvous payload", flush: true, want: st(rdmo.StatusPayloadMismatch),
 			send: func(e *badEnv) {
-				e.sendFlags(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: clientA, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBAD}),
+				e.sendFlags(wire.AppendFlushRequest(nil, wire.Header{ClientID: clientA, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBAD}),
 					make([]byte, 64<<10), ucp.SendRendezvous)
 			}},
 
@@ -517,7 +518,7 @@ func badInputs(t testing.TB) []badInput {
 		{name: "iov descriptor cut short", ack: true, want: st(rdmo.StatusPayloadMismatch),
 			send: func(e *badEnv) {
 				p := iovs(t, e.sA.base, e.sA.id, x, e.sA.base+64, e.sA.id, x)
-				e.send(scatterReq(clientA, ack, 2), p[:rdmo.IOVDescLen+8+10])
+				e.send(scatterReq(clientA, ack, 2), p[:wire.IOVDescLen+8+10])
 			}},
 		{name: "iov length past the payload's end", ack: true, want: st(rdmo.StatusLengthOverflow),
 			send: func(e *badEnv) {
@@ -527,13 +528,13 @@ func badInputs(t testing.TB) []badInput {
 			}},
 		{name: "rendezvous scatter over the fetch limit", ack: true, want: st(rdmo.StatusRendezvousRefused),
 			send: func(e *badEnv) {
-				e.sendFlags(scatterReq(clientA, ack, 1), make([]byte, dpu.DefaultMaxRendezvousFetch+rdmo.IOVDescLen), ucp.SendRendezvous)
+				e.sendFlags(scatterReq(clientA, ack, 1), make([]byte, dpu.DefaultMaxRendezvousFetch+wire.IOVDescLen), ucp.SendRendezvous)
 			}},
 		{name: "eager scatter over the eager payload limit (16 full chunks)", ack: true, want: st(rdmo.StatusLengthOverflow),
 			send: func(e *badEnv) {
 				var elems []any
 				for i := 0; i < 16; i++ {
-					elems = append(elems, e.sA.base, e.sA.id, make([]byte, rdmo.MaxIOVLen))
+					elems = append(elems, e.sA.base, e.sA.id, make([]byte, wire.MaxIOVLen))
 				}
 				p := iovs(t, elems...)
 				if len(p) <= dpu.DefaultMaxEagerPayload {
@@ -579,7 +580,7 @@ func badInputs(t testing.TB) []badInput {
 		{name: "batch entry with entry flags", ack: true, want: st(rdmo.StatusUnknownFlags),
 			send: func(e *badEnv) {
 				d := batchEntry(t, nil, appendReq(clientA, e.qA.base, e.qA.id, e.qA.id, ack), x)
-				binary.LittleEndian.PutUint16(d[rdmo.BatchEntryFlagsOffset:], 1)
+				binary.LittleEndian.PutUint16(d[wire.BatchEntryFlagsOffset:], 1)
 				e.send(batchReq(clientA, 0, 1), d)
 			}},
 		{name: "batch entry that is a batch container", want: st(rdmo.StatusUnknownOp),
@@ -650,8 +651,8 @@ func runCatalogue(t *testing.T, tr ucptest.Transport, mode workerMode) {
 		}
 		row.send(e)
 		fails := max(row.fails, 1)
-		var acks []rdmo.AckResponse
-		var rsp rdmo.FlushResponse
+		var acks []wire.AckResponse
+		var rsp wire.FlushResponse
 		var err error
 		if row.flush {
 			acks, rsp, err = awaitFlushRaw(e.raw, 0xBAD, 0)
@@ -802,13 +803,13 @@ func TestBadInputFloodPastInFlightLimit(t *testing.T) {
 				}
 				// Every request is acked, refused or not. The flush goes
 				// only after that, so that it is not refused itself.
-				var acks []rdmo.AckResponse
+				var acks []wire.AckResponse
 				for len(acks) < burst {
 					b, err := recvRaw(raw, 20*time.Second)
 					if err != nil {
 						t.Fatalf("%d acks of %d: %v", len(acks), burst, err)
 					}
-					ak, err := rdmo.ParseAck(b)
+					ak, err := wire.ParseAck(b)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/openrdmo/rdmo/examples/counter"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -23,11 +24,11 @@ func TestExampleCounterPlugin(t *testing.T) {
 			raw := tg.raw(t, tr)
 			const n = 200
 			for i := 0; i < n; i++ {
-				raw.send(counter.Request(1, r.base()+64, r.id, 1, rdmo.FlagAck), nil)
+				raw.send(counter.Request(1, rdmo.RegionID(r.id), r.base()+64, 1, rdmo.FlagAck), nil)
 			}
 			seen := map[uint64]bool{}
 			for len(seen) < n {
-				a, err := rdmo.ParseAck(raw.next())
+				a, err := wire.ParseAck(raw.next())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -51,8 +52,8 @@ func TestExampleCounterPlugin(t *testing.T) {
 				t.Fatalf("counter %d, want %d", got, n)
 			}
 			// An unaligned counter is refused and reported; the worker goes on.
-			raw.send(counter.Request(1, r.base()+65, r.id, 1, rdmo.FlagAck), nil)
-			if a, _ := rdmo.ParseAck(raw.next()); a.Status != rdmo.StatusOutOfBounds {
+			raw.send(counter.Request(1, rdmo.RegionID(r.id), r.base()+65, 1, rdmo.FlagAck), nil)
+			if a, _ := wire.ParseAck(raw.next()); a.Status != rdmo.StatusOutOfBounds {
 				t.Fatalf("unaligned counter: %+v", a)
 			}
 		})

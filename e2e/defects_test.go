@@ -10,6 +10,7 @@ import (
 	"github.com/openrdmo/rdmo/dpu"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -56,15 +57,15 @@ func (r *rawInitiator) send(header, payload []byte) {
 }
 
 // flush sends a FLUSH and returns its response.
-func (r *rawInitiator) flush(id uint64) rdmo.FlushResponse {
+func (r *rawInitiator) flush(id uint64) wire.FlushResponse {
 	r.t.Helper()
-	r.send(rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id}), nil)
+	r.send(wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: id}), nil)
 	for {
 		b := r.next()
-		if id, _ := rdmo.ParseResponseID(b); id != rdmo.RspFlush {
+		if id, _ := wire.ParseResponseID(b); id != wire.RspFlush {
 			continue
 		}
-		rsp, err := rdmo.ParseFlushResponse(b)
+		rsp, err := wire.ParseFlushResponse(b)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -115,7 +116,7 @@ func (tg *target) guarded() (region, func() error) {
 }
 
 func appendReq(client, ptr, ptrRkey, dataRkey uint64, flags uint32) []byte {
-	return rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: ptrRkey, DataRkey: dataRkey})
+	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)})
 }
 
 // SPEC §6 defect 1: unknown region ids and out-of-bounds requests were
@@ -131,12 +132,12 @@ func TestDefect1RejectedRequestsAreReportedAndFenceCompletes(t *testing.T) {
 		raw.send(appendReq(1, ptr, 9999, 9999, 0), []byte("unknown region"))      // seq 0
 		raw.send(appendReq(1, ptr, r.id, r.id, rdmo.FlagAck), []byte("good one")) // seq 1
 		var iov []byte
-		iov, _ = rdmo.AppendIOV(iov, rdmo.IOV{Addr: ptr + 4090, Rkey: r.id, Len: 8}, []byte("overflow"))                           // crosses the end
-		raw.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), iov) // seq 2
-		acks := map[uint64]rdmo.AckResponse{}
+		iov, _ = wire.AppendIOV(iov, wire.IOV{Addr: ptr + 4090, Rkey: rdmo.RegionID(r.id), Len: 8}, []byte("overflow"))            // crosses the end
+		raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), iov) // seq 2
+		acks := map[uint64]wire.AckResponse{}
 		for len(acks) < 2 {
 			b := raw.next()
-			a, err := rdmo.ParseAck(b)
+			a, err := wire.ParseAck(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +193,7 @@ func TestDefect3DeregWritesBackCachedTails(t *testing.T) {
 	q := tg.queue(4096)
 	raw := tg.raw(t, tr)
 	raw.send(appendReq(1, q.base(), q.id, q.id, rdmo.FlagAck), []byte("0123456789"))
-	if a, _ := rdmo.ParseAck(raw.next()); a.Status != rdmo.StatusOK {
+	if a, _ := wire.ParseAck(raw.next()); a.Status != rdmo.StatusOK {
 		t.Fatalf("append: %+v", a)
 	}
 	// No flush: the owned tail is only in the worker's cache.
@@ -227,11 +228,11 @@ func TestDefect8ScatterCountMustMatchPayload(t *testing.T) {
 	r, guardsOK := tg.guarded()
 	raw := tg.raw(t, tr)
 	var two []byte
-	two, _ = rdmo.AppendIOV(two, rdmo.IOV{Addr: r.base() + 4096, Rkey: r.id, Len: 4}, []byte("aaaa"))
-	two, _ = rdmo.AppendIOV(two, rdmo.IOV{Addr: r.base() + 4200, Rkey: r.id, Len: 4}, []byte("bbbb"))
-	raw.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 3}), two)      // too few
-	raw.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 1}), two)      // too many
-	raw.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 2}), two[:30]) // truncated
+	two, _ = wire.AppendIOV(two, wire.IOV{Addr: r.base() + 4096, Rkey: rdmo.RegionID(r.id), Len: 4}, []byte("aaaa"))
+	two, _ = wire.AppendIOV(two, wire.IOV{Addr: r.base() + 4200, Rkey: rdmo.RegionID(r.id), Len: 4}, []byte("bbbb"))
+	raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 3}), two)      // too few
+	raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 1}), two)      // too many
+	raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1}, rdmo.ScatterHeader{Count: 2}), two[:30]) // truncated
 	rsp := raw.flush(3)
 	if rsp.Failed != 3 || rsp.FirstStatus != rdmo.StatusPayloadMismatch {
 		t.Fatalf("flush response %+v, want 3 failures, first PayloadMismatch", rsp)

@@ -19,8 +19,10 @@ import (
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 )
@@ -36,17 +38,6 @@ func init() {
 	case "loader":
 		os.Exit(faultLoaderMain())
 	}
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); !cond(); {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return true
 }
 
 // ---- child roles ----
@@ -256,18 +247,14 @@ func TestFaultInitiatorKilled(t *testing.T) {
 			survivor := tg.startInitiator(tr)
 			victim.Send(fmt.Sprintf("records 0 1000000 %d %d 200 11", qv.base, qv.id))
 			bg := startAppender(survivor, qs, 300, 40)
-			if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().Requests[rdmo.OpAppend] >= 5000 }) {
-				t.Fatal("no load")
-			}
+			testutil.WaitFor(t, "load (5000 appends)", func() bool { return tg.worker.Stats().Requests[rdmo.OpAppend] >= 5000 })
 			if st := tg.worker.Stats(); st.RQs != 2 {
 				t.Fatalf("%d request queues before the kill", st.RQs)
 			}
 			victim.Kill()
 			killed := time.Now()
 			if tr.Name == "tcp" {
-				if !waitFor(30*time.Second, func() bool { return tg.worker.Stats().RQs == 1 }) {
-					t.Fatalf("the worker did not free the dead initiator's queue within 30 s")
-				}
+				testutil.WaitFor(t, "the worker to free the dead initiator's queue", func() bool { return tg.worker.Stats().RQs == 1 })
 				t.Logf("worker freed the dead initiator's request queue %v after the kill", time.Since(killed).Round(time.Millisecond))
 			} else {
 				// UCX on shared memory cannot tell: the target does.
@@ -331,9 +318,7 @@ func TestFaultTargetKilled(t *testing.T) {
 			vtg := &target{t: t, worker: tgB.worker, client: victimID, wAddr: wAddr}
 			pv := vtg.startInitiator(tr)
 			pv.Send(fmt.Sprintf("records 0 1000000 %d %d 100 13", va, reg))
-			if !waitFor(30*time.Second, func() bool { return w.Stats().Requests[rdmo.OpAppend] >= 10000 }) {
-				t.Fatal("no load")
-			}
+			testutil.WaitFor(t, "load (10000 appends)", func() bool { return w.Stats().Requests[rdmo.OpAppend] >= 10000 })
 			before := w.Stats()
 			vt.Kill()
 			killed := time.Now()
@@ -423,9 +408,7 @@ func TestFaultWorkerProcessKilled(t *testing.T) {
 					}
 				}
 			}()
-			if !waitFor(30*time.Second, func() bool { return q.tail() > q.base+1<<20 }) {
-				t.Fatal("no load")
-			}
+			testutil.WaitFor(t, "load (1 MiB appended)", func() bool { return q.tail() > q.base+1<<20 })
 			syscall.Kill(rw.W.PID, syscall.SIGKILL)
 			killed := time.Now()
 			select {
@@ -505,7 +488,7 @@ func TestFaultPluginKilledUnderLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := rdmo.ParseAck(b)
+			a, err := wire.ParseAck(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -515,11 +498,9 @@ func TestFaultPluginKilledUnderLoad(t *testing.T) {
 	scatterSome(200)
 	syscall.Kill(plugin, syscall.SIGKILL)
 	scatterSome(200)
-	if !waitFor(20*time.Second, func() bool { p := childOf(rw.W.PID, "rdmo-plugin-scatter"); return p != 0 && p != plugin }) {
-		t.Fatal("scatter plugin was not restarted")
-	}
+	testutil.WaitFor(t, "the scatter plugin's restart", func() bool { p := childOf(rw.W.PID, "rdmo-plugin-scatter"); return p != 0 && p != plugin })
 	okBefore := acks[rdmo.StatusOK]
-	if !waitFor(20*time.Second, func() bool { scatterSome(1); return acks[rdmo.StatusOK] > okBefore }) {
+	if !testutil.Poll(testutil.Deadline(t), func() bool { scatterSome(1); return acks[rdmo.StatusOK] > okBefore }) {
 		t.Fatalf("scatters still fail after the restart: %v", acks)
 	}
 	for s := range acks {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openrdmo/rdmo/internal/netns"
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/internal/testutil"
 )
 
 // The network between an initiator and the worker cut mid-stream: the
@@ -52,7 +53,7 @@ func TestFaultNetworkCut(t *testing.T) {
 		t.Fatalf("the initiator across the cut: %v", err)
 	}
 	t.Logf("initiator failed %v after the cut: %s", time.Since(cut).Round(time.Millisecond), strings.Join(fail[1:], " "))
-	freed := waitFor(5*time.Second, func() bool {
+	freed := testutil.Poll(time.Now().Add(5*time.Second), func() bool {
 		tw.Send("rqs")
 		f, err := tw.Await("RQS", 10*time.Second)
 		return err == nil && f[0] == "0"

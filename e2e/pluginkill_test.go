@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -58,8 +59,8 @@ func TestPluginKilledMidStream(t *testing.T) {
 	}
 	scatter := func(i int) {
 		var p []byte
-		p, _ = rdmo.AppendIOV(p, rdmo.IOV{Addr: sr.base() + uint64(i%1000)*8, Rkey: sr.id, Len: 8}, []byte("scattred"))
-		raw.send(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), p)
+		p, _ = wire.AppendIOV(p, wire.IOV{Addr: sr.base() + uint64(i%1000)*8, Rkey: rdmo.RegionID(sr.id), Len: 8}, []byte("scattred"))
+		raw.send(wire.AppendScatterRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.ScatterHeader{Count: 1}), p)
 	}
 	appendOne := func() {
 		raw.send(appendReq(1, q.base(), q.id, q.id, rdmo.FlagAck), []byte("appended"))
@@ -67,7 +68,7 @@ func TestPluginKilledMidStream(t *testing.T) {
 	acks := map[uint32]map[rdmo.Status]int{rdmo.OpAppend: {}, rdmo.OpScatter: {}}
 	collect := func(n int) {
 		for i := 0; i < n; i++ {
-			a, err := rdmo.ParseAck(raw.next())
+			a, err := wire.ParseAck(raw.next())
 			if err != nil {
 				t.Fatal(err)
 			}

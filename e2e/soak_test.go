@@ -19,6 +19,7 @@ import (
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -223,7 +224,7 @@ func (s *soaker) run(ctx context.Context, w rdmoWorker) error {
 			s.bytes += uint64(size)
 		case x < 900: // scatter into the area, following the model
 			n := 1 + s.rnd.IntN(4)
-			var iovs []rdmo.IOV
+			var iovs []wire.IOV
 			var chunks [][]byte
 			for k := 0; k < n; k++ {
 				l := 1 + s.rnd.IntN(64)
@@ -232,7 +233,7 @@ func (s *soaker) run(ctx context.Context, w rdmoWorker) error {
 				for j := range c {
 					c[j] = byte(s.rnd.Uint32())
 				}
-				iovs = append(iovs, rdmo.IOV{Addr: s.area.base + uint64(off), Rkey: s.area.id, Len: uint16(l)})
+				iovs = append(iovs, wire.IOV{Addr: s.area.base + uint64(off), Rkey: rdmo.RegionID(s.area.id), Len: uint16(l)})
 				chunks = append(chunks, c)
 			}
 			if err := s.in.Scatter(iovs, chunks); err != nil {
@@ -242,7 +243,7 @@ func (s *soaker) run(ctx context.Context, w rdmoWorker) error {
 				copy(s.model[v.Addr-s.area.base:], chunks[k])
 			}
 		case x < 905: // out of bounds: must write nothing and be reported
-			iov := []rdmo.IOV{{Addr: s.area.base, Rkey: s.area.id, Len: 8}, {Addr: s.area.base + uint64(s.area.size) - 4, Rkey: s.area.id, Len: 8}}
+			iov := []wire.IOV{{Addr: s.area.base, Rkey: rdmo.RegionID(s.area.id), Len: 8}, {Addr: s.area.base + uint64(s.area.size) - 4, Rkey: rdmo.RegionID(s.area.id), Len: 8}}
 			if err := s.in.Scatter(iov, [][]byte{make([]byte, 8), make([]byte, 8)}); err != nil {
 				return fmt.Errorf("scatter: %w", err)
 			}

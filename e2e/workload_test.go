@@ -16,6 +16,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // A record is self-describing so the target can check a queue without
@@ -91,7 +92,7 @@ func checkQueue(mem []byte, want map[int]int) error {
 type modelOp struct {
 	kind   byte // 'a' append, 'A' fenced append, 's' scatter, 'x' bad scatter, 'f' flush
 	record []byte
-	iovs   []rdmo.IOV // offsets relative to the initiator's scatter area
+	iovs   []wire.IOV // offsets relative to the initiator's scatter area
 	chunks [][]byte
 }
 
@@ -126,7 +127,7 @@ func modelOps(seed uint64, id, steps int) []modelOp {
 				for j := range chunk {
 					chunk[j] = byte(r.Uint32())
 				}
-				op.iovs = append(op.iovs, rdmo.IOV{Addr: uint64(off), Len: uint16(l)})
+				op.iovs = append(op.iovs, wire.IOV{Addr: uint64(off), Len: uint16(l)})
 				op.chunks = append(op.chunks, chunk)
 				off += l
 			}
@@ -137,7 +138,7 @@ func modelOps(seed uint64, id, steps int) []modelOp {
 		case x < 88:
 			// Out of bounds: one chunk past the region's end. It must
 			// fail, write nothing, and be reported at the next flush.
-			ops = append(ops, modelOp{kind: 'x', iovs: []rdmo.IOV{{Addr: 0, Len: 8}, {Addr: 1 << 40, Len: 8}}, chunks: [][]byte{make([]byte, 8), make([]byte, 8)}})
+			ops = append(ops, modelOp{kind: 'x', iovs: []wire.IOV{{Addr: 0, Len: 8}, {Addr: 1 << 40, Len: 8}}, chunks: [][]byte{make([]byte, 8), make([]byte, 8)}})
 		default:
 			ops = append(ops, modelOp{kind: 'f'})
 		}
@@ -195,19 +196,19 @@ func initiatorMain() int {
 		case "append8": // ptr region
 			err = in.Append(n[0], n[1], n[1], []byte{0x33, 0x33, 0x33, 0x33, 0x33, 0x33, 0x33, 0x33})
 		case "scatter16": // region base stride
-			var iovs []rdmo.IOV
+			var iovs []wire.IOV
 			var chunks [][]byte
 			for i := 0; i < 16; i++ {
 				c := make([]byte, 8)
 				for j := range c {
 					c[j] = byte(0x40 + i)
 				}
-				iovs = append(iovs, rdmo.IOV{Addr: n[1] + uint64(i)*n[2], Rkey: n[0], Len: 8})
+				iovs = append(iovs, wire.IOV{Addr: n[1] + uint64(i)*n[2], Rkey: rdmo.RegionID(n[0]), Len: 8})
 				chunks = append(chunks, c)
 			}
 			err = in.Scatter(iovs, chunks)
 		case "flush":
-			var rsp rdmo.FlushResponse
+			var rsp wire.FlushResponse
 			rsp, err = in.Flush(context.Background())
 			result = fmt.Sprintf("%d %d %d", rsp.FlushID, rsp.Failed, rsp.FirstStatus)
 		case "records": // id n ptr region flushEvery seed
@@ -266,9 +267,9 @@ func runModel(in *initiator.Initiator, id int, seed uint64, steps int, ptr, qreg
 		case 'A':
 			_, err = in.With(ctx, rdmo.FlagFence).Append(ptr, qregion, qregion, op.record)
 		case 's', 'x':
-			iovs := make([]rdmo.IOV, len(op.iovs))
+			iovs := make([]wire.IOV, len(op.iovs))
 			for i, v := range op.iovs {
-				iovs[i] = rdmo.IOV{Addr: sbase + v.Addr, Rkey: sregion, Len: v.Len}
+				iovs[i] = wire.IOV{Addr: sbase + v.Addr, Rkey: rdmo.RegionID(sregion), Len: v.Len}
 			}
 			err = in.Scatter(iovs, op.chunks)
 			if op.kind == 'x' {

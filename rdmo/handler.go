@@ -16,18 +16,35 @@ type HandlerInfo struct {
 	Name    string   // e.g. "append"
 	Version string   // semantic version of the handler
 	Ops     []uint32 // the op ids it serves
+	// NoCachedState declares that the handler keeps nothing between
+	// batches that WriteBack would have to write (BaseHandler's hooks are
+	// enough). When such a handler runs as a plugin and its process is
+	// restarted, nothing was lost, so the next flush need not fail. The
+	// default (false) is the safe assumption.
+	NoCachedState bool
 }
 
 // Request is one RDMO request as the worker hands it to a handler. It is
-// valid until HandleBatch returns.
+// valid until HandleBatch returns. The worker has already decoded and
+// checked its header: the op is one this handler serves, the client is the
+// connection's, a reference op's sub-header has exactly its size and an
+// eager reference payload its shape (a FLUSH none, an APPEND at least one
+// byte, a SCATTER exactly Scatter.Count well-formed iovs). A rendezvous
+// payload is not checked, since the worker has not received it.
 type Request struct {
-	Seq    uint64 // arrival number on its connection, counted from 0
-	Client uint64 // the client the connection belongs to (already checked)
+	Seq    uint64   // arrival number on its connection, counted from 0
+	Client ClientID // the client the connection belongs to
 	Op     uint32
-	Flags  uint32
-	// Header is the whole AM header: the 16-byte common header then the op
-	// sub-header. Decode it with ParseRequest.
-	Header []byte
+	Flags  uint32 // FlagFence, FlagAck
+	// The decoded sub-header of a reference op: the one matching Op is
+	// set, the others are zero.
+	Flush   FlushHeader   // OpFlush
+	Append  AppendHeader  // OpAppend
+	Scatter ScatterHeader // OpScatter
+	// Sub is the raw sub-header: the header bytes after the 16-byte common
+	// header (0..48 bytes). For a user op it is the only form, the
+	// handler's to decode and check.
+	Sub []byte
 	// Payload is the eager payload; nil when Rendezvous.
 	Payload []byte
 	// Length is the payload length, also for rendezvous payloads.
@@ -78,22 +95,23 @@ type Handler interface {
 	// coalesced: the worker completes them when HandleBatch has returned
 	// and every Put and Place it issued has completed.
 	HandleBatch(t Target, reqs []Request, results []Result)
-	// Fence writes back whatever the handler caches for t's client (for
-	// example a cached queue tail), so that after the flush that follows,
-	// target memory holds every effect of every completed request.
-	Fence(t Target) error
+	// WriteBack writes back whatever the handler caches for t's client
+	// (for example a cached queue tail), so that after the flush that
+	// follows, target memory holds every effect of every completed request.
+	// FLUSH calls it through Target.WriteBackAll.
+	WriteBack(t Target) error
 	// RegionRemoved writes back and then drops state tied to a region that
 	// is being deregistered. Requests naming it fail from now on.
-	RegionRemoved(t Target, region uint64) error
+	RegionRemoved(t Target, region RegionID) error
 	// ClientRemoved drops every state of a client that is gone (its target
 	// died or it was torn down). Nothing can be written back any more.
-	ClientRemoved(client uint64)
+	ClientRemoved(client ClientID)
 }
 
 // Region is a registered region of target memory.
 type Region struct {
-	ID   uint64 // the id requests name it by (the wire's "rkey")
-	Base uint64 // target virtual address of its first byte
+	ID   RegionID // the id requests name it by (the wire's "rkey")
+	Base uint64   // target virtual address of its first byte
 	Len  uint64
 }
 
@@ -129,7 +147,7 @@ const (
 // RemoteOp is one operation of Target.Sync.
 type RemoteOp struct {
 	Kind    RemoteOpKind
-	Region  uint64
+	Region  RegionID
 	Addr    uint64 // atomics: 8-byte aligned
 	Buf     []byte // RemoteGet destination
 	Operand uint64
@@ -144,15 +162,15 @@ type RemoteOp struct {
 // before UCX sees it; an out-of-bounds call fails and touches nothing.
 type Target interface {
 	// ClientID is the client whose memory this is.
-	ClientID() uint64
+	ClientID() ClientID
 	// Region returns a registered region of this client: ErrUnknownRegion
 	// for an id nobody registered, ErrRegionNotOwned for another client's.
-	Region(id uint64) (Region, error)
+	Region(id RegionID) (Region, error)
 	// Put writes data to [addr, addr+len(data)) in the region. It returns
 	// once the write is issued; data must stay unchanged until the batch
 	// completes (use Buffer for staging). A write that fails later fails
 	// the batch's requests with StatusTargetUnreachable.
-	Put(region, addr uint64, data []byte) error
+	Put(region RegionID, addr uint64, data []byte) error
 	// Sync runs the operations together (one round trip for all of them,
 	// so a batch never waits on one remote read after another) and returns
 	// when all are done. Each op reports its own Status; the error is for
@@ -165,7 +183,7 @@ type Target interface {
 	// into [addr, addr+req.Length) of the region (through target memory
 	// mapped into the worker when the transport allows, else a bounded
 	// bounce buffer). Asynchronous like Put.
-	Place(req *Request, region, addr uint64) error
+	Place(req *Request, region RegionID, addr uint64) error
 	// Fetch brings the rendezvous payload of req into worker memory valid
 	// until the batch completes. Payloads over the worker's limit fail with
 	// ErrRendezvousRefused.
@@ -173,21 +191,22 @@ type Target interface {
 	// Flush returns when every earlier Put and Place of this client is
 	// visible in target memory (remote completion).
 	Flush() error
-	// Fence calls every handler's Fence hook for this client (the flush
-	// operation uses it before Flush).
-	Fence() error
+	// WriteBackAll calls every handler's WriteBack for this client (the
+	// flush operation uses it before Flush).
+	WriteBackAll() error
 }
 
-// BaseHandler gives a handler with no cached state empty Fence,
-// RegionRemoved and ClientRemoved methods.
+// BaseHandler gives a handler with no cached state empty WriteBack,
+// RegionRemoved and ClientRemoved methods (such a handler also sets
+// HandlerInfo.NoCachedState).
 type BaseHandler struct{}
 
-func (BaseHandler) Fence(Target) error                 { return nil }
-func (BaseHandler) RegionRemoved(Target, uint64) error { return nil }
-func (BaseHandler) ClientRemoved(uint64)               {}
+func (BaseHandler) WriteBack(Target) error               { return nil }
+func (BaseHandler) RegionRemoved(Target, RegionID) error { return nil }
+func (BaseHandler) ClientRemoved(ClientID)               {}
 
 // FetchAdd is a single remote fetch-and-add through t.Sync.
-func FetchAdd(t Target, region, addr, delta uint64) (uint64, error) {
+func FetchAdd(t Target, region RegionID, addr, delta uint64) (uint64, error) {
 	ops := [1]RemoteOp{{Kind: RemoteFetchAdd, Region: region, Addr: addr, Operand: delta}}
 	if err := t.Sync(ops[:]); err != nil {
 		return 0, err
@@ -196,7 +215,7 @@ func FetchAdd(t Target, region, addr, delta uint64) (uint64, error) {
 }
 
 // Get is a single remote read through t.Sync.
-func Get(t Target, region, addr uint64, buf []byte) error {
+func Get(t Target, region RegionID, addr uint64, buf []byte) error {
 	ops := [1]RemoteOp{{Kind: RemoteGet, Region: region, Addr: addr, Buf: buf}}
 	if err := t.Sync(ops[:]); err != nil {
 		return err

@@ -76,15 +76,6 @@ func (d *done) Complete(c ucp.Completion) {
 	d.vals[c.Tag] = c.Value
 }
 
-func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport)) {
-	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			ucptest.CheckLeaks(t)
-			fn(t, tr)
-		})
-	}
-}
-
 // closeEndpoint closes an endpoint of a gracefully while b keeps
 // progressing on another goroutine (a graceful close needs the peer).
 func (p *pair) closeEndpoint(ep *ucp.Endpoint) { p.closeWhile(ep, p.b) }

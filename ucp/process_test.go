@@ -221,7 +221,7 @@ func newLocalWorker(t *testing.T, tr ucptest.Transport) *ucp.Worker {
 }
 
 func TestProcessAMWithReply(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, si := startServer(t, tr)
 		w := newLocalWorker(t, tr)
 		ep, err := w.Connect(si.addr, ucp.EndpointOptions{Name: "to-server"})
@@ -270,7 +270,7 @@ func TestProcessAMWithReply(t *testing.T) {
 }
 
 func TestProcessPutGet(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		srv, si := startServer(t, tr)
 		w := newLocalWorker(t, tr)
 		ep, err := w.Connect(si.addr, ucp.EndpointOptions{})
@@ -311,7 +311,7 @@ func TestProcessPutGet(t *testing.T) {
 }
 
 func TestProcessAtomicsFromTwoInitiators(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		srv, si := startServer(t, tr)
 		const n = 2000
 		env := []string{
@@ -343,7 +343,7 @@ func TestProcessAtomicsFromTwoInitiators(t *testing.T) {
 // cannot, so there the layer above notices the dead process and closes the
 // endpoint with CloseForce, which is what this test does.
 func TestProcessPeerKilled(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		srv, si := startServer(t, tr)
 		w := newLocalWorker(t, tr)
 		var epErr error

@@ -12,7 +12,7 @@ import (
 // what UCX does: the reply endpoint of a message from a peer that b already
 // connected to is b's own endpoint to that peer.
 func TestReplyEndpointIsTheConnectedEndpoint(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		p := newPair(t, tr)
 		aAddr, err := p.a.Address()
 		if err != nil {

@@ -21,7 +21,7 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestContextResources(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		ctx := ucptest.NewContext(t, tr)
 		res := ctx.Resources()
 		if len(res) == 0 {
@@ -46,7 +46,7 @@ func TestContextResources(t *testing.T) {
 }
 
 func TestAMWithReply(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		p := newPair(t, tr)
 		// b echoes every message back on its reply endpoint with AM id 2;
 		// a checks the echo.
@@ -150,7 +150,7 @@ func TestAMWithReply(t *testing.T) {
 }
 
 func TestPutGetAllocatedAndMapped(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		p := newPair(t, tr)
 		alloc, err := p.ctx.Allocate(64 << 10)
 		if err != nil {
@@ -195,7 +195,7 @@ func TestPutGetAllocatedAndMapped(t *testing.T) {
 }
 
 func TestAtomics(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		p := newPair(t, tr)
 		mem, err := p.ctx.Allocate(64)
 		if err != nil {
@@ -236,7 +236,7 @@ func TestAtomics(t *testing.T) {
 }
 
 func TestRkeyPtr(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		p := newPair(t, tr)
 		mem, err := p.ctx.Allocate(4096)
 		if err != nil {
@@ -398,7 +398,7 @@ func TestUseAfterClose(t *testing.T) {
 }
 
 func TestCloseWithOutstandingOps(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		p := newPair(t, tr)
 		mem, err := p.ctx.Allocate(1 << 20)
 		if err != nil {

@@ -40,7 +40,7 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]chan *envelope
 	next    uint64
-	workers map[uint64]*Worker
+	workers map[uint64]*WorkerProcess
 	err     error
 	done    chan struct{}
 }
@@ -73,7 +73,7 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 		return nil, fmt.Errorf("urom: connect to service %s: %w", addr, err)
 	}
 	c := &Client{c: newConn(nc, 10*time.Second), opts: opts, log: opts.Logger,
-		pending: map[uint64]chan *envelope{}, workers: map[uint64]*Worker{}, done: make(chan struct{}), next: 2}
+		pending: map[uint64]chan *envelope{}, workers: map[uint64]*WorkerProcess{}, done: make(chan struct{}), next: 2}
 	reply, err := c.handshake(ctx)
 	if err != nil {
 		return nil, err
@@ -199,12 +199,12 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
 }
 
 // Spawn starts a worker process with the chosen plugins.
-func (c *Client) Spawn(ctx context.Context, opts SpawnOptions) (*Worker, error) {
+func (c *Client) Spawn(ctx context.Context, opts SpawnOptions) (*WorkerProcess, error) {
 	var reply SpawnReply
 	if err := c.call(ctx, kindSpawn, opts, &reply); err != nil {
 		return nil, err
 	}
-	w := &Worker{ID: reply.Worker, PID: reply.PID, c: c, gone: make(chan struct{})}
+	w := &WorkerProcess{ID: reply.Worker, PID: reply.PID, c: c, gone: make(chan struct{})}
 	c.mu.Lock()
 	c.workers[w.ID] = w
 	c.mu.Unlock()
@@ -218,8 +218,8 @@ func (c *Client) Close() error {
 	return err
 }
 
-// Worker is a worker process the host spawned.
-type Worker struct {
+// WorkerProcess is a worker process the host spawned.
+type WorkerProcess struct {
 	ID  uint64
 	PID int
 	c   *Client
@@ -229,7 +229,7 @@ type Worker struct {
 	reason string
 }
 
-func (w *Worker) died(reason string) {
+func (w *WorkerProcess) died(reason string) {
 	w.once.Do(func() {
 		w.reason = reason
 		close(w.gone)
@@ -238,10 +238,10 @@ func (w *Worker) died(reason string) {
 
 // Gone is closed when the worker exited (or the service connection was
 // lost); Reason then says why.
-func (w *Worker) Gone() <-chan struct{} { return w.gone }
+func (w *WorkerProcess) Gone() <-chan struct{} { return w.gone }
 
 // Reason says why the worker is gone.
-func (w *Worker) Reason() string {
+func (w *WorkerProcess) Reason() string {
 	select {
 	case <-w.gone:
 		return w.reason
@@ -252,7 +252,7 @@ func (w *Worker) Reason() string {
 
 // Call sends a command of the given kind to the worker and decodes its
 // answer into resp. A command to a dead worker fails with ErrWorkerDied.
-func (w *Worker) Call(ctx context.Context, kind string, req, resp any) error {
+func (w *WorkerProcess) Call(ctx context.Context, kind string, req, resp any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -275,7 +275,7 @@ func (w *Worker) Call(ctx context.Context, kind string, req, resp any) error {
 }
 
 // Stop stops the worker.
-func (w *Worker) Stop(ctx context.Context) error {
+func (w *WorkerProcess) Stop(ctx context.Context) error {
 	err := w.c.call(ctx, kindStop, StopRequest{Worker: w.ID}, nil)
 	if err != nil && !errors.Is(err, ErrUnknownWorker) {
 		return err

@@ -203,7 +203,7 @@ func TestTwoHostsTwoWorkers(t *testing.T) {
 	if wa.PID == wb.PID || wa.PID == os.Getpid() {
 		t.Fatalf("workers are not separate processes: %d %d", wa.PID, wb.PID)
 	}
-	for _, w := range []*urom.Worker{wa, wb} {
+	for _, w := range []*urom.WorkerProcess{wa, wb} {
 		var pid int
 		if err := w.Call(ctx, "pid", nil, &pid); err != nil {
 			t.Fatal(err)
@@ -276,7 +276,7 @@ func TestLimitsAndErrors(t *testing.T) {
 	addr := startService(t)
 	ctx := context.Background()
 	c := dial(t, addr)
-	var ws []*urom.Worker
+	var ws []*urom.WorkerProcess
 	for i := 0; i < 3; i++ {
 		w, err := c.Spawn(ctx, urom.SpawnOptions{})
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Name, Version and Op identify the operation.
@@ -31,16 +32,18 @@ func New() rdmo.Handler { return handler{} }
 type handler struct{ rdmo.BaseHandler }
 
 func (handler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{Op}}
+	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{Op}, NoCachedState: true}
 }
 
-// Request encodes a counter request header for client.
-func Request(client, addr, region, delta uint64, flags uint32) []byte {
+// Request encodes a counter request header for client: add delta to the
+// counter at addr in region. (The arguments are in the SDK's order, region
+// then address, as in rdmo.Target.Put; the wire order is the sub-header's.)
+func Request(client uint64, region rdmo.RegionID, addr, delta uint64, flags uint32) []byte {
 	sub := make([]byte, SubHeaderLen)
 	binary.LittleEndian.PutUint64(sub[0:], addr)
-	binary.LittleEndian.PutUint64(sub[8:], region)
+	binary.LittleEndian.PutUint64(sub[8:], uint64(region))
 	binary.LittleEndian.PutUint64(sub[16:], delta)
-	hdr, _ := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: client, Op: Op, Flags: flags}, sub)
+	hdr, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: client, Op: Op, Flags: flags}, sub)
 	return hdr
 }
 
@@ -50,28 +53,27 @@ func (handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Re
 	ops := make([]rdmo.RemoteOp, 0, len(reqs))
 	idx := make([]int, 0, len(reqs))
 	for i := range reqs {
-		h, err := rdmo.ParseRequest(reqs[i].Header)
+		// The worker checked the common header; the sub-header of a user
+		// op is the handler's to check.
+		sub := reqs[i].Sub
 		switch {
-		case err != nil:
-			results[i] = rdmo.ResultOf(err)
-			continue
-		case len(h.User) != SubHeaderLen:
-			results[i] = rdmo.Fail(rdmo.StatusShortHeader, "counter sub-header is %d bytes, want %d", len(h.User), SubHeaderLen)
+		case len(sub) != SubHeaderLen:
+			results[i] = rdmo.Fail(rdmo.StatusShortHeader, "counter sub-header is %d bytes, want %d", len(sub), SubHeaderLen)
 			continue
 		case reqs[i].Length != 0:
 			results[i] = rdmo.Fail(rdmo.StatusPayloadMismatch, "counter requests carry no payload")
 			continue
 		}
-		addr := binary.LittleEndian.Uint64(h.User[0:])
+		addr := binary.LittleEndian.Uint64(sub[0:])
 		if addr%8 != 0 {
 			results[i] = rdmo.Fail(rdmo.StatusOutOfBounds, "counter at %#x is not 8-byte aligned", addr)
 			continue
 		}
 		ops = append(ops, rdmo.RemoteOp{
 			Kind:    rdmo.RemoteFetchAdd,
-			Region:  binary.LittleEndian.Uint64(h.User[8:]),
+			Region:  rdmo.RegionID(binary.LittleEndian.Uint64(sub[8:])),
 			Addr:    addr,
-			Operand: binary.LittleEndian.Uint64(h.User[16:]),
+			Operand: binary.LittleEndian.Uint64(sub[16:]),
 		})
 		idx = append(idx, i)
 	}

@@ -16,11 +16,11 @@ func TestCounterAgainstFakeTarget(t *testing.T) {
 	binary.LittleEndian.PutUint64(mem[8:], 41)
 	h := counter.New()
 	reqs := []rdmo.Request{
-		tg.Req(counter.Request(1, 0x10008, 5, 1, rdmo.FlagAck), nil),
-		tg.Req(counter.Request(1, 0x10008, 5, 10, rdmo.FlagAck), nil),
-		tg.Req(counter.Request(1, 0x10009, 5, 1, rdmo.FlagAck), nil), // unaligned
-		tg.Req(counter.Request(1, 0x20000, 5, 1, rdmo.FlagAck), nil), // outside
-		tg.Req(counter.Request(1, 0x10008, 6, 1, rdmo.FlagAck), nil), // unknown region
+		tg.Req(counter.Request(1, 5, 0x10008, 1, rdmo.FlagAck), nil),
+		tg.Req(counter.Request(1, 5, 0x10008, 10, rdmo.FlagAck), nil),
+		tg.Req(counter.Request(1, 5, 0x10009, 1, rdmo.FlagAck), nil), // unaligned
+		tg.Req(counter.Request(1, 5, 0x20000, 1, rdmo.FlagAck), nil), // outside
+		tg.Req(counter.Request(1, 6, 0x10008, 1, rdmo.FlagAck), nil), // unknown region
 	}
 	results := make([]rdmo.Result, len(reqs))
 	h.HandleBatch(tg, reqs, results)

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -16,19 +18,19 @@ func TestAggregateSupported(t *testing.T) {
 	if initiator.AggregateSupported(nil) || initiator.AggregateSupported([]string{"append", "batch"}) {
 		t.Error("supported without the capability")
 	}
-	if !initiator.AggregateSupported([]string{"append", rdmo.CapabilityBatch}) {
+	if !initiator.AggregateSupported([]string{"append", wire.CapabilityBatch}) {
 		t.Error("not supported with the capability")
 	}
 }
 
-// stall blocks the initiator's worker goroutine inside OnAck (a test-only
+// stall blocks the initiator's progress loop inside OnAck (a test-only
 // abuse of the callback) so that requests pile up in its queue, and the
 // next take gets them all at once: the deterministic form of "requests
 // queued while the previous send is still in flight".
 type stall struct {
 	once    sync.Once
 	arm     chan struct{} // closed by the test: stall at the next ack
-	entered chan struct{} // closed when the worker goroutine is stalled
+	entered chan struct{} // closed when the progress loop is stalled
 	release chan struct{} // closed by the test to let it go
 }
 
@@ -36,7 +38,7 @@ func newStall() *stall {
 	return &stall{arm: make(chan struct{}), entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (s *stall) onAck(rdmo.AckResponse, []byte) {
+func (s *stall) onAck(wire.AckResponse, []byte) {
 	select {
 	case <-s.arm:
 	default:
@@ -51,7 +53,7 @@ func (s *stall) onAck(rdmo.AckResponse, []byte) {
 // A request queued while nothing is in flight goes out alone, as a plain
 // reference request: no added latency when idle.
 func TestAggregateIdleSendsPlainRequests(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true})
 		ctx := timeout(t, 20*time.Second)
 		for i := 0; i < 20; i++ {
@@ -59,7 +61,7 @@ func TestAggregateIdleSendsPlainRequests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the ack", func() bool { return in.Stats().Acks == seq+1 })
+			testutil.WaitFor(t, "the ack", func() bool { return in.Stats().Acks == seq+1 })
 		}
 		if _, err := in.Flush(ctx); err != nil {
 			t.Fatal(err)
@@ -83,13 +85,13 @@ func TestAggregateIdleSendsPlainRequests(t *testing.T) {
 // alone, containers no larger than MaxAggregate; the worker numbers the
 // inner requests exactly as the initiator counted them.
 func TestAggregatePacksQueuedRequests(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		st := newStall()
 		const maxAgg = 1024
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, MaxAggregate: maxAgg, OnAck: st.onAck})
 		ctx := timeout(t, 20*time.Second)
 
-		// Stall the worker goroutine in the ack of a first request.
+		// Stall the progress loop in the ack of a first request.
 		close(st.arm)
 		if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
 			t.Fatal(err)
@@ -125,7 +127,7 @@ func TestAggregatePacksQueuedRequests(t *testing.T) {
 				seq, err := in.With(ctx, rdmo.FlagFence|rdmo.FlagAck).Append(uint64(i), 1, 2, p)
 				add(seq, err, rdmo.OpAppend, rdmo.FlagFence|rdmo.FlagAck, p, false)
 			case 4:
-				iovs := []rdmo.IOV{{Addr: uint64(i), Rkey: 3, Len: 3}, {Addr: 7, Rkey: 3, Len: uint16(len(p))}}
+				iovs := []wire.IOV{{Addr: uint64(i), Rkey: 3, Len: 3}, {Addr: 7, Rkey: 3, Len: uint16(len(p))}}
 				seq, err := in.With(ctx, 0).Scatter(iovs, [][]byte{[]byte("abc"), p})
 				add(seq, err, rdmo.OpScatter, 0, nil, false)
 			case 5:
@@ -234,9 +236,9 @@ func TestAggregateOffSendsPlainRequests(t *testing.T) {
 // arrives once, in each producer's order, every ack matches a request the
 // initiator counted, and under load most requests share a message.
 func TestAggregateUnderLoad(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		var acked sync.Map
-		onAck := func(a rdmo.AckResponse, _ []byte) {
+		onAck := func(a wire.AckResponse, _ []byte) {
 			if _, dup := acked.LoadOrStore(a.Seq, a.Op); dup {
 				t.Errorf("second ack for seq %d", a.Seq)
 			}
@@ -250,7 +252,7 @@ func TestAggregateUnderLoad(t *testing.T) {
 		if _, err := in.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every ack", func() bool { return in.Stats().Acks == producers*each })
+		testutil.WaitFor(t, "every ack", func() bool { return in.Stats().Acks == producers*each })
 		got := withoutCreditFlushes(t, s.arrivals(), in)
 		if len(got) != producers*each+1 {
 			t.Fatalf("stand-in got %d requests, want %d", len(got), producers*each+1)

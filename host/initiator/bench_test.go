@@ -28,7 +28,7 @@ func benchTransport() ucptest.Transport {
 // goroutine against the in-process stand-in worker (which decodes and
 // validates every request), ending with a flush so every append has
 // arrived and completed. allocs/op counts the whole process: the caller,
-// the initiator's worker goroutine and the stand-in.
+// the initiator's progress loop and the stand-in.
 func BenchmarkAppend64(b *testing.B) { benchAppend64(b, initiator.Options{}) }
 
 // BenchmarkAppend64Aggregate is BenchmarkAppend64 with Options.Aggregate:
@@ -122,7 +122,7 @@ func BenchmarkAppend64Parallel(b *testing.B) {
 }
 
 // BenchmarkAppendFlush64 is the latency of one 64-byte append and a flush
-// that waits for it: a full round trip through both worker goroutines.
+// that waits for it: a full round trip through both progress loops.
 func BenchmarkAppendFlush64(b *testing.B) {
 	ucptest.CheckLeaks(b)
 	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -37,7 +39,7 @@ func withoutCreditFlushes(t testing.TB, got []arrival, in *initiator.Initiator) 
 // overrunning the worker's in-flight limit. Every request still arrives
 // once, in each producer's order.
 func TestCreditsKeepWithinWorkerLimit(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		const credits = 64
 		s, in := start(t, tr, standInConfig{limit: credits}, initiator.Options{Credits: credits})
 		s.hold.Store(true) // nothing completes until the producers had to wait
@@ -45,7 +47,7 @@ func TestCreditsKeepWithinWorkerLimit(t *testing.T) {
 		slowDone := make(chan struct{})
 		go func() {
 			defer close(slowDone)
-			waitFor(t, "a call to wait for credits", func() bool { return in.Stats().CreditWaits > 0 })
+			testutil.WaitFor(t, "a call to wait for credits", func() bool { return in.Stats().CreditWaits > 0 })
 			// Then complete in bursts, holding in between.
 			for {
 				s.hold.Store(false)
@@ -109,7 +111,7 @@ func TestNoCreditsOverrunsStalledWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every append to arrive", func() bool { return s.arrived.Load() == 4*limit })
+	testutil.WaitFor(t, "every append to arrive", func() bool { return s.arrived.Load() == 4*limit })
 	s.hold.Store(false)
 	if _, err := in.Flush(timeout(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
@@ -127,8 +129,8 @@ func TestNoCreditsOverrunsStalledWorker(t *testing.T) {
 // if no other flush had been answered in between. The Flush after that is
 // clean.
 func TestCreditFlushFailuresCarryToFlush(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusUnknownRegion
 			}

@@ -10,18 +10,18 @@
 // A call (Append, Scatter, User, FlushAsync) encodes the request header with
 // the rdmo codec and copies the caller's payload into a coalescing queue, so
 // the caller may reuse its buffers as soon as the call returns. Producers
-// append under one mutex; the worker goroutine takes the whole batch at once
+// append under one mutex; the progress loop takes the whole batch at once
 // and turns it into ucp SendAM calls (AM id 0, ucp.SendReply), which ucp
-// issues in one cgo crossing at the next Progress. The worker goroutine polls
+// issues in one cgo crossing at the next Progress. The progress loop polls
 // for a short while when it runs out of work and then sleeps in
 // ucp.Worker.Wait; a producer calls ucp.Worker.Wake only when it puts the
-// first request into an empty queue while the worker goroutine sleeps, so a
+// first request into an empty queue while the progress loop sleeps, so a
 // busy stream of requests costs no system calls.
 //
 // # Aggregation
 //
 // With Options.Aggregate (only against a worker that advertises
-// rdmo.CapabilityBatch), the worker goroutine packs runs of small requests
+// wire.CapabilityBatch), the progress loop packs runs of small requests
 // into BATCH containers, several requests per active message, when it took
 // several requests at once (they queued up while it was busy with earlier
 // sends); a request taken alone, as on an idle connection, still goes out
@@ -42,7 +42,7 @@
 // The window frees a request's slot when its send completes locally, which
 // says nothing about the worker: our worker holds a request until it
 // completes and refuses requests past its in-flight limit per request queue
-// (rdmo.DefaultMaxInFlightPerRQ unless configured). Options.Credits keeps
+// (wire.DefaultMaxInFlightPerRQ unless configured). Options.Credits keeps
 // the requests sent and not known to be complete below that limit. A
 // fenced FLUSH is answered only once every request before it completed, so
 // its answer confirms them; when half the credits went out since the last

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -53,7 +54,7 @@ func (e *RequestError) Unwrap() error { return e.Status.Err() }
 // It matches the first failure's status (errors.Is(err, rdmo.ErrOutOfBounds))
 // and carries the whole response.
 type FlushError struct {
-	Response rdmo.FlushResponse
+	Response wire.FlushResponse
 }
 
 func (e *FlushError) Error() string {

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -25,7 +26,7 @@ const (
 	DefaultMaxAggregate        = 8 << 10
 	// DefaultCredits is the in-flight limit of a request queue of our
 	// worker with its default configuration.
-	DefaultCredits = rdmo.DefaultMaxInFlightPerRQ
+	DefaultCredits = wire.DefaultMaxInFlightPerRQ
 )
 
 // minCredits is the fewest credits flow control works with: one request,
@@ -74,14 +75,14 @@ type Options struct {
 	// never force rendezvous.
 	RendezvousThreshold int
 
-	// Aggregate packs requests that queued up while the worker goroutine
+	// Aggregate packs requests that queued up while the progress loop
 	// was busy with earlier sends into BATCH containers (op 3): several
 	// requests per active message, so the per-message cost of UCX and of
 	// the worker is shared, in the manner of TCP autocorking. There is no
-	// added latency when idle: a request the worker goroutine takes alone
+	// added latency when idle: a request the progress loop takes alone
 	// goes out at once, as a plain reference request. Sequence numbers, acks,
 	// flushes, FENCE, the send window and ordering are per request, exactly
-	// as without it. Only a worker that advertises rdmo.CapabilityBatch
+	// as without it. Only a worker that advertises wire.CapabilityBatch
 	// unpacks containers (a reference worker drops them, and an older one of
 	// ours fails them): set it only when the target said the worker has it
 	// (see AggregateSupported). Default false.
@@ -97,14 +98,14 @@ type Options struct {
 	// Only our worker answers acks: never set it against a reference
 	// worker, or the window fills with requests that are never answered.
 	Ack bool
-	// OnAck, if set, is called on the Initiator's worker goroutine for
+	// OnAck, if set, is called on the Initiator's progress loop for
 	// every matched ack, successful or not. data is the ack's eager
 	// result payload (user ops), valid only during the call; a rendezvous
 	// result is not fetched (data is nil). It must not block, and must
 	// not call the Initiator's blocking methods (Close, Flush, or a call
-	// that may wait for window space): the worker goroutine would wait
+	// that may wait for window space): the progress loop would wait
 	// for itself.
-	OnAck func(ack rdmo.AckResponse, data []byte)
+	OnAck func(ack wire.AckResponse, data []byte)
 	// ErrorBuffer is the capacity of the Errors channel (default
 	// DefaultErrorBuffer). Failures that do not fit are counted in
 	// Stats.ErrorsDropped.
@@ -142,20 +143,20 @@ type Initiator struct {
 	q     queue
 	stats counters
 	errs  chan error
-	done  chan struct{} // closed when the worker goroutine has exited
+	done  chan struct{} // closed when the progress loop has exited
 
-	w      *ucp.Worker // for Wake only: the worker goroutine owns it
+	w      *ucp.Worker // for Wake only: the progress loop owns it
 	addr   []byte
 	detect bool
 
 	flushID atomic.Uint64
 
 	closeOnce sync.Once
-	closeErr  error // set by the worker goroutine before done is closed
+	closeErr  error // set by the progress loop before done is closed
 }
 
 // New creates the UCP context (unless Options.Context is set), worker and
-// endpoint, and starts the worker goroutine.
+// endpoint, and starts the progress loop.
 func New(opts Options) (*Initiator, error) {
 	if len(opts.WorkerAddress) == 0 {
 		return nil, errors.New("initiator: Options.WorkerAddress is empty")
@@ -203,7 +204,7 @@ func New(opts Options) (*Initiator, error) {
 	// Flush ids start at a random point so that a response meant for an
 	// earlier initiator on the same worker never matches one of ours.
 	in.flushID.Store(rand.Uint64())
-	in.q.init(opts.Window, opts.WindowBytes, opts.Credits)
+	in.q.init(opts.Window, opts.WindowBytes, opts.Credits, in.wake)
 	ready := make(chan error, 1)
 	go in.run(ready)
 	if err := <-ready; err != nil {
@@ -218,7 +219,7 @@ func New(opts Options) (*Initiator, error) {
 // unpacks BATCH containers, so that Options.Aggregate may be set.
 func AggregateSupported(capabilities []string) bool {
 	for _, c := range capabilities {
-		if c == rdmo.CapabilityBatch {
+		if c == wire.CapabilityBatch {
 			return true
 		}
 	}
@@ -256,7 +257,7 @@ func (in *Initiator) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) erro
 // Scatter queues a SCATTER: chunks[i] is written at iovs[i].Addr in region
 // iovs[i].Rkey. iovs[i].Len must equal len(chunks[i]), at most 65535. The
 // chunks are copied. It blocks while the send window is full.
-func (in *Initiator) Scatter(iovs []rdmo.IOV, chunks [][]byte) error {
+func (in *Initiator) Scatter(iovs []wire.IOV, chunks [][]byte) error {
 	_, err := Sender{in: in, flags: in.defFlags}.Scatter(iovs, chunks)
 	return err
 }
@@ -309,7 +310,7 @@ func (s Sender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, 
 	r := request{
 		op:    rdmo.OpAppend,
 		flags: s.flags,
-		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: ptrRkey, DataRkey: dataRkey},
+		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)},
 		data:  data,
 		plen:  len(data),
 	}
@@ -318,7 +319,7 @@ func (s Sender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, 
 
 // Scatter is Initiator.Scatter with the Sender's flags and context. It
 // returns the request's sequence number, which its ack carries.
-func (s Sender) Scatter(iovs []rdmo.IOV, chunks [][]byte) (uint64, error) {
+func (s Sender) Scatter(iovs []wire.IOV, chunks [][]byte) (uint64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
@@ -327,15 +328,15 @@ func (s Sender) Scatter(iovs []rdmo.IOV, chunks [][]byte) (uint64, error) {
 	}
 	n := 0
 	for i := range iovs {
-		if len(chunks[i]) > rdmo.MaxIOVLen {
+		if len(chunks[i]) > wire.MaxIOVLen {
 			return 0, fmt.Errorf("initiator: scatter: chunk %d is %d bytes, at most %d: %w",
-				i, len(chunks[i]), rdmo.MaxIOVLen, rdmo.ErrLengthOverflow)
+				i, len(chunks[i]), wire.MaxIOVLen, rdmo.ErrLengthOverflow)
 		}
 		if int(iovs[i].Len) != len(chunks[i]) {
 			return 0, fmt.Errorf("initiator: scatter: iov %d has Len %d but its chunk is %d bytes: %w",
 				i, iovs[i].Len, len(chunks[i]), rdmo.ErrPayloadMismatch)
 		}
-		n += rdmo.IOVDescLen + len(chunks[i])
+		n += wire.IOVDescLen + len(chunks[i])
 	}
 	r := request{op: rdmo.OpScatter, flags: s.flags, iovs: iovs, chunks: chunks, plen: n}
 	return s.in.enqueue(s.ctx, &r)
@@ -350,9 +351,9 @@ func (s Sender) User(op uint32, sub, payload []byte) (uint64, error) {
 	if !rdmo.IsUserOp(op) {
 		return 0, fmt.Errorf("initiator: op %d is not a user op (>= %d): %w", op, rdmo.OpUserBase, rdmo.ErrUnknownOp)
 	}
-	if rdmo.HeaderLen+len(sub) > rdmo.MaxHeaderLen {
+	if wire.HeaderLen+len(sub) > wire.MaxHeaderLen {
 		return 0, fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
-			len(sub), rdmo.MaxHeaderLen-rdmo.HeaderLen, rdmo.ErrHeaderTooLong)
+			len(sub), wire.MaxHeaderLen-wire.HeaderLen, rdmo.ErrHeaderTooLong)
 	}
 	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload)}
 	return s.in.enqueue(s.ctx, &r)
@@ -364,7 +365,7 @@ type FlushWait struct {
 	seq  uint64 // the FLUSH's arrival sequence number
 	auto bool   // queued by flow control: nobody waits, failures carry over
 	done chan struct{}
-	rsp  rdmo.FlushResponse
+	rsp  wire.FlushResponse
 	err  error
 }
 
@@ -378,7 +379,7 @@ func (f *FlushWait) Done() <-chan struct{} { return f.done }
 // error is a *FlushError when the response reports failed requests (it
 // matches the first failure's status), ctx.Err() when ctx ended first (the
 // flush stays outstanding), ErrClosed or a *PeerFailedError.
-func (f *FlushWait) Wait(ctx context.Context) (rdmo.FlushResponse, error) {
+func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
 	if ctx == nil {
 		<-f.done
 		return f.rsp, f.err
@@ -392,12 +393,12 @@ func (f *FlushWait) Wait(ctx context.Context) (rdmo.FlushResponse, error) {
 			return f.rsp, f.err
 		default:
 		}
-		return rdmo.FlushResponse{}, ctx.Err()
+		return wire.FlushResponse{}, ctx.Err()
 	}
 }
 
-// finish runs on the worker goroutine, once per flush.
-func (f *FlushWait) finish(rsp rdmo.FlushResponse, err error) {
+// finish runs on the progress loop, once per flush.
+func (f *FlushWait) finish(rsp wire.FlushResponse, err error) {
 	f.rsp, f.err = rsp, err
 	close(f.done)
 }
@@ -417,10 +418,10 @@ func (in *Initiator) FlushAsync(ctx context.Context) (*FlushWait, error) {
 
 // Flush sends a FLUSH and waits for its response (see FlushWait.Wait for
 // the errors). ctx bounds the whole call.
-func (in *Initiator) Flush(ctx context.Context) (rdmo.FlushResponse, error) {
+func (in *Initiator) Flush(ctx context.Context) (wire.FlushResponse, error) {
 	fw, err := in.FlushAsync(ctx)
 	if err != nil {
-		return rdmo.FlushResponse{}, err
+		return wire.FlushResponse{}, err
 	}
 	return fw.Wait(ctx)
 }
@@ -432,9 +433,9 @@ func (in *Initiator) Flush(ctx context.Context) (rdmo.FlushResponse, error) {
 func (in *Initiator) PeerFailed(cause error) {
 	pe := &PeerFailedError{Cause: cause}
 	q := &in.q
-	q.mu.Lock()
+	q.Lock()
 	if q.closed {
-		q.mu.Unlock()
+		q.Unlock()
 		return
 	}
 	if q.failed == nil {
@@ -442,21 +443,21 @@ func (in *Initiator) PeerFailed(cause error) {
 	}
 	q.failReq = true
 	q.broadcast()
-	q.mu.Unlock()
+	q.Unlock()
 	in.w.Wake()
 }
 
 // Close sends what was queued, waits at most Options.CloseTimeout for the
 // sends to complete locally, fails outstanding flushes with ErrClosed,
 // closes the endpoint, worker and (if it made it) context, and stops the
-// worker goroutine. Later calls return ErrClosed. Close is idempotent.
+// progress loop. Later calls return ErrClosed. Close is idempotent.
 func (in *Initiator) Close() error {
 	in.closeOnce.Do(func() {
 		q := &in.q
-		q.mu.Lock()
+		q.Lock()
 		q.closed = true
 		q.broadcast()
-		q.mu.Unlock()
+		q.Unlock()
 		in.w.Wake()
 		<-in.done
 	})

@@ -13,21 +13,14 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
 const testClient = 0x1122334455667788
-
-func forEachTransport(t *testing.T, fn func(t *testing.T, tr ucptest.Transport)) {
-	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			ucptest.CheckLeaks(t)
-			fn(t, tr)
-		})
-	}
-}
 
 // start makes a stand-in worker and an Initiator connected to it; both
 // are closed when the test ends (the Initiator first).
@@ -51,18 +44,6 @@ func start(t testing.TB, tr ucptest.Transport, cfg standInConfig, opts initiator
 		}
 	})
 	return s, in
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func timeout(t testing.TB, d time.Duration) context.Context {
@@ -102,7 +83,7 @@ func refIOV(addr, rkey uint64, data []byte) []byte {
 }
 
 func TestWireLayout(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{})
 		ctx := timeout(t, 20*time.Second)
 
@@ -111,7 +92,7 @@ func TestWireLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		chunks := [][]byte{[]byte("abc"), {}, pattern(300, 1)}
-		iovs := []rdmo.IOV{
+		iovs := []wire.IOV{
 			{Addr: 0x1000, Rkey: 7, Len: 3},
 			{Addr: 0x2000, Rkey: 8, Len: 0},
 			{Addr: 0xFFFF_0000_0000_0000, Rkey: 9, Len: 300},
@@ -152,7 +133,7 @@ func TestWireLayout(t *testing.T) {
 			if i > 0 {
 				data = [][]byte{nil, {}, pattern(300, 1)}[i]
 			}
-			scatterPayload = append(scatterPayload, refIOV(iovs[i].Addr, iovs[i].Rkey, data)...)
+			scatterPayload = append(scatterPayload, refIOV(iovs[i].Addr, uint64(iovs[i].Rkey), data)...)
 		}
 		want := []struct {
 			hdr, payload []byte
@@ -196,9 +177,9 @@ func TestWireLayout(t *testing.T) {
 		if sc := got[1].Req; sc.Header.Op != rdmo.OpScatter || sc.Scatter.Count != 3 {
 			t.Errorf("scatter decoded as %+v", sc)
 		}
-		var gotIOVs []rdmo.IOV
+		var gotIOVs []wire.IOV
 		var gotChunks [][]byte
-		if err := rdmo.ForEachIOV(got[1].Payload, 3, func(v rdmo.IOV, d []byte) error {
+		if err := wire.ForEachIOV(got[1].Payload, 3, func(v wire.IOV, d []byte) error {
 			gotIOVs = append(gotIOVs, v)
 			gotChunks = append(gotChunks, d)
 			return nil
@@ -219,7 +200,7 @@ func TestWireLayout(t *testing.T) {
 		if f := got[4].Req; f.Header.Op != rdmo.OpFlush || !f.Header.Fenced() || f.Flush.FlushID != fw.ID() {
 			t.Errorf("flush decoded as %+v", f)
 		}
-		waitFor(t, "the ack", func() bool { return in.Stats().Acks == 1 })
+		testutil.WaitFor(t, "the ack", func() bool { return in.Stats().Acks == 1 })
 		st := in.Stats()
 		if st.Appends != 2 || st.Scatters != 1 || st.UserOps != 1 || st.Flushes != 1 || st.FlushesDone != 1 {
 			t.Errorf("stats %+v", st)
@@ -258,7 +239,7 @@ func appendFromProducers(in *initiator.Initiator, producers, each int) error {
 }
 
 func TestPipelinedAppendsFromGoroutines(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 256})
 		const producers, each = 4, 2500
 		if err := appendFromProducers(in, producers, each); err != nil {
@@ -298,7 +279,7 @@ func TestPipelinedAppendsFromGoroutines(t *testing.T) {
 }
 
 func TestFlushMatchesID(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{noise: true}, initiator.Options{})
 		ctx := timeout(t, 20*time.Second)
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
@@ -349,7 +330,7 @@ func TestFlushMatchesID(t *testing.T) {
 // A flush answered only by stale, foreign and malformed messages never
 // completes.
 func TestFlushIgnoresOtherResponses(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{noise: true}, initiator.Options{})
 		s.dropFlush.Store(true)
 		ctx := timeout(t, 20*time.Second)
@@ -357,7 +338,7 @@ func TestFlushIgnoresOtherResponses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the noise", func() bool {
+		testutil.WaitFor(t, "the noise", func() bool {
 			st := in.Stats()
 			return st.UnknownResponses == 3 && st.MalformedResponses == 3
 		})
@@ -388,7 +369,7 @@ func TestFlushIgnoresOtherResponses(t *testing.T) {
 }
 
 func TestReferenceFlushResponse(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := start(t, tr, standInConfig{reference: true}, initiator.Options{})
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -404,8 +385,8 @@ func TestReferenceFlushResponse(t *testing.T) {
 }
 
 func TestFlushReportsFailures(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusUnknownRegion
 			}
@@ -429,7 +410,7 @@ func TestFlushReportsFailures(t *testing.T) {
 		if !errors.As(err, &fe) {
 			t.Fatalf("flush error %T is not a *FlushError", err)
 		}
-		want := rdmo.FlushResponse{FlushID: rsp.FlushID, Failed: 2, FirstOp: rdmo.OpAppend,
+		want := wire.FlushResponse{FlushID: rsp.FlushID, Failed: 2, FirstOp: rdmo.OpAppend,
 			FirstStatus: rdmo.StatusUnknownRegion, FirstSeq: 1, Extended: true}
 		if fe.Response != want || rsp != want {
 			t.Errorf("flush response %+v, want %+v", fe.Response, want)
@@ -445,8 +426,8 @@ func TestFlushReportsFailures(t *testing.T) {
 }
 
 func TestAcks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		failOn := func(r rdmo.RequestHeader, _ []byte) rdmo.Status {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		failOn := func(r wire.RequestHeader, _ []byte) rdmo.Status {
 			if r.Header.Op == rdmo.OpAppend && r.Append.DataRkey == 666 {
 				return rdmo.StatusOutOfBounds
 			}
@@ -454,7 +435,7 @@ func TestAcks(t *testing.T) {
 		}
 		var mu sync.Mutex
 		values := map[uint64]uint64{}
-		onAck := func(a rdmo.AckResponse, _ []byte) {
+		onAck := func(a wire.AckResponse, _ []byte) {
 			mu.Lock()
 			values[a.Seq] = a.Value
 			mu.Unlock()
@@ -508,7 +489,7 @@ func TestAcks(t *testing.T) {
 // Ack failures that do not fit in Errors() are counted, not blocking.
 func TestErrorsOverflowIsCounted(t *testing.T) {
 	ucptest.CheckLeaks(t)
-	failAll := func(rdmo.RequestHeader, []byte) rdmo.Status { return rdmo.StatusRegionGone }
+	failAll := func(wire.RequestHeader, []byte) rdmo.Status { return rdmo.StatusRegionGone }
 	_, in := start(t, ucptest.Transports[0], standInConfig{failOn: failAll},
 		initiator.Options{Ack: true, ErrorBuffer: 1})
 	for i := 0; i < 3; i++ {
@@ -516,7 +497,7 @@ func TestErrorsOverflowIsCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "three acks", func() bool { return in.Stats().Acks == 3 })
+	testutil.WaitFor(t, "three acks", func() bool { return in.Stats().Acks == 3 })
 	if st := in.Stats(); st.AckFailures != 3 || st.ErrorsDropped != 2 {
 		t.Errorf("%d ack failures, %d dropped; want 3, 2", st.AckFailures, st.ErrorsDropped)
 	}
@@ -526,7 +507,7 @@ func TestErrorsOverflowIsCounted(t *testing.T) {
 }
 
 func TestWindowFullBlocksAndUnblocks(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4})
 		ctx := timeout(t, 20*time.Second)
 		s.hold.Store(true)
@@ -540,7 +521,7 @@ func TestWindowFullBlocksAndUnblocks(t *testing.T) {
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, []byte("waits")) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
 		select {
 		case err := <-blocked:
 			t.Fatalf("append returned (%v) with the window full", err)
@@ -581,7 +562,7 @@ func TestWindowFullBlocksAndUnblocks(t *testing.T) {
 // Acked requests hold window space until their ack; WindowBytes bounds the
 // bytes they hold.
 func TestWindowBytes(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{WindowBytes: 1000, Ack: true})
 		ctx := timeout(t, 20*time.Second)
 		// One request larger than the window goes when nothing else is in
@@ -589,14 +570,14 @@ func TestWindowBytes(t *testing.T) {
 		if err := in.Append(8, 1, 1, pattern(2000, 1)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the big append's ack", func() bool { return in.Stats().Acks == 1 })
+		testutil.WaitFor(t, "the big append's ack", func() bool { return in.Stats().Acks == 1 })
 		s.hold.Store(true)
 		if err := in.Append(8, 1, 1, pattern(600, 2)); err != nil {
 			t.Fatal(err)
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, pattern(600, 3)) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits == 1 })
 		select {
 		case err := <-blocked:
 			t.Fatalf("append returned (%v) with the window's bytes used", err)
@@ -618,7 +599,7 @@ func TestWindowBytes(t *testing.T) {
 }
 
 func TestRendezvousPayloads(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{})
 		ctx := timeout(t, 30*time.Second)
 		sizes := []int{initiator.DefaultRendezvousThreshold + 1, 64 << 10, 1 << 20, 5 << 20}
@@ -634,7 +615,7 @@ func TestRendezvousPayloads(t *testing.T) {
 		}
 		// Scatter is always eager, even when large.
 		chunks := [][]byte{pattern(60000, 4), pattern(60000, 5), pattern(17, 6)}
-		iovs := []rdmo.IOV{{Addr: 1, Rkey: 1, Len: 60000}, {Addr: 2, Rkey: 1, Len: 60000}, {Addr: 3, Rkey: 1, Len: 17}}
+		iovs := []wire.IOV{{Addr: 1, Rkey: 1, Len: 60000}, {Addr: 2, Rkey: 1, Len: 60000}, {Addr: 3, Rkey: 1, Len: 17}}
 		if err := in.Scatter(iovs, chunks); err != nil {
 			t.Fatal(err)
 		}
@@ -662,7 +643,7 @@ func TestRendezvousPayloads(t *testing.T) {
 			t.Errorf("scatter: rendezvous %v, status %v", sc.Rendezvous, sc.Status)
 		}
 		i := 0
-		rdmo.ForEachIOV(sc.Payload, 3, func(v rdmo.IOV, d []byte) error {
+		wire.ForEachIOV(sc.Payload, 3, func(v wire.IOV, d []byte) error {
 			if v != iovs[i] || !bytes.Equal(d, chunks[i]) {
 				t.Errorf("scatter chunk %d arrived wrong", i)
 			}
@@ -678,7 +659,7 @@ func TestRendezvousPayloads(t *testing.T) {
 // The worker dies with a flush outstanding and appends streaming: the flush
 // and the stream end with a peer-failure error in bounded time.
 func TestPeerKilledMidStream(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 		streamErr := make(chan error, 1)
 		go func() {
@@ -689,7 +670,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 1000 })
+		testutil.WaitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 1000 })
 		s.hold.Store(true)
 		ctx := timeout(t, 30*time.Second)
 		fw, err := in.FlushAsync(ctx)
@@ -742,7 +723,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 // The worker dies and nobody tells the Initiator (shared memory cannot
 // detect it): Close still ends in bounded time and fails what waits.
 func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: 200 * time.Millisecond})
 		streamErr := make(chan error, 1)
 		go func() {
@@ -753,7 +734,7 @@ func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 500 })
+		testutil.WaitFor(t, "the stream to flow", func() bool { return s.arrived.Load() > 500 })
 		s.hold.Store(true)
 		ctx := timeout(t, 30*time.Second)
 		fw, err := in.FlushAsync(ctx)
@@ -785,7 +766,7 @@ func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 }
 
 func TestCloseSendsWhatWasQueued(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		// More appends than credits would make Append wait for flushes.
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4096, Credits: -1})
 		const n = 3000
@@ -797,12 +778,12 @@ func TestCloseSendsWhatWasQueued(t *testing.T) {
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every queued append to arrive", func() bool { return s.arrived.Load() == n })
+		testutil.WaitFor(t, "every queued append to arrive", func() bool { return s.arrived.Load() == n })
 	})
 }
 
 func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 2})
 		s.hold.Store(true)
 		ctx := timeout(t, 20*time.Second)
@@ -811,14 +792,14 @@ func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
 			_, err := in.Flush(ctx)
 			pending <- err
 		}()
-		waitFor(t, "the first flush to arrive", func() bool { return s.arrived.Load() == 1 })
+		testutil.WaitFor(t, "the first flush to arrive", func() bool { return s.arrived.Load() == 1 })
 		fw, err := in.FlushAsync(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		blocked := make(chan error, 1)
 		go func() { blocked <- in.Append(8, 1, 1, []byte("blocked")) }()
-		waitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits >= 1 })
+		testutil.WaitFor(t, "the append to wait", func() bool { return in.Stats().WindowWaits >= 1 })
 		start := time.Now()
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
@@ -843,7 +824,7 @@ func TestCloseWithPendingFlushAndBlockedCaller(t *testing.T) {
 }
 
 func TestUseAfterClose(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := start(t, tr, standInConfig{}, initiator.Options{})
 		if err := in.Close(); err != nil {
 			t.Fatal(err)
@@ -882,9 +863,9 @@ func TestInvalidCalls(t *testing.T) {
 		want error
 	}{
 		{"empty append", in.Append(8, 1, 1, nil), rdmo.ErrEmptyAppend},
-		{"scatter count mismatch", in.Scatter([]rdmo.IOV{{Len: 1}}, nil), rdmo.ErrPayloadMismatch},
-		{"scatter len mismatch", in.Scatter([]rdmo.IOV{{Len: 2}}, [][]byte{{1}}), rdmo.ErrPayloadMismatch},
-		{"scatter chunk too long", in.Scatter([]rdmo.IOV{{Len: 0}}, [][]byte{make([]byte, 65536)}), rdmo.ErrLengthOverflow},
+		{"scatter count mismatch", in.Scatter([]wire.IOV{{Len: 1}}, nil), rdmo.ErrPayloadMismatch},
+		{"scatter len mismatch", in.Scatter([]wire.IOV{{Len: 2}}, [][]byte{{1}}), rdmo.ErrPayloadMismatch},
+		{"scatter chunk too long", in.Scatter([]wire.IOV{{Len: 0}}, [][]byte{make([]byte, 65536)}), rdmo.ErrLengthOverflow},
 		{"reference op as user op", in.User(rdmo.OpAppend, nil, nil), rdmo.ErrUnknownOp},
 		{"reserved op", in.User(5, nil, nil), rdmo.ErrUnknownOp},
 		{"sub-header too long", in.User(rdmo.OpUserBase, make([]byte, 49), nil), rdmo.ErrHeaderTooLong},
@@ -936,7 +917,7 @@ func TestNewErrors(t *testing.T) {
 
 // An Initiator given a Context uses it and leaves it open.
 func TestSharedContext(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		ctx := ucptest.NewContext(t, tr)
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Context: ctx})
 		if err := in.Append(8, 1, 1, []byte("x")); err != nil {

@@ -9,10 +9,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
-// loop is the state of the worker goroutine. Nothing in it is touched by
+// loop is the state of the progress loop. Nothing in it is touched by
 // any other goroutine: it owns the UCP worker and endpoint (the ucp
 // threading rule), the batches taken from the queue, and the tables of
 // requests that wait for an answer.
@@ -39,7 +40,7 @@ type loop struct {
 	// holds the failures reported to flow control's own flushes until the
 	// next Flush of the caller's.
 	confirmed, settledConfirmed uint64
-	carry                       rdmo.FlushResponse
+	carry                       wire.FlushResponse
 
 	failed error // the peer failed (*PeerFailedError)
 	fatal  bool  // the UCP worker is unusable (events lost)
@@ -52,7 +53,7 @@ type ackRec struct {
 }
 
 const (
-	// idleSpins is how many empty progress rounds the worker goroutine
+	// idleSpins is how many empty progress rounds the progress loop
 	// makes before it sleeps in Worker.Wait.
 	idleSpins = 64
 	// pendingSpins is how many it makes, yielding, while sends are not
@@ -128,8 +129,7 @@ func (in *Initiator) setup() (lp *loop, err error) {
 	}
 	in.detect = lp.ep.PeerFailureDetection()
 	in.w = lp.w
-	lp.newBatch() // batch 0 is the queue's first current batch
-	in.q.cur = lp.batches[0]
+	in.q.Swap(lp.newBatch()) // batch 0 is the queue's first current batch
 	return lp, nil
 }
 
@@ -154,15 +154,13 @@ func (lp *loop) recycle(b *batch) {
 // whether Close or PeerFailed asked for attention.
 func (lp *loop) take() (b *batch, closing, failReq bool) {
 	q := &lp.in.q
-	q.mu.Lock()
-	q.sleeping = false
+	q.Lock()
 	closing, failReq = q.closed, q.failReq
 	q.failReq = false
-	if len(q.cur.ents) > 0 {
-		b = q.cur
-		q.cur = lp.newBatch()
+	if q.Len() > 0 {
+		b, _ = q.SwapLocked(lp.newBatch())
 	}
-	q.mu.Unlock()
+	q.Unlock()
 	return b, closing, failReq
 }
 
@@ -205,16 +203,17 @@ func (lp *loop) run() {
 }
 
 // sleep waits in Worker.Wait unless a request arrived meanwhile. The flag
-// it sets makes the next producer wake it.
+// it sets first makes the next producer wake it (Initiator.wake).
 func (lp *loop) sleep() {
 	q := &lp.in.q
-	q.mu.Lock()
-	if len(q.cur.ents) > 0 || q.closed || q.failReq {
-		q.mu.Unlock()
+	q.sleeping.Store(true)
+	defer q.sleeping.Store(false)
+	q.Lock()
+	if q.Len() > 0 || q.closed || q.failReq {
+		q.Unlock()
 		return
 	}
-	q.sleeping = true
-	q.mu.Unlock()
+	q.Unlock()
 	timeout := time.Duration(-1)
 	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal {
 		timeout = pollInterval
@@ -267,14 +266,14 @@ func (lp *loop) sendFlags(e *entry, dataLen int) ucp.SendFlags {
 // encoded before anything is sent, so b.agg no longer moves.
 func (lp *loop) pack(b *batch) {
 	limit := lp.in.opts.MaxAggregate
-	client := rdmo.Header{ClientID: lp.in.opts.ClientID}
+	client := wire.Header{ClientID: lp.in.opts.ClientID}
 	fits := func(e *entry) int {
 		data := b.payload(e)
 		if lp.sendFlags(e, len(data))&ucp.SendRendezvous != 0 {
 			return 0
 		}
-		n := rdmo.BatchEntrySize(int(e.hdrLen), len(data))
-		if rdmo.BatchHeaderLen+n > limit {
+		n := wire.BatchEntrySize(int(e.hdrLen), len(data))
+		if wire.BatchHeaderLen+n > limit {
 			return 0
 		}
 		return n
@@ -286,7 +285,7 @@ func (lp *loop) pack(b *batch) {
 			i++
 			continue
 		}
-		size += rdmo.BatchHeaderLen
+		size += wire.BatchHeaderLen
 		j := i + 1
 		for j < len(b.ents) {
 			n := fits(&b.ents[j])
@@ -299,11 +298,11 @@ func (lp *loop) pack(b *batch) {
 		if j-i >= 2 {
 			lead := &b.ents[i]
 			lead.span, lead.aggOff = j-i, len(b.agg)
-			b.agg = rdmo.AppendBatchRequest(b.agg, client, rdmo.BatchHeader{Count: uint64(j - i)})
+			b.agg = wire.AppendBatchRequest(b.agg, client, wire.BatchHeader{Count: uint64(j - i)})
 			for k := i; k < j; k++ {
 				e := &b.ents[k]
 				// Checked at enqueue: headers of 16..64 bytes, no container.
-				b.agg, _ = rdmo.AppendBatchEntry(b.agg, b.header(e), b.payload(e))
+				b.agg, _ = wire.AppendBatchEntry(b.agg, b.header(e), b.payload(e))
 			}
 			lead.aggEnd = len(b.agg)
 		}
@@ -323,7 +322,7 @@ func (lp *loop) send(b *batch, i, n int) {
 		flags = lp.sendFlags(lead, len(data))
 	} else {
 		ctr := b.agg[lead.aggOff:lead.aggEnd:lead.aggEnd]
-		hdr, data = ctr[:rdmo.BatchHeaderLen], ctr[rdmo.BatchHeaderLen:]
+		hdr, data = ctr[:wire.BatchHeaderLen], ctr[wire.BatchHeaderLen:]
 		flags = ucp.SendReply | ucp.SendEager
 	}
 	for k := i; k < i+n; k++ {
@@ -409,7 +408,7 @@ func (lp *loop) entryFailed(e *entry, err error) {
 	case e.flush != nil:
 		if lp.flushes[e.flush.id] == e.flush {
 			delete(lp.flushes, e.flush.id)
-			e.flush.finish(rdmo.FlushResponse{}, err)
+			e.flush.finish(wire.FlushResponse{}, err)
 			lp.release(e.cost)
 		}
 	case e.flags&rdmo.FlagAck != 0:
@@ -434,10 +433,10 @@ func (lp *loop) settle() {
 		return
 	}
 	q := &lp.in.q
-	q.mu.Lock()
+	q.Lock()
 	q.confirmed = lp.confirmed
 	q.release(lp.freedSlots, lp.freedBytes)
-	q.mu.Unlock()
+	q.Unlock()
 	lp.settledConfirmed = lp.confirmed
 	lp.freedSlots, lp.freedBytes = 0, 0
 }
@@ -447,16 +446,16 @@ func (lp *loop) HandleMessages(_ *ucp.Worker, msgs []ucp.Message) {
 	in := lp.in
 	for i := range msgs {
 		m := &msgs[i]
-		id, err := rdmo.ParseResponseID(m.Header)
+		id, err := wire.ParseResponseID(m.Header)
 		if err != nil {
 			in.stats.malformed.Add(1)
 			in.log.Warn("malformed response", zap.Error(err), zap.Int("header_len", len(m.Header)))
 			continue
 		}
 		switch id {
-		case rdmo.RspFlush:
+		case wire.RspFlush:
 			lp.flushResponse(m)
-		case rdmo.RspAck:
+		case wire.RspAck:
 			lp.ackResponse(m)
 		}
 	}
@@ -464,7 +463,7 @@ func (lp *loop) HandleMessages(_ *ucp.Worker, msgs []ucp.Message) {
 
 func (lp *loop) flushResponse(m *ucp.Message) {
 	in := lp.in
-	rsp, err := rdmo.ParseFlushResponse(m.Header)
+	rsp, err := wire.ParseFlushResponse(m.Header)
 	if err != nil {
 		in.stats.malformed.Add(1)
 		in.log.Warn("malformed flush response", zap.Error(err), zap.Int("header_len", len(m.Header)))
@@ -478,7 +477,7 @@ func (lp *loop) flushResponse(m *ucp.Message) {
 		return
 	}
 	delete(lp.flushes, rsp.FlushID)
-	lp.release(rdmo.FlushHeaderLen)
+	lp.release(wire.FlushHeaderLen)
 	// A fenced FLUSH is answered once every request before it completed.
 	lp.confirmed = max(lp.confirmed, fw.seq+1)
 	in.stats.flushesDone.Add(1)
@@ -495,7 +494,7 @@ func (lp *loop) flushResponse(m *ucp.Message) {
 			in.stats.failuresReported.Add(uint64(rsp.Failed))
 		}
 		rsp = carryFailures(lp.carry, rsp)
-		lp.carry = rdmo.FlushResponse{}
+		lp.carry = wire.FlushResponse{}
 	} else if rsp.Failed > 0 {
 		in.stats.failuresReported.Add(uint64(rsp.Failed))
 	}
@@ -510,7 +509,7 @@ func (lp *loop) flushResponse(m *ucp.Message) {
 // earlier one: the counts add up (saturating, as the worker's do) and the
 // first failure stays the earlier one's. The result carries the later
 // response's flush id.
-func carryFailures(earlier, later rdmo.FlushResponse) rdmo.FlushResponse {
+func carryFailures(earlier, later wire.FlushResponse) wire.FlushResponse {
 	out := later
 	if earlier.Failed == 0 {
 		return out
@@ -525,7 +524,7 @@ func carryFailures(earlier, later rdmo.FlushResponse) rdmo.FlushResponse {
 
 func (lp *loop) ackResponse(m *ucp.Message) {
 	in := lp.in
-	ack, err := rdmo.ParseAck(m.Header)
+	ack, err := wire.ParseAck(m.Header)
 	if err != nil {
 		in.stats.malformed.Add(1)
 		in.log.Warn("malformed ack", zap.Error(err), zap.Int("header_len", len(m.Header)))
@@ -578,27 +577,28 @@ func (lp *loop) fail(cause error) {
 	lp.failed = pe
 	lp.in.log.Warn("endpoint to the RDMO worker failed", zap.Error(cause))
 	q := &lp.in.q
-	q.mu.Lock()
+	q.Lock()
 	if q.failed == nil {
 		q.failed = pe
 	}
-	b := q.cur
+	b := *q.Batch()
 	slots, nbytes := 0, 0
 	for i := range b.ents {
 		e := &b.ents[i]
 		if e.flush != nil {
-			e.flush.finish(rdmo.FlushResponse{}, pe)
+			e.flush.finish(wire.FlushResponse{}, pe)
 		}
 		slots++
 		nbytes += e.cost
 	}
 	b.reset()
+	q.SwapLocked(b) // the emptied batch stays the current one
 	q.release(slots, nbytes)
 	q.broadcast()
-	q.mu.Unlock()
+	q.Unlock()
 	for id, fw := range lp.flushes {
-		fw.finish(rdmo.FlushResponse{}, pe)
-		lp.release(rdmo.FlushHeaderLen)
+		fw.finish(wire.FlushResponse{}, pe)
+		lp.release(wire.FlushHeaderLen)
 		delete(lp.flushes, id)
 	}
 	for seq, rec := range lp.acks {
@@ -658,8 +658,8 @@ func (lp *loop) shutdown() error {
 		failErr = lp.failed
 	}
 	for id, fw := range lp.flushes {
-		fw.finish(rdmo.FlushResponse{}, failErr)
-		lp.release(rdmo.FlushHeaderLen)
+		fw.finish(wire.FlushResponse{}, failErr)
+		lp.release(wire.FlushHeaderLen)
 		delete(lp.flushes, id)
 	}
 	for seq, rec := range lp.acks {
@@ -696,7 +696,7 @@ func (lp *loop) shutdown() error {
 }
 
 func (q *queue) failedErr() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	return q.failed
 }

@@ -4,18 +4,20 @@ import (
 	"context"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 
+	"github.com/openrdmo/rdmo/internal/coalesce"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // queue is the coalescing queue between producers (any goroutine) and the
-// worker goroutine, in the style of nats-server's ipQueue: producers encode
-// their request into the current batch under mu; the worker goroutine swaps
-// the whole batch out at once. The same mutex guards the send window, so a
-// request costs one lock round trip for its producer.
+// progress loop: producers encode their request into the current batch
+// under the Batcher's mutex; the loop swaps the whole batch out at once.
+// The same mutex guards the send window and flow control, so a request
+// costs one lock round trip for its producer.
 type queue struct {
-	mu  sync.Mutex
-	cur *batch // filled by producers; swapped out by the worker goroutine
+	coalesce.Batcher[*batch]
 
 	window, windowBytes int
 	inflight            int // window slots in use
@@ -23,10 +25,10 @@ type queue struct {
 	waiters             int // producers waiting for window space
 	space               chan struct{}
 
-	// sleeping is set by the worker goroutine before it waits for work;
-	// the producer that puts the first request into the empty batch then
-	// wakes it (and clears the flag, so nobody else does).
-	sleeping bool
+	// sleeping is set by the loop before it checks the batch and waits
+	// for work; the producer that puts the first request into the empty
+	// batch then wakes it (and clears the flag, so nobody else does).
+	sleeping atomic.Bool
 
 	seq uint64 // arrival sequence number of the next request
 	// Flow control (Options.Credits): every request with a sequence
@@ -38,13 +40,13 @@ type queue struct {
 	flushEnd  uint64
 	closed    bool  // Close was called: no new requests
 	failed    error // the peer failed: every call fails with this
-	failReq   bool  // PeerFailed was called: the worker goroutine must act
+	failReq   bool  // PeerFailed was called: the progress loop must act
 }
 
-func (q *queue) init(window, windowBytes, credits int) {
+func (q *queue) init(window, windowBytes, credits int, wake func()) {
 	q.window, q.windowBytes, q.credits = window, windowBytes, credits
 	q.space = make(chan struct{})
-	q.cur = &batch{}
+	q.Init(wake)
 }
 
 // broadcast wakes every producer waiting for window space. Called with mu
@@ -73,7 +75,7 @@ type batch struct {
 	hdr     []byte
 	data    []byte
 	ents    []entry
-	pending int // sends issued and not yet complete (worker goroutine)
+	pending int // sends issued and not yet complete (progress loop)
 	// agg holds the BATCH containers built from the batch (worker
 	// goroutine): each a container header followed by its data.
 	agg []byte
@@ -138,7 +140,7 @@ type request struct {
 	op     uint32
 	flags  uint32
 	app    rdmo.AppendHeader
-	iovs   []rdmo.IOV
+	iovs   []wire.IOV
 	chunks [][]byte
 	sub    []byte
 	data   []byte // the caller's payload (APPEND, user op)
@@ -154,13 +156,13 @@ const ownBufferMin = 4 << 10
 func (r *request) headerLen() int {
 	switch r.op {
 	case rdmo.OpFlush:
-		return rdmo.FlushHeaderLen
+		return wire.FlushHeaderLen
 	case rdmo.OpAppend:
-		return rdmo.AppendHeaderLen
+		return wire.AppendHeaderLen
 	case rdmo.OpScatter:
-		return rdmo.ScatterHeaderLen
+		return wire.ScatterHeaderLen
 	}
-	return rdmo.HeaderLen + len(r.sub)
+	return wire.HeaderLen + len(r.sub)
 }
 
 // writePayload appends the request's wire payload to dst.
@@ -170,14 +172,14 @@ func (r *request) writePayload(dst []byte) []byte {
 	}
 	for i := range r.iovs {
 		// Lengths were checked by the caller, so AppendIOV cannot fail.
-		dst, _ = rdmo.AppendIOV(dst, r.iovs[i], r.chunks[i])
+		dst, _ = wire.AppendIOV(dst, r.iovs[i], r.chunks[i])
 	}
 	return dst
 }
 
 // enqueue waits for window space, encodes r into the current batch and
-// wakes the worker goroutine if it sleeps on an empty queue. It returns the
-// request's arrival sequence number.
+// wakes the loop if it sleeps on an empty queue (the Batcher's Unlock). It
+// returns the request's arrival sequence number.
 func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 	hlen := r.headerLen()
 	cost := hlen + r.plen
@@ -191,29 +193,28 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		done = ctx.Done()
 	}
 	q := &in.q
-	q.mu.Lock()
+	q.Lock()
 	waited, creditWaited := false, false
 	var flushFirst bool
 	for {
 		if q.closed {
-			q.mu.Unlock()
+			q.Unlock()
 			putBuf(own)
 			return 0, ErrClosed
 		}
 		if q.failed != nil {
 			err := q.failed
-			q.mu.Unlock()
+			q.Unlock()
 			putBuf(own)
 			return 0, err
 		}
 		var creditsOK bool
 		flushFirst, creditsOK = q.credit(r.op)
 		if !creditsOK {
-			// Only a flush answer returns credits: make sure one is coming.
-			if q.seq > q.flushEnd && in.queueCreditFlush() {
-				// Woken under the lock: this caller is about to wait.
-				in.stats.wakes.Add(1)
-				in.w.Wake()
+			// Only a flush answer returns credits: make sure one is
+			// coming (the Unlock below wakes the loop for it).
+			if q.seq > q.flushEnd {
+				in.queueCreditFlush()
 			}
 			if !creditWaited {
 				creditWaited = true
@@ -227,61 +228,64 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		}
 		space := q.space
 		q.waiters++
-		q.mu.Unlock()
+		q.Unlock()
 		select {
 		case <-space:
 		case <-done:
 		}
-		q.mu.Lock()
+		q.Lock()
 		q.waiters--
 		if ctx != nil && ctx.Err() != nil {
-			q.mu.Unlock()
+			q.Unlock()
 			putBuf(own)
 			return 0, ctx.Err()
 		}
 	}
-	wake := flushFirst && in.queueCreditFlush()
-	seq, woke := in.put(r, cost, own)
-	q.mu.Unlock()
-	if woke || wake {
-		in.stats.wakes.Add(1)
-		in.w.Wake()
+	if flushFirst {
+		in.queueCreditFlush()
 	}
+	seq := in.put(r, cost, own)
+	q.Unlock()
 	return seq, nil
 }
 
+// wake is the queue's wake function: it interrupts the loop's sleep, a
+// system call, only when the loop is (about to be) asleep. The loop sets
+// sleeping before it checks the batch: either it sees the request or the
+// producer sees the flag.
+func (in *Initiator) wake() {
+	if in.q.sleeping.Swap(false) {
+		in.stats.wakes.Add(1)
+		in.w.Wake()
+	}
+}
+
 // put takes window space and a sequence number for r and encodes it into
-// the current batch. It reports whether the worker goroutine sleeps on the
-// empty batch and must be woken (the flag is cleared, so only one caller
-// wakes it). Called with mu held.
-func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64, wake bool) {
+// the current batch. Called with the mutex held.
+func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 	q := &in.q
 	q.inflight++
 	q.inflightBytes += cost
 	seq = q.seq
 	q.seq++
-	b := q.cur
-	wake = q.sleeping && len(b.ents) == 0
-	if wake {
-		q.sleeping = false
-	}
+	b := *q.Batch()
 	if r.op == rdmo.OpFlush {
 		r.flush.seq = seq
 		q.flushEnd = seq + 1
 	}
 	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, own: own}
 	e.hdrOff = uint32(len(b.hdr))
-	h := rdmo.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
+	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
 	switch r.op {
 	case rdmo.OpFlush:
-		b.hdr = rdmo.AppendFlushRequest(b.hdr, h, rdmo.FlushHeader{FlushID: r.flush.id})
+		b.hdr = wire.AppendFlushRequest(b.hdr, h, rdmo.FlushHeader{FlushID: r.flush.id})
 	case rdmo.OpAppend:
-		b.hdr = rdmo.AppendAppendRequest(b.hdr, h, r.app)
+		b.hdr = wire.AppendAppendRequest(b.hdr, h, r.app)
 	case rdmo.OpScatter:
-		b.hdr = rdmo.AppendScatterRequest(b.hdr, h, rdmo.ScatterHeader{Count: uint64(len(r.iovs))})
+		b.hdr = wire.AppendScatterRequest(b.hdr, h, rdmo.ScatterHeader{Count: uint64(len(r.iovs))})
 	default:
 		// Checked by the caller: a user op with a short enough sub-header.
-		b.hdr, _ = rdmo.AppendUserRequest(b.hdr, h, r.sub)
+		b.hdr, _ = wire.AppendUserRequest(b.hdr, h, r.sub)
 	}
 	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
 	if own == nil && r.plen > 0 {
@@ -290,7 +294,8 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64, wake bo
 		e.dataLen = len(b.data) - e.dataOff
 	}
 	b.ents = append(b.ents, e)
-	return seq, wake
+	q.Added(1)
+	return seq
 }
 
 // credit reports whether a request of op fits the credits now, and whether
@@ -311,13 +316,11 @@ func (q *queue) credit(op uint32) (flushFirst, ok bool) {
 
 // queueCreditFlush puts a fenced FLUSH of flow control's own into the
 // current batch: its answer confirms every request before it, returning
-// their credits. It reports whether the worker goroutine must be woken.
-// Called with mu held.
-func (in *Initiator) queueCreditFlush() (wake bool) {
+// their credits. Called with the mutex held.
+func (in *Initiator) queueCreditFlush() {
 	fw := &FlushWait{id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
-	_, wake = in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, rdmo.FlushHeaderLen, nil)
+	in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, wire.FlushHeaderLen, nil)
 	in.stats.creditFlushes.Add(1)
-	return wake
 }
 
 // Pools of payload buffers by power-of-two size class, from ownBufferMin

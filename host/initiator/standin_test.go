@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
@@ -47,12 +48,12 @@ type standIn struct {
 	overLimit  atomic.Uint64
 	maxPending atomic.Int64
 
-	// worker goroutine only
+	// progress loop only
 	seq      uint64
 	fifo     []*pendingReq
 	head     int // fifo[head:] are pending
 	failed   uint32
-	first    rdmo.FlushResponse // First* fields of the earliest failure
+	first    wire.FlushResponse // First* fields of the earliest failure
 	scratch  []byte
 	freeReqs []*pendingReq
 
@@ -65,7 +66,7 @@ type standIn struct {
 
 type standInConfig struct {
 	// failOn decides a request's status (after the codec's checks).
-	failOn func(r rdmo.RequestHeader, payload []byte) rdmo.Status
+	failOn func(r wire.RequestHeader, payload []byte) rdmo.Status
 	// noise sends stale, foreign and malformed responses before every
 	// flush response.
 	noise bool
@@ -83,7 +84,7 @@ type standInConfig struct {
 type arrival struct {
 	Seq        uint64
 	Hdr        []byte // the AM header as it arrived
-	Req        rdmo.RequestHeader
+	Req        wire.RequestHeader
 	ParseErr   error
 	Payload    []byte
 	Rendezvous bool
@@ -95,7 +96,7 @@ type arrival struct {
 
 type pendingReq struct {
 	seq        uint64
-	hdr        rdmo.RequestHeader
+	hdr        wire.RequestHeader
 	perr       error
 	reply      *ucp.Endpoint
 	payload    []byte
@@ -130,7 +131,7 @@ func newStandIn(t testing.TB, tr ucptest.Transport, cfg standInConfig) *standIn 
 	return s
 }
 
-// run is the stand-in's worker goroutine.
+// run is the stand-in's progress loop.
 func (s *standIn) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -192,8 +193,8 @@ func (s *standIn) handle(w *ucp.Worker, msgs []ucp.Message) {
 	for i := range msgs {
 		m := &msgs[i]
 		s.messages.Add(1)
-		if len(m.Header) >= rdmo.HeaderLen && binary.LittleEndian.Uint32(m.Header[rdmo.HeaderOpOffset:]) == rdmo.OpBatch {
-			rh, err := rdmo.ParseRequest(m.Header)
+		if len(m.Header) >= wire.HeaderLen && binary.LittleEndian.Uint32(m.Header[wire.HeaderOpOffset:]) == rdmo.OpBatch {
+			rh, err := wire.ParseRequest(m.Header)
 			if err == nil && m.Rendezvous {
 				err = rdmo.ErrRendezvousRefused
 			}
@@ -205,7 +206,7 @@ func (s *standIn) handle(w *ucp.Worker, msgs []ucp.Message) {
 				if size := int64(len(m.Header) + len(m.Data)); size > s.maxContainer.Load() {
 					s.maxContainer.Store(size)
 				}
-				it := rdmo.NewBatchIter(m.Data, rh.Batch.Count)
+				it := wire.NewBatchIter(m.Data, rh.Batch.Count)
 				for it.Next() {
 					inner, perr := it.Request()
 					s.accept(m, it.Header(), inner, perr, it.Payload(), n)
@@ -216,14 +217,14 @@ func (s *standIn) handle(w *ucp.Worker, msgs []ucp.Message) {
 			s.accept(m, m.Header, rh, err, m.Data, 0)
 			continue
 		}
-		rh, err := rdmo.ParseRequest(m.Header)
+		rh, err := wire.ParseRequest(m.Header)
 		s.accept(m, m.Header, rh, err, m.Data, 0)
 	}
 }
 
 // accept numbers and records one request: the AM m itself, or an inner
 // request of the container m (container > 0).
-func (s *standIn) accept(m *ucp.Message, header []byte, rh rdmo.RequestHeader, perr error, data []byte, container uint64) {
+func (s *standIn) accept(m *ucp.Message, header []byte, rh wire.RequestHeader, perr error, data []byte, container uint64) {
 	s.arrived.Add(1)
 	pending := len(s.fifo) - s.head
 	if int64(pending) > s.maxPending.Load() {
@@ -242,7 +243,7 @@ func (s *standIn) accept(m *ucp.Message, header []byte, rh rdmo.RequestHeader, p
 	if !s.cfg.countOnly {
 		hdr := append([]byte(nil), header...)
 		if p.perr == nil && rdmo.IsUserOp(p.hdr.Header.Op) {
-			p.hdr.User = hdr[rdmo.SubHeaderOffset:]
+			p.hdr.User = hdr[wire.SubHeaderOffset:]
 		}
 		s.mu.Lock()
 		p.index = len(s.got)
@@ -322,7 +323,7 @@ func (s *standIn) complete() bool {
 		isFlush := p.perr == nil && p.hdr.Header.Op == rdmo.OpFlush
 		if st != rdmo.StatusOK {
 			if s.failed == 0 {
-				s.first = rdmo.FlushResponse{FirstOp: p.hdr.Header.Op, FirstStatus: st, FirstSeq: p.seq}
+				s.first = wire.FlushResponse{FirstOp: p.hdr.Header.Op, FirstStatus: st, FirstSeq: p.seq}
 			}
 			s.failed++
 		}
@@ -330,7 +331,7 @@ func (s *standIn) complete() bool {
 		case isFlush:
 			s.answerFlush(p)
 		case p.hdr.Header.WantsAck():
-			s.scratch = rdmo.AppendAck(s.scratch[:0], rdmo.AckResponse{
+			s.scratch = wire.AppendAck(s.scratch[:0], wire.AckResponse{
 				Op: p.hdr.Header.Op, Seq: p.seq, Status: st, Value: 0x1000 + p.seq})
 			s.send(p.reply, s.scratch)
 			s.mu.Lock()
@@ -346,25 +347,25 @@ func (s *standIn) answerFlush(p *pendingReq) {
 	id := p.hdr.Flush.FlushID
 	if s.cfg.noise {
 		// None of these may be taken for the answer to flush id.
-		s.send(p.reply, rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: id ^ 0x5a5a5a5a5a5a5a5a}))
-		s.send(p.reply, rdmo.AppendReferenceFlushResponse(nil, id-1000))
-		s.send(p.reply, rdmo.AppendAck(nil, rdmo.AckResponse{Op: rdmo.OpAppend, Seq: 1 << 60}))
+		s.send(p.reply, wire.AppendFlushResponse(nil, wire.FlushResponse{FlushID: id ^ 0x5a5a5a5a5a5a5a5a}))
+		s.send(p.reply, wire.AppendReferenceFlushResponse(nil, id-1000))
+		s.send(p.reply, wire.AppendAck(nil, wire.AckResponse{Op: rdmo.OpAppend, Seq: 1 << 60}))
 		s.send(p.reply, []byte{1, 2, 3})                                                     // too short
 		s.send(p.reply, []byte{7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8})                          // unknown rsp id
-		s.send(p.reply, rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: id})[:20]) // truncated
+		s.send(p.reply, wire.AppendFlushResponse(nil, wire.FlushResponse{FlushID: id})[:20]) // truncated
 	}
 	if s.dropFlush.Load() {
 		return
 	}
 	if s.cfg.reference {
-		s.scratch = rdmo.AppendReferenceFlushResponse(s.scratch[:0], id)
+		s.scratch = wire.AppendReferenceFlushResponse(s.scratch[:0], id)
 	} else {
 		r := s.first
 		r.FlushID = id
 		r.Failed = s.failed
-		s.scratch = rdmo.AppendFlushResponse(s.scratch[:0], r)
+		s.scratch = wire.AppendFlushResponse(s.scratch[:0], r)
 	}
-	s.failed, s.first = 0, rdmo.FlushResponse{}
+	s.failed, s.first = 0, wire.FlushResponse{}
 	s.send(p.reply, s.scratch)
 	s.mu.Lock()
 	s.nflush++

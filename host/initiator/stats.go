@@ -41,9 +41,9 @@ type Stats struct {
 	// Options.Credits), CreditFlushes the FLUSHes flow control queued.
 	CreditWaits   uint64
 	CreditFlushes uint64
-	Batches       uint64 // batches the worker goroutine took from the queue
+	Batches       uint64 // batches the progress loop took from the queue
 	Wakes         uint64 // ucp.Worker.Wake calls made by producers
-	Sleeps        uint64 // times the worker goroutine slept in ucp.Worker.Wait
+	Sleeps        uint64 // times the progress loop slept in ucp.Worker.Wait
 }
 
 type counters struct {
@@ -57,7 +57,7 @@ type counters struct {
 	creditWaits, creditFlushes              atomic.Uint64
 }
 
-// batchCounts accumulates per-batch counts on the worker goroutine, so a
+// batchCounts accumulates per-batch counts on the progress loop, so a
 // batch of thousands of requests costs a handful of atomic adds.
 type batchCounts struct {
 	appends, scatters, userOps, flushes   uint64

@@ -94,7 +94,7 @@ type WorkerInfo struct {
 	// (its answer to CLIENT_INIT), which the initiator's flow control must
 	// stay within (initiator.Options.Credits). Added after version 1
 	// shipped: 0 (an older target, or a worker that did not say) means
-	// rdmo.DefaultMaxInFlightPerRQ.
+	// wire.DefaultMaxInFlightPerRQ.
 	MaxInFlightPerRQ uint32 `msgpack:"max_in_flight_per_rq,omitempty"`
 }
 

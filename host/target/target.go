@@ -69,7 +69,7 @@ type Region struct {
 type Target struct {
 	svc     *Service
 	ownsSvc bool
-	w       *urom.Worker
+	w       *urom.WorkerProcess
 	remote  rdmoworker.Remote
 	log     *zap.Logger
 	timeout time.Duration

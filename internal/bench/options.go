@@ -14,7 +14,7 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/initiator"
-	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Topology says where the processes sit and which UCX transports they use.
@@ -299,7 +299,7 @@ func (o *Options) validate() error {
 	if maxIOVs > 1 || slices.ContainsFunc(o.Modes, func(m string) bool { _, ok := scatterIOVs(m); return ok }) {
 		// A scatter goes eager, whole: the worker refuses one larger than
 		// its eager payload limit (LengthOverflow).
-		if payload := maxIOVs * (rdmo.IOVDescLen + maxSize); payload > dpu.DefaultMaxEagerPayload {
+		if payload := maxIOVs * (wire.IOVDescLen + maxSize); payload > dpu.DefaultMaxEagerPayload {
 			return fmt.Errorf("--iovs %d × --size %d: a scatter payload of %d bytes exceeds the worker's eager payload limit of %d bytes",
 				maxIOVs, maxSize, payload, dpu.DefaultMaxEagerPayload)
 		}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // The scatter rows: SCATTER streams through the RDMO worker.
@@ -16,7 +17,7 @@ func (p *initProc) scatter(s roundSpec) (roundResult, error) {
 	}
 	p.acks.reset()
 	l := s.Layout
-	iovs := make([]rdmo.IOV, l.IOVs)
+	iovs := make([]wire.IOV, l.IOVs)
 	chunks := make([][]byte, l.IOVs)
 	for i := range chunks {
 		chunks[i] = make([]byte, s.Size)
@@ -31,7 +32,7 @@ func (p *initProc) scatter(s roundSpec) (roundResult, error) {
 			return roundResult{}, err
 		}
 		for i := range iovs {
-			iovs[i] = rdmo.IOV{Addr: l.Base + l.offset(p.id, n, i), Rkey: s.Scatter.Region, Len: uint16(s.Size)}
+			iovs[i] = wire.IOV{Addr: l.Base + l.offset(p.id, n, i), Rkey: rdmo.RegionID(s.Scatter.Region), Len: uint16(s.Size)}
 			fillRecord(chunks[i], p.id, s.Round, l.chunkSeq(n, i))
 		}
 		if n%s.Sample == 0 {

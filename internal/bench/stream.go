@@ -8,6 +8,7 @@ import (
 
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // What the RDMO streaming rounds (append, scatter, flush under load)
@@ -52,7 +53,7 @@ func (a *ackTracker) reset() {
 	a.mu.Unlock()
 }
 
-func (a *ackTracker) onAck(ack rdmo.AckResponse, _ []byte) {
+func (a *ackTracker) onAck(ack wire.AckResponse, _ []byte) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"github.com/openrdmo/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Timeouts of the client side.
@@ -357,10 +358,10 @@ func (c *client) seedFlow(ctx context.Context) error {
 	if err := c.expectBarrier(ctx, barrierSeedAppend); err != nil {
 		return err
 	}
-	iovs := make([]rdmo.IOV, seedScatterChunks)
+	iovs := make([]wire.IOV, seedScatterChunks)
 	chunks := make([][]byte, seedScatterChunks)
 	for i := range iovs {
-		iovs[i] = rdmo.IOV{Addr: c.seed.Base + seedScatterOffset + uint64(i*seedScatterStride), Rkey: c.seed.ID, Len: seedScatterLen}
+		iovs[i] = wire.IOV{Addr: c.seed.Base + seedScatterOffset + uint64(i*seedScatterStride), Rkey: rdmo.RegionID(c.seed.ID), Len: seedScatterLen}
 		chunks[i] = seedChunk(i)
 	}
 	if _, err := s.Scatter(iovs, chunks); err != nil {
@@ -389,7 +390,7 @@ func (c *client) flushSync(ctx context.Context) error {
 	return err
 }
 
-func (c *client) recordFlush(lat time.Duration, rsp rdmo.FlushResponse, err error) {
+func (c *client) recordFlush(lat time.Duration, rsp wire.FlushResponse, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var fe *initiator.FlushError
@@ -447,9 +448,9 @@ func (c *client) flushAsync(ctx context.Context, sem chan struct{}, wg *sync.Wai
 			cancel()
 			c.recordFlush(lat, rsp, err)
 		case <-t.C:
-			c.recordFlush(0, rdmo.FlushResponse{}, fmt.Errorf("flush %d not answered within %v", fw.ID(), flushTimeout))
+			c.recordFlush(0, wire.FlushResponse{}, fmt.Errorf("flush %d not answered within %v", fw.ID(), flushTimeout))
 		case <-ctx.Done():
-			c.recordFlush(0, rdmo.FlushResponse{}, ctx.Err())
+			c.recordFlush(0, wire.FlushResponse{}, ctx.Err())
 		}
 	}()
 	return nil
@@ -466,7 +467,7 @@ func (c *client) workload(ctx context.Context, wl oob.Workload) error {
 	for i := range bufs {
 		bufs[i] = make([]byte, maxChunk)
 	}
-	iovs := make([]rdmo.IOV, 0, maxScatterIOV)
+	iovs := make([]wire.IOV, 0, maxScatterIOV)
 	chunks := make([][]byte, 0, maxScatterIOV)
 	sem := make(chan struct{}, pendingFlushes(wl.FlushEvery))
 	var wg sync.WaitGroup
@@ -482,7 +483,7 @@ func (c *client) workload(ctx context.Context, wl oob.Workload) error {
 			iovs, chunks = iovs[:0], chunks[:0]
 			var n uint64
 			for k, ch := range op.chunks {
-				iovs = append(iovs, rdmo.IOV{Addr: c.scatter.Base + ch.off, Rkey: c.scatter.ID, Len: uint16(ch.len)})
+				iovs = append(iovs, wire.IOV{Addr: c.scatter.Base + ch.off, Rkey: rdmo.RegionID(c.scatter.ID), Len: uint16(ch.len)})
 				chunks = append(chunks, fillChunk(bufs[k], wl.Seed, op.index, k, ch.len))
 				n += uint64(ch.len)
 			}

@@ -17,7 +17,7 @@ func TestAcrossHosts(t *testing.T) {
 	r := newRun(t)
 	const port = "18515" // the default port, free in a fresh namespace
 	server := r.start("server", nil, append(inNS(pair.A), "rdmo", "-m", "server", "-d", pair.A.Device, "--ops", "3000")...)
-	waitFor(t, server, "waiting for the initiator", runTimeout)
+	waitOutput(t, server, "waiting for the initiator")
 	client := r.start("client", pair.B.UCXEnv(),
 		append(inNS(pair.B), "rdmo", "-m", "client", "-s", pair.A.Addr, "--oob-port", port, "-d", pair.B.Device)...)
 	expectPass(t, server, client)

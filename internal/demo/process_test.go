@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/internal/testutil"
 )
 
 // These tests run the rdmo binary as real processes: a server (with its
@@ -87,28 +88,27 @@ func (r *run) start(name string, env []string, argv ...string) *testproc.Proc {
 	return testproc.StartCommand(r.t, argv, testproc.Options{Name: name, Env: append([]string{"UCX_WARN_UNUSED_ENV_VARS=n"}, env...), Grace: -1})
 }
 
-// waitFor waits until the process's output (stdout and stderr) matches re.
-func waitFor(t *testing.T, p *testproc.Proc, re string, timeout time.Duration) []string {
+// waitOutput waits until the process's output (stdout and stderr) matches
+// re, and returns the match; it fails the test when the process exits
+// first, or at the test's deadline.
+func waitOutput(t *testing.T, p *testproc.Proc, re string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(timeout)
-	for {
-		if m := rx.FindStringSubmatch(p.Stderr() + p.Stdout()); m != nil {
-			return m
-		}
+	var m []string
+	exited := false
+	testutil.WaitFor(t, fmt.Sprintf("%s to print %q", p, re), func() bool {
 		select {
-		case <-p.Done():
-			if m := rx.FindStringSubmatch(p.Stderr() + p.Stdout()); m != nil {
-				return m
-			}
-			t.Fatalf("%s exited (status %d) before printing %q", p, p.ExitCode(), re)
+		case <-p.Done(): // read the output after this: all of it
+			exited = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not print %q within %v", p, re, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+		m = rx.FindStringSubmatch(p.Stderr() + p.Stdout())
+		return m != nil || exited
+	})
+	if m == nil {
+		t.Fatalf("%s exited (status %d) before printing %q", p, p.ExitCode(), re)
 	}
+	return m
 }
 
 func output(p *testproc.Proc) string { return p.Stdout() + p.Stderr() }
@@ -241,7 +241,7 @@ func TestClientBeforeServer(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
-	waitFor(t, client, "waiting for the server", 20*time.Second)
+	waitOutput(t, client, "waiting for the server")
 	time.Sleep(300 * time.Millisecond)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500")
 	expectPass(t, server, client)
@@ -253,9 +253,9 @@ func midRun(t *testing.T, r *run) (server, client *testproc.Proc, workerPID int)
 	port := freePort(t)
 	server = r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "400000")
 	client = r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
-	m := waitFor(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`, 60*time.Second)
+	m := waitOutput(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`)
 	workerPID, _ = strconv.Atoi(m[1])
-	waitFor(t, server, "seed append verified", 60*time.Second)
+	waitOutput(t, server, "seed append verified")
 	time.Sleep(300 * time.Millisecond) // into the workload
 	return server, client, workerPID
 }
@@ -353,7 +353,7 @@ func TestRemoteService(t *testing.T) {
 	svcPort := freePort(t)
 	addr := "127.0.0.1:" + svcPort
 	dpu := r.start("dpu", nil, "rdmo", "dpu", "--listen", addr)
-	waitFor(t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr), 30*time.Second)
+	waitOutput(t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr))
 	pl := r.start("plugins", nil, "rdmo", "plugins", "--urom", addr)
 	if code := pl.Wait(t, exitTimeout); code != 0 || !strings.Contains(pl.Stdout(), "of the UROM service at "+addr) {
 		t.Errorf("plugins --urom: exit %d\n%s", code, output(pl))
@@ -375,7 +375,7 @@ func TestServerInterruptedDuringSetup(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			r := newRun(t)
 			server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", freePort(t), "--ops", "1000")
-			waitFor(t, server, at, 60*time.Second)
+			waitOutput(t, server, at)
 			server.Signal(syscall.SIGINT)
 			if code := server.Wait(t, exitTimeout); code != 128+int(syscall.SIGINT) {
 				t.Errorf("server exit %d, want %d", code, 128+int(syscall.SIGINT))

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/urom"
@@ -21,7 +20,7 @@ import (
 func startDPU(r *run, addr string, args ...string) *testproc.Proc {
 	r.t.Helper()
 	dpu := r.start("dpu", nil, append([]string{"rdmo", "dpu"}, args...)...)
-	waitFor(r.t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr), 30*time.Second)
+	waitOutput(r.t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr))
 	return dpu
 }
 
@@ -48,7 +47,7 @@ func TestRemoteServiceSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	dpu := startDPU(r, addr, "--config", conf)
-	waitFor(t, dpu, `UROM service listening .*"authenticates_hosts": true`, 30*time.Second)
+	waitOutput(t, dpu, `UROM service listening .*"authenticates_hosts": true`)
 
 	refused := regexp.MustCompile(`(?m)^rdmo: error: UROM service at ` + regexp.QuoteMeta(addr) +
 		`: urom: authentication failed: .*\(the host's --secret-file and rdmo dpu --secret-file must hold the same secret\)$`)
@@ -114,7 +113,7 @@ func TestRemoteServiceWithoutSecret(t *testing.T) {
 func TestEmbeddedServiceRequiresTheRunSecret(t *testing.T) {
 	r := newRun(t)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", freePort(t), "--ops", "100")
-	m := waitFor(t, server, `embedded UROM service started\s+\{"addr": "([0-9.:]+)", "pid": (\d+)`, 60*time.Second)
+	m := waitOutput(t, server, `embedded UROM service started\s+\{"addr": "([0-9.:]+)", "pid": (\d+)`)
 	cmdline, err := os.ReadFile("/proc/" + m[2] + "/cmdline")
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +130,7 @@ func TestEmbeddedServiceRequiresTheRunSecret(t *testing.T) {
 	} else if !errors.Is(err, urom.ErrAuth) {
 		t.Errorf("a host without the run's secret: %v, want urom.ErrAuth", err)
 	}
-	waitFor(t, server, "waiting for the initiator", 60*time.Second)
+	waitOutput(t, server, "waiting for the initiator")
 	server.Signal(syscall.SIGINT)
 	if code := server.Wait(t, exitTimeout); code != 128+int(syscall.SIGINT) {
 		t.Errorf("server exit %d", code)

@@ -33,7 +33,7 @@ func TestRemoteServiceWorkerLimits(t *testing.T) {
 		"worker": {"max-in-flight-per-rq": 64, "max-clients": 4},
 	}`, addr))
 	dpu := startDPU(r, addr, "--config", conf)
-	waitFor(t, dpu, `worker limits.*"max-in-flight-per-rq":"64"`, exitTimeout)
+	waitOutput(t, dpu, `worker limits.*"max-in-flight-per-rq":"64"`)
 	port := freePort(t)
 	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "2000", "--urom", addr)
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)

@@ -28,7 +28,7 @@ type Strategy uint8
 
 const (
 	// Owned reads the tail once and caches it until the client goes,
-	// writing it back at Fence. Nothing else may move the tail.
+	// writing it back at WriteBack. Nothing else may move the tail.
 	Owned Strategy = iota
 	// Shared reserves each batch's space with one remote fetch-and-add per
 	// queue, so others may append to the same queue concurrently.
@@ -65,14 +65,14 @@ type Options struct {
 //
 // Owned (the reference's way, and the default): on the first request for a
 // queue the handler reads the tail once and then owns it; later appends
-// need no remote access to the tail at all. Fence writes every changed tail
+// need no remote access to the tail at all. WriteBack writes every changed tail
 // back (one 8-byte Put per queue) and keeps it cached. Nothing else may move
 // the tail while the worker owns it (until the region or the client goes).
 //
 // Shared: per batch, one remote fetch-and-add per queue reserves the total
 // length of that batch's appends to it, so the tail may also be moved by
 // others (other workers, the target). The tail word is always current in
-// target memory and Fence has nothing to do. The tail moves before the data
+// target memory and WriteBack has nothing to do. The tail moves before the data
 // lands, so a consumer reads up to the tail only after the appends were
 // acknowledged or flushed.
 //
@@ -111,16 +111,19 @@ func New(opt Options) rdmo.Handler {
 	if opt.Strategy != Owned && opt.Strategy != Shared {
 		panic(fmt.Sprintf("append: unknown strategy %d", opt.Strategy))
 	}
-	return &handler{opt: opt, clients: make(map[uint64]*client)}
+	return &handler{opt: opt, clients: make(map[rdmo.ClientID]*client)}
 }
 
 type handler struct {
 	opt     Options
 	mu      sync.Mutex // guards clients; a client's state is used by one call at a time
-	clients map[uint64]*client
+	clients map[rdmo.ClientID]*client
 }
 
-type queueKey struct{ ptrRkey, ptrAddr uint64 }
+type queueKey struct {
+	ptrRkey rdmo.RegionID
+	ptrAddr uint64
+}
 
 // queue is a queue's state in one client. The fields after dataRegions are
 // per batch, valid while batch equals the client's epoch.
@@ -131,7 +134,7 @@ type queue struct {
 	tail          uint64
 	// dataRegions are the data regions appends to this queue used, so that
 	// RegionRemoved can drop the queue when one of them goes.
-	dataRegions []uint64
+	dataRegions []rdmo.RegionID
 
 	batch  uint64      // epoch of the batch the fields below belong to
 	failed rdmo.Result // getting the tail failed in this batch
@@ -139,14 +142,14 @@ type queue struct {
 	// The open run of eager appends being coalesced.
 	run struct {
 		open        bool
-		region      uint64
+		region      rdmo.RegionID
 		addr, next  uint64
 		first, last int // item indices, linked through item.next
 		n           int
 	}
 }
 
-func (q *queue) usesData(region uint64) bool {
+func (q *queue) usesData(region rdmo.RegionID) bool {
 	for _, r := range q.dataRegions {
 		if r == region {
 			return true
@@ -183,7 +186,7 @@ func (h *handler) Info() rdmo.HandlerInfo {
 	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpAppend}}
 }
 
-func (h *handler) client(id uint64, create bool) *client {
+func (h *handler) client(id rdmo.ClientID, create bool) *client {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.clients[id]
@@ -196,7 +199,7 @@ func (h *handler) client(id uint64, create bool) *client {
 
 // region resolves a region id through a per-batch cache (regions cannot
 // change during a batch: calls for one client never overlap).
-func (c *client) region(t rdmo.Target, id uint64) (rdmo.Region, error) {
+func (c *client) region(t rdmo.Target, id rdmo.RegionID) (rdmo.Region, error) {
 	for _, r := range c.regs {
 		if r.ID == id {
 			return r, nil
@@ -332,16 +335,6 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 // queue (created if new) and item, or the failure.
 func (c *client) validate(t rdmo.Target, req *rdmo.Request) (*queue, item, rdmo.Result) {
 	it := item{next: -1}
-	rh, err := rdmo.ParseRequest(req.Header)
-	if err != nil {
-		return nil, it, rdmo.ResultOf(err)
-	}
-	if rh.Header.Op != rdmo.OpAppend {
-		return nil, it, rdmo.Fail(rdmo.StatusUnknownOp, "the append handler got op %d", rh.Header.Op)
-	}
-	if rh.Header.ClientID != req.Client {
-		return nil, it, rdmo.Fail(rdmo.StatusClientMismatch, "header names client %d, connection is client %d", rh.Header.ClientID, req.Client)
-	}
 	it.n = uint64(len(req.Payload))
 	if req.Rendezvous {
 		it.n = req.Length
@@ -349,7 +342,7 @@ func (c *client) validate(t rdmo.Target, req *rdmo.Request) (*queue, item, rdmo.
 	if it.n == 0 {
 		return nil, it, rdmo.Result{Status: rdmo.StatusEmptyAppend}
 	}
-	a := rh.Append
+	a := req.Append
 	ptr, err := c.region(t, a.PtrRkey)
 	if err != nil {
 		return nil, it, rdmo.ResultOf(err)
@@ -464,7 +457,7 @@ func (h *handler) closeRun(t rdmo.Target, c *client, q *queue, reqs []rdmo.Reque
 	}
 }
 
-func (h *handler) Fence(t rdmo.Target) error {
+func (h *handler) WriteBack(t rdmo.Target) error {
 	c := h.client(t.ClientID(), false)
 	if c == nil {
 		return nil
@@ -491,7 +484,7 @@ func writeBack(t rdmo.Target, q *queue) error {
 	return nil
 }
 
-func (h *handler) RegionRemoved(t rdmo.Target, region uint64) error {
+func (h *handler) RegionRemoved(t rdmo.Target, region rdmo.RegionID) error {
 	c := h.client(t.ClientID(), false)
 	if c == nil {
 		return nil
@@ -511,7 +504,7 @@ func (h *handler) RegionRemoved(t rdmo.Target, region uint64) error {
 	return errors.Join(errs...)
 }
 
-func (h *handler) ClientRemoved(client uint64) {
+func (h *handler) ClientRemoved(client rdmo.ClientID) {
 	h.mu.Lock()
 	delete(h.clients, client)
 	h.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	appendh "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 var le = binary.LittleEndian
@@ -132,7 +133,7 @@ func TestCoalescing(t *testing.T) {
 			if !bytes.Equal(f.q[8:8+len(want)], want) {
 				t.Fatal("queue contents differ")
 			}
-			if err := f.tg.Fence(); err != nil {
+			if err := f.tg.WriteBackAll(); err != nil {
 				t.Fatal(err)
 			}
 			if got := le.Uint64(f.q); got != baseQ+8+uint64(len(want)) {
@@ -247,22 +248,22 @@ func TestMaxCoalesce(t *testing.T) {
 	}
 }
 
-// Owned: the tail is written back at Fence only, stays cached afterwards
+// Owned: the tail is written back at WriteBack only, stays cached afterwards
 // (no new read), and a clean cache writes nothing.
-func TestOwnedFence(t *testing.T) {
+func TestOwnedWriteBack(t *testing.T) {
 	f := newFixture(t, appendh.Owned)
 	f.tg.RunBatch(f.h, f.tg.AppendReq(qhdr, []byte("12345678")))
 	if got := le.Uint64(f.q); got != baseQ+8 {
 		t.Fatalf("tail moved before the fence: %#x", got)
 	}
-	if err := f.tg.Fence(); err != nil {
+	if err := f.tg.WriteBackAll(); err != nil {
 		t.Fatal(err)
 	}
 	if got := le.Uint64(f.q); got != baseQ+16 {
 		t.Fatalf("tail after fence %#x", got)
 	}
 	f.tg.ResetStats()
-	if err := f.tg.Fence(); err != nil || f.tg.Stats().Puts != 0 {
+	if err := f.tg.WriteBackAll(); err != nil || f.tg.Stats().Puts != 0 {
 		t.Fatalf("clean fence wrote: %+v %v", f.tg.Stats(), err)
 	}
 	res := f.tg.RunBatch(f.h, f.tg.AppendReq(qhdr, []byte("x")))
@@ -271,12 +272,12 @@ func TestOwnedFence(t *testing.T) {
 	}
 	// A write-back that fails keeps the tail dirty for the next fence.
 	f.tg.Faults.Put = rdmo.ErrTargetUnreachable
-	err := f.tg.Fence()
+	err := f.tg.WriteBackAll()
 	if rdmo.StatusOf(err) != rdmo.StatusTargetUnreachable {
 		t.Fatalf("fence error %v", err)
 	}
 	f.tg.Faults.Put = nil
-	if err := f.tg.Fence(); err != nil || le.Uint64(f.q) != baseQ+17 {
+	if err := f.tg.WriteBackAll(); err != nil || le.Uint64(f.q) != baseQ+17 {
 		t.Fatalf("retry: %v, tail %#x", err, le.Uint64(f.q))
 	}
 }
@@ -297,7 +298,7 @@ func TestSharedWithOtherAppender(t *testing.T) {
 	if res[0].Value != baseQ+116 || le.Uint64(f.q) != baseQ+120 || string(f.q[116:120]) != "cccc" {
 		t.Fatalf("%+v tail %#x", res, le.Uint64(f.q))
 	}
-	if err := f.tg.Fence(); err != nil || f.tg.Stats().Puts != 2 {
+	if err := f.tg.WriteBackAll(); err != nil || f.tg.Stats().Puts != 2 {
 		t.Fatalf("shared fence must write nothing: %v %+v", err, f.tg.Stats())
 	}
 }
@@ -338,7 +339,29 @@ func TestSharedManyQueues(t *testing.T) {
 }
 
 func hdrBytes(client uint64, flags uint32, a rdmo.AppendHeader) []byte {
-	return rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, a)
+	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags}, a)
+}
+
+// Malformed APPENDs never reach the handler: the worker refuses them with
+// these statuses (as rdmotest.ParseReq does), before any handler runs.
+func TestRefusedByTheWorker(t *testing.T) {
+	tg := rdmotest.NewTarget(cl)
+	for _, c := range []struct {
+		name    string
+		hdr     []byte
+		payload []byte
+		want    rdmo.Status
+	}{
+		{"empty payload", hdrBytes(cl, 0, qhdr), nil, rdmo.StatusEmptyAppend},
+		{"short header", hdrBytes(cl, 0, qhdr)[:39], []byte("payload!"), rdmo.StatusShortHeader},
+		{"long header", append(hdrBytes(cl, 0, qhdr), 0), []byte("payload!"), rdmo.StatusHeaderTooLong},
+		{"unknown flags", hdrBytes(cl, 1<<5, qhdr), []byte("payload!"), rdmo.StatusUnknownFlags},
+		{"client mismatch", hdrBytes(other, 0, qhdr), []byte("payload!"), rdmo.StatusClientMismatch},
+	} {
+		if _, err := tg.ParseReq(c.hdr, c.payload); rdmo.StatusOf(err) != c.want {
+			t.Errorf("%s: %v, want %s", c.name, err, c.want.Name())
+		}
+	}
 }
 
 // Every validation failure in one batch, between good appends: each gets
@@ -363,20 +386,11 @@ func TestErrorPaths(t *testing.T) {
 	app := func(a rdmo.AppendHeader, n int) func(*rdmotest.Target) rdmo.Request {
 		return func(tg *rdmotest.Target) rdmo.Request { return tg.AppendReq(a, pattern(n, 0x77)) }
 	}
-	raw := func(h []byte) func(*rdmotest.Target) rdmo.Request {
-		return func(tg *rdmotest.Target) rdmo.Request { return tg.Req(h, []byte("payload!")) }
-	}
 	pd := func(ptr uint64) rdmo.AppendHeader {
 		return rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: regP, DataRkey: regD}
 	}
 	cases := []tc{
 		{"good A", good(0xA0), 0, 0},
-		{"empty payload", app(qhdr, 0), rdmo.StatusEmptyAppend, rdmo.StatusEmptyAppend},
-		{"short header", raw(hdrBytes(cl, 0, qhdr)[:39]), rdmo.StatusShortHeader, rdmo.StatusShortHeader},
-		{"long header", raw(append(hdrBytes(cl, 0, qhdr), 0)), rdmo.StatusHeaderTooLong, rdmo.StatusHeaderTooLong},
-		{"scatter header", raw(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{})), rdmo.StatusUnknownOp, rdmo.StatusUnknownOp},
-		{"unknown flags", raw(hdrBytes(cl, 1<<5, qhdr)), rdmo.StatusUnknownFlags, rdmo.StatusUnknownFlags},
-		{"client mismatch", raw(hdrBytes(other, 0, qhdr)), rdmo.StatusClientMismatch, rdmo.StatusClientMismatch},
 		{"unknown ptr region", app(rdmo.AppendHeader{PtrAddr: baseQ, PtrRkey: 0x999, DataRkey: regQ}, 8), rdmo.StatusUnknownRegion, rdmo.StatusUnknownRegion},
 		{"foreign ptr region", app(rdmo.AppendHeader{PtrAddr: baseF, PtrRkey: regF, DataRkey: regQ}, 8), rdmo.StatusRegionNotOwned, rdmo.StatusRegionNotOwned},
 		{"unknown data region", app(rdmo.AppendHeader{PtrAddr: baseQ, PtrRkey: regQ, DataRkey: 0x999}, 8), rdmo.StatusUnknownRegion, rdmo.StatusUnknownRegion},
@@ -424,11 +438,11 @@ func TestErrorPaths(t *testing.T) {
 					t.Errorf("%s: value %#x, model %#x", c.name, res[i].Value, wantRes[i].Value)
 				}
 			}
-			if res[0].Value != baseQ+8 || res[15].Value != baseQ+16 || res[21].Value != baseQ+24 {
-				t.Errorf("good appends at %#x %#x %#x", res[0].Value, res[15].Value, res[21].Value)
+			if res[0].Value != baseQ+8 || res[9].Value != baseQ+16 || res[15].Value != baseQ+24 {
+				t.Errorf("good appends at %#x %#x %#x", res[0].Value, res[9].Value, res[15].Value)
 			}
-			if s == appendh.Owned && res[19].Value != baseD+sizeD-10 {
-				t.Errorf("fits-after-overflow at %#x", res[19].Value)
+			if s == appendh.Owned && res[13].Value != baseD+sizeD-10 {
+				t.Errorf("fits-after-overflow at %#x", res[13].Value)
 			}
 			st := f.tg.Stats()
 			wantPuts := uint64(1) // the three good appends to the demo queue, coalesced
@@ -441,7 +455,7 @@ func TestErrorPaths(t *testing.T) {
 			if err := model.Diff(f.tg); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.tg.Fence(); err != nil {
+			if err := f.tg.WriteBackAll(); err != nil {
 				t.Fatal(err)
 			}
 			am.fence()
@@ -570,7 +584,7 @@ func TestClientRemoved(t *testing.T) {
 	f.tg.RunBatch(f.h, f.tg.AppendReq(qhdr, []byte("abc")))
 	f.tg.RemoveClient()
 	f.tg.ResetStats()
-	if err := f.tg.Fence(); err != nil || f.tg.Stats().Puts != 0 {
+	if err := f.tg.WriteBackAll(); err != nil || f.tg.Stats().Puts != 0 {
 		t.Fatal("state survived ClientRemoved")
 	}
 	res := f.tg.RunBatch(f.h, f.tg.AppendReq(qhdr, []byte("d")))
@@ -590,15 +604,15 @@ func TestConcurrentClients(t *testing.T) {
 			for c := uint64(1); c <= 4; c++ {
 				tg := root
 				if c > 1 {
-					tg = root.Peer(c)
+					tg = root.Peer(rdmo.ClientID(c))
 				}
 				base := c << 32
-				mem := tg.AddRegion(c, base, 64<<10)
+				mem := tg.AddRegion(rdmo.RegionID(c), base, 64<<10)
 				le.PutUint64(mem, base+8)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					a := rdmo.AppendHeader{PtrAddr: base, PtrRkey: c, DataRkey: c}
+					a := rdmo.AppendHeader{PtrAddr: base, PtrRkey: rdmo.RegionID(c), DataRkey: rdmo.RegionID(c)}
 					var want []byte
 					for b := 0; b < 50; b++ {
 						var reqs []rdmo.Request
@@ -613,7 +627,7 @@ func TestConcurrentClients(t *testing.T) {
 							}
 						}
 						if b%10 == 9 {
-							if err := tg.Fence(); err != nil {
+							if err := tg.WriteBackAll(); err != nil {
 								t.Error(err)
 							}
 						}
@@ -693,7 +707,7 @@ func ExampleNew() {
 	tg.Register(h)
 	a := rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 1, DataRkey: 1}
 	res := tg.RunBatch(h, tg.AppendReq(a, []byte("hello")), tg.AppendReq(a, []byte("world")))
-	_ = tg.Fence()
+	_ = tg.WriteBackAll()
 	fmt.Printf("%#x %#x %q tail=%#x puts=%d\n", res[0].Value, res[1].Value, q[8:18], le.Uint64(q), tg.Stats().Puts)
 	// Output: 0x1008 0x100d "helloworld" tail=0x1012 puts=2
 }

@@ -14,31 +14,26 @@ import (
 // fetch-add, and leaves failed requests' bytes unwritten.
 type appendModel struct {
 	m      *rdmotest.Model
-	client uint64
+	client rdmo.ClientID
 	shared bool
-	tails  map[qkey]uint64   // owned: cached tails
-	used   map[qkey][]uint64 // data regions each queue was used with
+	tails  map[qkey]uint64          // owned: cached tails
+	used   map[qkey][]rdmo.RegionID // data regions each queue was used with
 }
 
-type qkey struct{ rkey, addr uint64 }
-
-func newAppendModel(m *rdmotest.Model, client uint64, shared bool) *appendModel {
-	return &appendModel{m: m, client: client, shared: shared, tails: make(map[qkey]uint64), used: make(map[qkey][]uint64)}
+type qkey struct {
+	rkey rdmo.RegionID
+	addr uint64
 }
 
-// check validates one request as the handler must, before any tail is known.
+func newAppendModel(m *rdmotest.Model, client rdmo.ClientID, shared bool) *appendModel {
+	return &appendModel{m: m, client: client, shared: shared, tails: make(map[qkey]uint64), used: make(map[qkey][]rdmo.RegionID)}
+}
+
+// check validates one request as the handler must, before any tail is
+// known (the worker has checked its header and client).
 func (am *appendModel) check(req rdmo.Request, n uint64) (rdmo.AppendHeader, rdmo.Region, rdmo.Status) {
-	rh, err := rdmo.ParseRequest(req.Header)
-	if err != nil {
-		return rdmo.AppendHeader{}, rdmo.Region{}, rdmo.StatusOf(err)
-	}
-	a := rh.Append
-	switch {
-	case rh.Header.Op != rdmo.OpAppend:
-		return a, rdmo.Region{}, rdmo.StatusUnknownOp
-	case rh.Header.ClientID != am.client:
-		return a, rdmo.Region{}, rdmo.StatusClientMismatch
-	case n == 0:
+	a := req.Append
+	if n == 0 {
 		return a, rdmo.Region{}, rdmo.StatusEmptyAppend
 	}
 	if err := am.m.Check(a.PtrRkey, a.PtrAddr, 8); err != nil {
@@ -151,7 +146,7 @@ func (am *appendModel) fence() {
 }
 
 // regionRemoved writes back and forgets the queues tied to region.
-func (am *appendModel) regionRemoved(region uint64) {
+func (am *appendModel) regionRemoved(region rdmo.RegionID) {
 	for k, used := range am.used {
 		if k.rkey != region && !contains(used, region) {
 			continue
@@ -170,7 +165,7 @@ func (am *appendModel) clientRemoved() {
 	clear(am.used)
 }
 
-func contains(s []uint64, v uint64) bool {
+func contains(s []rdmo.RegionID, v rdmo.RegionID) bool {
 	for _, x := range s {
 		if x == v {
 			return true

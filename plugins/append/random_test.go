@@ -11,6 +11,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // The random test drives the append, scatter and flush handlers through a
@@ -101,7 +102,7 @@ func newSim(t testing.TB, cfg simConfig, seed uint64) *sim {
 	return s
 }
 
-func setU64(tg *rdmotest.Target, region, addr, v uint64) {
+func setU64(tg *rdmotest.Target, region rdmo.RegionID, addr, v uint64) {
 	r, err := tg.Region(region)
 	if err != nil {
 		panic(err)
@@ -138,20 +139,16 @@ func (s *sim) appendReq() (rdmo.Request, []byte) {
 	q := s.queues[s.rng.IntN(len(s.queues))].hdr
 	p := s.bytes(s.size())
 	if s.rng.IntN(8) == 0 {
-		switch s.rng.IntN(7) {
+		// Bad regions and addresses only: malformed headers, empty
+		// payloads and other clients' requests never reach a handler.
+		switch s.rng.IntN(4) {
 		case 0:
-			p = nil
-		case 1:
 			q.PtrRkey = 0x999
-		case 2:
+		case 1:
 			q.DataRkey = rF
-		case 3:
+		case 2:
 			q.PtrAddr += 4
-		case 4:
-			return tg.Req(hdrBytes(cl, 0, q)[:32], p), p
-		case 5:
-			return tg.Req(hdrBytes(other, rdmo.FlagAck, q), p), p
-		case 6:
+		case 3:
 			q.PtrAddr = bP + 4096
 		}
 	}
@@ -168,7 +165,7 @@ func (s *sim) scatterReq() (rdmo.Request, []byte) {
 	n := s.rng.IntN(13)
 	var chunks []rdmotest.Chunk
 	for len(chunks) < n {
-		region, base, size := uint64(rX), uint64(bX), uint64(sX)
+		region, base, size := rdmo.RegionID(rX), uint64(bX), uint64(sX)
 		if s.rng.IntN(4) == 0 {
 			region, base, size = rD1, bD1+32<<10, 16<<10 // far behind queue 1's data
 		}
@@ -206,24 +203,26 @@ func (s *sim) scatterReq() (rdmo.Request, []byte) {
 	}
 	payload := rdmotest.ScatterPayload(chunks...)
 	count := uint64(len(chunks))
-	if s.rng.IntN(20) == 0 { // malformed
-		switch s.rng.IntN(3) {
-		case 0:
-			count++
-		case 1:
-			if count > 0 {
-				count--
-			}
-		case 2:
-			if len(payload) > 0 {
-				payload = payload[:s.rng.IntN(len(payload))]
-			}
-		}
-	}
-	h := rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count})
+	h := wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count})
 	r := tg.Req(h, payload)
 	if len(payload) > 0 && s.rng.IntN(6) == 0 {
 		r = tg.Rendezvous(r)
+		// A malformed payload reaches the handler only by rendezvous: the
+		// worker refuses an eager one before any handler runs.
+		if s.rng.IntN(20) == 0 {
+			switch s.rng.IntN(3) {
+			case 0:
+				count++
+			case 1:
+				if count > 0 {
+					count--
+				}
+			case 2:
+				payload = payload[:s.rng.IntN(len(payload))]
+			}
+			r.Scatter.Count, r.Length = count, uint64(len(payload))
+			tg.SetRendezvousPayload(r.Seq, payload)
+		}
 	}
 	return r, payload
 }
@@ -276,7 +275,7 @@ func (s *sim) step(i int) (string, []rdmo.Result) {
 				want[k].Status = rdmo.StatusRendezvousRefused
 				continue
 			}
-			want[k].Status = s.model.Scatter(reqs[k].Header, p)
+			want[k].Status = s.model.Scatter(reqs[k], p)
 		}
 		got := tg.RunBatch(s.sc, reqs...)
 		s.check(i, "scatter", got, want)

@@ -2,12 +2,12 @@ package scatter_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"testing"
 
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 const (
@@ -21,11 +21,11 @@ const (
 )
 
 func fzScatter(count uint64, elems ...any) ([]byte, []byte) {
-	hdr := rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: fzClient}, rdmo.ScatterHeader{Count: count})
+	hdr := wire.AppendScatterRequest(nil, wire.Header{ClientID: fzClient}, rdmo.ScatterHeader{Count: count})
 	var p []byte
 	for i := 0; i+2 < len(elems); i += 3 {
 		d := elems[i+2].([]byte)
-		p, _ = rdmo.AppendIOV(p, rdmo.IOV{Addr: elems[i].(uint64), Rkey: elems[i+1].(uint64), Len: uint16(len(d))}, d)
+		p, _ = wire.AppendIOV(p, wire.IOV{Addr: elems[i].(uint64), Rkey: rdmo.RegionID(elems[i+1].(uint64)), Len: uint16(len(d))}, d)
 	}
 	return hdr, p
 }
@@ -58,18 +58,28 @@ func FuzzScatterHandleBatch(f *testing.F) {
 		}
 		hd := scatter.New(scatter.Options{MaxCoalesce: 16})
 		tg.Register(hd)
-		ids := []uint64{fzOwn, fzOwn2, fzForeign}
-		snap := map[uint64][]byte{}
+		ids := []rdmo.RegionID{fzOwn, fzOwn2, fzForeign}
+		snap := map[rdmo.RegionID][]byte{}
 		for _, id := range ids {
 			snap[id] = bytes.Clone(tg.Memory(id))
 		}
-		req := rdmo.Request{Client: fzClient, Op: rdmo.OpScatter, Header: hdr, Payload: payload, Length: uint64(len(payload))}
-		if len(hdr) >= rdmo.HeaderLen {
-			req.Op = binary.LittleEndian.Uint32(hdr[rdmo.HeaderOpOffset:])
+		// The worker hands the handler only SCATTERs whose header passes
+		// its checks, and checks an eager payload too; a rendezvous
+		// payload is the handler's to check.
+		rh, err := wire.ParseRequest(hdr)
+		if err != nil || rh.Header.Op != rdmo.OpScatter || rh.Header.ClientID != fzClient {
+			return
 		}
+		var req rdmo.Request
 		if rndv {
+			req = rh.Request(0, fzClient, hdr, nil)
+			req.Length, req.Rendezvous = uint64(len(payload)), true
 			tg.SetRendezvousPayload(0, payload)
-			req.Payload, req.Rendezvous = nil, true
+		} else {
+			if rh.CheckPayload(payload) != nil {
+				return
+			}
+			req = rh.Request(0, fzClient, hdr, payload)
 		}
 		res := tg.RunBatch(hd, req)[0]
 		if err := tg.CheckGuards(); err != nil {
@@ -86,11 +96,7 @@ func FuzzScatterHandleBatch(f *testing.F) {
 			}
 			return
 		}
-		rh, err := rdmo.ParseRequest(hdr)
-		if err != nil {
-			t.Fatalf("scatter with a bad header (%v) succeeded", err)
-		}
-		if err := rdmo.ForEachIOV(payload, rh.Scatter.Count, func(v rdmo.IOV, d []byte) error {
+		if err := wire.ForEachIOV(payload, rh.Scatter.Count, func(v wire.IOV, d []byte) error {
 			r, err := tg.Region(v.Rkey)
 			if err != nil {
 				if v.Len == 0 {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Name and Version identify the handler to the worker.
@@ -31,7 +32,8 @@ type Options struct {
 // New returns a SCATTER handler.
 //
 // Each request is checked completely before anything is written: the
-// header, the payload against its count (RequestHeader.CheckPayload), and
+// payload against its count (the worker does it for an eager payload, the
+// handler for a rendezvous one it fetched), and
 // every chunk's region (UnknownRegion, RegionNotOwned) and range
 // (OutOfBounds, including addr+len wrapping past 2^64). Zero-length chunks
 // are checked too and then skipped. A request that fails any check writes
@@ -47,21 +49,22 @@ func New(opt Options) rdmo.Handler {
 	if opt.MaxCoalesce <= 0 {
 		opt.MaxCoalesce = DefaultMaxCoalesce
 	}
-	return &handler{opt: opt, clients: make(map[uint64]*client)}
+	return &handler{opt: opt, clients: make(map[rdmo.ClientID]*client)}
 }
 
 type handler struct {
-	rdmo.BaseHandler // nothing is cached across batches, so Fence and RegionRemoved have nothing to do
+	rdmo.BaseHandler // nothing is cached across batches, so WriteBack and RegionRemoved have nothing to do
 
 	opt     Options
 	mu      sync.Mutex // guards clients; a client's scratch is used by one call at a time
-	clients map[uint64]*client
+	clients map[rdmo.ClientID]*client
 }
 
 // chunk is one checked iov of the current request.
 type chunk struct {
-	region, addr uint64
-	data         []byte
+	region rdmo.RegionID
+	addr   uint64
+	data   []byte
 }
 
 // client is the scratch of one client, reused by every batch.
@@ -71,10 +74,10 @@ type client struct {
 }
 
 func (h *handler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpScatter}}
+	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpScatter}, NoCachedState: true}
 }
 
-func (h *handler) client(id uint64) *client {
+func (h *handler) client(id rdmo.ClientID) *client {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.clients[id]
@@ -85,7 +88,7 @@ func (h *handler) client(id uint64) *client {
 	return c
 }
 
-func (h *handler) ClientRemoved(client uint64) {
+func (h *handler) ClientRemoved(client rdmo.ClientID) {
 	h.mu.Lock()
 	delete(h.clients, client)
 	h.mu.Unlock()
@@ -102,32 +105,29 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 }
 
 func (h *handler) scatter(t rdmo.Target, c *client, req *rdmo.Request) rdmo.Result {
-	rh, err := rdmo.ParseRequest(req.Header)
-	if err != nil {
-		return rdmo.ResultOf(err)
-	}
-	if rh.Header.Op != rdmo.OpScatter {
-		return rdmo.Fail(rdmo.StatusUnknownOp, "the scatter handler got op %d", rh.Header.Op)
-	}
-	if rh.Header.ClientID != req.Client {
-		return rdmo.Fail(rdmo.StatusClientMismatch, "header names client %d, connection is client %d", rh.Header.ClientID, req.Client)
-	}
+	// The worker has checked the header and an eager payload (exactly
+	// Scatter.Count well-formed iovs); a rendezvous payload it has not
+	// seen, so that one is checked here, whole, before any region is.
 	payload := req.Payload
 	if req.Rendezvous {
 		if h.opt.RefuseRendezvous {
 			return rdmo.Fail(rdmo.StatusRendezvousRefused, "rendezvous scatter of %d bytes refused", req.Length)
 		}
+		var err error
 		if payload, err = t.Fetch(req); err != nil {
 			return rdmo.ResultOf(err)
 		}
-	}
-	if err := rh.CheckPayload(payload); err != nil {
-		return rdmo.ResultOf(err)
+		it := wire.NewScatterIter(payload, req.Scatter.Count)
+		for it.Next() {
+		}
+		if err := it.Err(); err != nil {
+			return rdmo.ResultOf(err)
+		}
 	}
 
 	// Resolve and bounds-check every chunk before writing any.
 	c.chunks = c.chunks[:0]
-	it := rdmo.NewScatterIter(payload, rh.Scatter.Count)
+	it := wire.NewScatterIter(payload, req.Scatter.Count)
 	for it.Next() {
 		v := it.IOV()
 		reg, err := c.region(t, v.Rkey)
@@ -141,7 +141,7 @@ func (h *handler) scatter(t rdmo.Target, c *client, req *rdmo.Request) rdmo.Resu
 			c.chunks = append(c.chunks, chunk{region: v.Rkey, addr: v.Addr, data: it.Data()})
 		}
 	}
-	if err := it.Err(); err != nil { // CheckPayload already walked it; never expected
+	if err := it.Err(); err != nil { // the payload was checked before; never expected
 		return rdmo.ResultOf(err)
 	}
 
@@ -177,7 +177,7 @@ func (h *handler) scatter(t rdmo.Target, c *client, req *rdmo.Request) rdmo.Resu
 
 // region resolves a region id through a per-batch cache (regions cannot
 // change during a batch: calls for one client never overlap).
-func (c *client) region(t rdmo.Target, id uint64) (rdmo.Region, error) {
+func (c *client) region(t rdmo.Target, id rdmo.RegionID) (rdmo.Region, error) {
 	for _, r := range c.regs {
 		if r.ID == id {
 			return r, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 const (
@@ -58,7 +59,7 @@ func (f *fixture) run(t *testing.T, reqs ...rdmo.Request) []rdmo.Result {
 		if r.Rendezvous {
 			continue // the tests that use rendezvous apply them to the model themselves
 		}
-		if want := f.m.Scatter(r.Header, r.Payload); res[i].Status != want {
+		if want := f.m.Scatter(r, r.Payload); res[i].Status != want {
 			t.Fatalf("req %d: status %s (%s), model %s", i, res[i].Status.Name(), res[i].Detail, want.Name())
 		}
 	}
@@ -76,7 +77,7 @@ func data(n int, seed byte) []byte {
 	return b
 }
 
-func chunk(rkey, addr uint64, n int, seed byte) rdmotest.Chunk {
+func chunk(rkey rdmo.RegionID, addr uint64, n int, seed byte) rdmotest.Chunk {
 	return rdmotest.Chunk{Rkey: rkey, Addr: addr, Data: data(n, seed)}
 }
 
@@ -187,10 +188,10 @@ func TestMalformed(t *testing.T) {
 	f := newFixture(t, scatter.Options{})
 	two := rdmotest.ScatterPayload(chunk(regA, baseA, 8, 1), chunk(regA, baseA+8, 8, 2))
 	hdr := func(client uint64, flags uint32, count uint64) []byte {
-		return rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: client, Flags: flags}, rdmo.ScatterHeader{Count: count})
+		return wire.AppendScatterRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.ScatterHeader{Count: count})
 	}
 	lenOver := append([]byte(nil), two...)
-	lenOver[len(lenOver)-8-rdmo.IOVDescLen+rdmo.IOVLenOffset] = 9 // second iov claims 9 bytes, 8 follow
+	lenOver[len(lenOver)-8-wire.IOVDescLen+wire.IOVLenOffset] = 9 // second iov claims 9 bytes, 8 follow
 	cases := []struct {
 		name    string
 		header  []byte
@@ -206,15 +207,34 @@ func TestMalformed(t *testing.T) {
 		{"long header", append(hdr(cl, 0, 2), 0), two, rdmo.StatusHeaderTooLong},
 		{"unknown flags", hdr(cl, 1<<9, 2), two, rdmo.StatusUnknownFlags},
 		{"client mismatch", hdr(other, 0, 2), two, rdmo.StatusClientMismatch},
-		{"append header", rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: cl}, rdmo.AppendHeader{}), two, rdmo.StatusUnknownOp},
 		{"count 0, payload", hdr(cl, 0, 0), two, rdmo.StatusPayloadMismatch},
 		{"count 0, empty", hdr(cl, 0, 0), nil, rdmo.StatusOK},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res := f.run(t, f.tg.Req(c.header, c.payload), f.tg.ScatterReq(chunk(regB, baseB, 4, 1)))
+			// Eager: the worker refuses it before the handler runs.
+			req, err := f.tg.ParseReq(c.header, c.payload)
+			if rdmo.StatusOf(err) != c.want {
+				t.Fatalf("worker: %v, want %s", err, c.want.Name())
+			}
+			if err == nil {
+				res := f.run(t, req, f.tg.ScatterReq(chunk(regB, baseB, 4, 1)))
+				if res[0].Status != c.want || res[1].Status != 0 {
+					t.Fatalf("%+v", res)
+				}
+			}
+			// Rendezvous: the worker checks the header only, the handler
+			// the payload it fetched.
+			rv, err := f.tg.RendezvousReq(c.header, c.payload)
+			if err != nil {
+				if rdmo.StatusOf(err) != c.want {
+					t.Fatalf("worker (rendezvous): %v, want %s", err, c.want.Name())
+				}
+				return
+			}
+			res := f.tg.RunBatch(f.h, rv, f.tg.ScatterReq(chunk(regB, baseB, 4, 1)))
 			if res[0].Status != c.want || res[1].Status != 0 {
-				t.Fatalf("%+v", res)
+				t.Fatalf("rendezvous: %+v", res)
 			}
 			if f.a[0] != 0 {
 				t.Fatal("written")
@@ -254,8 +274,11 @@ func TestRendezvous(t *testing.T) {
 	})
 	t.Run("malformed after fetch", func(t *testing.T) {
 		f := newFixture(t, scatter.Options{})
-		r := f.tg.Req(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{Count: 3}), rdmotest.ScatterPayload(chunks...))
-		res := f.tg.RunBatch(f.h, f.tg.Rendezvous(r))
+		r, err := f.tg.RendezvousReq(wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{Count: 3}), rdmotest.ScatterPayload(chunks...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := f.tg.RunBatch(f.h, r)
 		if res[0].Status != rdmo.StatusPayloadMismatch || f.a[0] != 0 {
 			t.Fatalf("%+v", res)
 		}
@@ -293,7 +316,7 @@ func TestRandomAgainstModel(t *testing.T) {
 				for k := range reqs {
 					var cs []rdmotest.Chunk
 					for target := rng.IntN(20); len(cs) < target; {
-						region, base, size := uint64(regA), uint64(baseA), sizeA
+						region, base, size := rdmo.RegionID(regA), uint64(baseA), sizeA
 						if rng.IntN(3) == 0 {
 							region, base, size = regB, baseB, sizeB
 						}
@@ -323,16 +346,22 @@ func TestRandomAgainstModel(t *testing.T) {
 						count++
 					}
 					p := rdmotest.ScatterPayload(cs...)
-					r := f.tg.Req(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count}), p)
+					h := wire.AppendScatterRequest(nil, wire.Header{ClientID: cl}, rdmo.ScatterHeader{Count: count})
+					r, err := f.tg.ParseReq(h, p)
 					if len(p) > 0 && rng.IntN(5) == 0 {
-						r = f.tg.Rendezvous(r)
-						if len(p) > 1500 {
+						r, err = f.tg.RendezvousReq(h, p)
+						if err == nil && len(p) > 1500 {
 							want[k] = rdmo.StatusRendezvousRefused
 							reqs[k] = r
 							continue
 						}
 					}
-					want[k] = f.m.Scatter(r.Header, p)
+					if err != nil {
+						// Malformed eager payload: the worker refuses it and
+						// no handler runs; send a well-formed one instead.
+						r = f.tg.ScatterReq(cs...)
+					}
+					want[k] = f.m.Scatter(r, p)
 					if want[k] == 0 {
 						chunksWritten += uint64(len(cs))
 					}
@@ -366,22 +395,22 @@ func TestConcurrentClients(t *testing.T) {
 	for c := uint64(1); c <= 4; c++ {
 		tg := root
 		if c > 1 {
-			tg = root.Peer(c)
+			tg = root.Peer(rdmo.ClientID(c))
 		}
-		mem := tg.AddRegion(c, c<<32, 4096)
+		mem := tg.AddRegion(rdmo.RegionID(c), c<<32, 4096)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
 				off := uint64(i%32) * 64
-				res := tg.RunBatch(h, tg.Req(rdmo.AppendScatterRequest(nil, rdmo.Header{ClientID: c}, rdmo.ScatterHeader{Count: 2}),
-					rdmotest.ScatterPayload(chunk(c, c<<32+off, 32, byte(i)), chunk(c, c<<32+off+32, 32, byte(i+32)))))
+				res := tg.RunBatch(h, tg.Req(wire.AppendScatterRequest(nil, wire.Header{ClientID: c}, rdmo.ScatterHeader{Count: 2}),
+					rdmotest.ScatterPayload(chunk(rdmo.RegionID(c), c<<32+off, 32, byte(i)), chunk(rdmo.RegionID(c), c<<32+off+32, 32, byte(i+32)))))
 				if res[0].Status != 0 || !bytes.Equal(mem[off:off+64], data(64, byte(i))) {
 					t.Errorf("client %d step %d: %+v", c, i, res[0])
 					return
 				}
 			}
-			h.ClientRemoved(c)
+			h.ClientRemoved(rdmo.ClientID(c))
 		}()
 	}
 	wg.Wait()

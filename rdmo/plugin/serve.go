@@ -25,44 +25,17 @@ import (
 // complete plugin (the same file is built and tested as
 // rdmo/plugin/internal/exampleplugin):
 //
-//	// Command rdmo-plugin-counter is an RDMO handler plugin: op 16 adds 1 to a
-//	// u64 in target memory and returns the old value.
+//	// Command rdmo-plugin-counter serves the counter operation as a plugin.
 //	package main
 //
 //	import (
-//		"encoding/binary"
-//
-//		"github.com/openrdmo/rdmo/rdmo"
+//		"github.com/openrdmo/rdmo/examples/counter"
 //		"github.com/openrdmo/rdmo/rdmo/plugin"
 //	)
 //
-//	type counter struct{ rdmo.BaseHandler } // no cached state: no-op hooks
+//	func main() { plugin.Serve(counter.New()) }
 //
-//	func (counter) Info() rdmo.HandlerInfo {
-//		return rdmo.HandlerInfo{Name: "counter", Version: "1.0.0", Ops: []uint32{16}}
-//	}
-//
-//	// HandleBatch: the sub-header holds the region id and the address of the
-//	// counter (u64 each, after the 16-byte common header).
-//	func (counter) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Result) {
-//		for i := range reqs {
-//			h := reqs[i].Header
-//			if len(h) != rdmo.HeaderLen+16 {
-//				res[i] = rdmo.Fail(rdmo.StatusShortHeader, "want a 32-byte header")
-//				continue
-//			}
-//			region := binary.LittleEndian.Uint64(h[16:])
-//			addr := binary.LittleEndian.Uint64(h[24:])
-//			old, err := rdmo.FetchAdd(t, region, addr, 1)
-//			if err != nil {
-//				res[i] = rdmo.ResultOf(err)
-//				continue
-//			}
-//			res[i].Value = old
-//		}
-//	}
-//
-//	func main() { plugin.Serve(counter{}) }
+// examples/counter is the handler (and docs/PLUGINS.md walks through it).
 //
 // The handler runs as it would in the worker, with the Target semantics
 // documented on pluginhost.Handler. Log with Logger. Run by hand (without
@@ -122,7 +95,7 @@ func newServer(h rdmo.Handler, log *zap.Logger) *server {
 
 func (s *server) Info(context.Context) (*wire.InfoResp, error) {
 	i := s.h.Info()
-	return &wire.InfoResp{Name: i.Name, Version: i.Version, Ops: i.Ops, Pid: int64(os.Getpid())}, nil
+	return &wire.InfoResp{Name: i.Name, Version: i.Version, Ops: i.Ops, Pid: int64(os.Getpid()), NoCachedState: i.NoCachedState}, nil
 }
 
 // target serves the worker's Target stream for the life of the process:
@@ -198,12 +171,12 @@ func (s *server) Call(ctx context.Context, kind uint8, in *wire.CallReq) (*wire.
 		case wire.CallBatch:
 			resp.Results = make([]rdmo.Result, len(in.Reqs))
 			s.h.HandleBatch(t, in.Reqs, resp.Results)
-		case wire.CallFence:
-			resp.Err = wire.FaultOf(s.h.Fence(t))
+		case wire.CallWriteBack:
+			resp.Err = wire.FaultOf(s.h.WriteBack(t))
 		case wire.CallRegionRemoved:
-			resp.Err = wire.FaultOf(s.h.RegionRemoved(t, in.Region))
+			resp.Err = wire.FaultOf(s.h.RegionRemoved(t, rdmo.RegionID(in.Region)))
 		case wire.CallClientRemoved:
-			s.h.ClientRemoved(in.Client)
+			s.h.ClientRemoved(rdmo.ClientID(in.Client))
 		}
 	}()
 	resp.Tail, resp.Frames = t.finish()
@@ -224,7 +197,7 @@ type ptarget struct {
 	pending      []wire.Op // pipelined calls not sent yet
 	pendingBytes int
 	frames       uint64 // frames sent for this invocation
-	regions      map[uint64]regionEntry
+	regions      map[rdmo.RegionID]regionEntry
 	done         bool
 }
 
@@ -239,7 +212,7 @@ func errOver() error {
 	return &rdmo.WireError{Status: rdmo.StatusHandlerFailed, Detail: "Target used after its call returned"}
 }
 
-func (t *ptarget) ClientID() uint64 { return t.client }
+func (t *ptarget) ClientID() rdmo.ClientID { return rdmo.ClientID(t.client) }
 
 // finish ends the invocation: later target calls fail, and the pipelined
 // calls not sent yet travel in the response.
@@ -271,7 +244,7 @@ func (t *ptarget) index(req *rdmo.Request) int64 {
 // checkLocked checks [addr, addr+n) of region against a region this call
 // already looked up, with the worker's errors; unknown regions pass (the
 // worker checks them when it runs the call).
-func (t *ptarget) checkLocked(region, addr, n uint64) error {
+func (t *ptarget) checkLocked(region rdmo.RegionID, addr, n uint64) error {
 	e, ok := t.regions[region]
 	if !ok {
 		return nil
@@ -315,11 +288,11 @@ func (t *ptarget) pipeline(o wire.Op, n int) error {
 	return nil
 }
 
-func (t *ptarget) Put(region, addr uint64, data []byte) error {
+func (t *ptarget) Put(region rdmo.RegionID, addr uint64, data []byte) error {
 	return t.pipeline(wire.Op{Kind: wire.OpPut, Region: region, Addr: addr, Data: data}, len(data))
 }
 
-func (t *ptarget) Place(req *rdmo.Request, region, addr uint64) error {
+func (t *ptarget) Place(req *rdmo.Request, region rdmo.RegionID, addr uint64) error {
 	i := t.index(req)
 	if i < 0 {
 		return &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("Place: request %d is not in this batch", req.Seq)}
@@ -365,7 +338,7 @@ func (t *ptarget) wait(o wire.Op) (*wire.Answer, error) {
 	return nil, err
 }
 
-func (t *ptarget) Region(id uint64) (rdmo.Region, error) {
+func (t *ptarget) Region(id rdmo.RegionID) (rdmo.Region, error) {
 	t.mu.Lock()
 	e, ok := t.regions[id]
 	t.mu.Unlock()
@@ -385,7 +358,7 @@ func (t *ptarget) Region(id uint64) (rdmo.Region, error) {
 	}
 	t.mu.Lock()
 	if t.regions == nil {
-		t.regions = make(map[uint64]regionEntry)
+		t.regions = make(map[rdmo.RegionID]regionEntry)
 	}
 	t.regions[id] = e
 	t.mu.Unlock()
@@ -456,8 +429,8 @@ func (t *ptarget) Flush() error {
 	return a.Err.Err()
 }
 
-func (t *ptarget) Fence() error {
-	a, err := t.wait(wire.Op{Kind: wire.OpFence})
+func (t *ptarget) WriteBackAll() error {
+	a, err := t.wait(wire.Op{Kind: wire.OpWriteBackAll})
 	if err != nil {
 		return err
 	}

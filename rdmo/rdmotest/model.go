@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Model is a reference copy of target memory: the plain, obviously correct
@@ -13,18 +14,19 @@ import (
 // same region rules as Target (ownership, bounds, wrap-around) for one
 // client, without caching, coalescing or deferral.
 type Model struct {
-	client  uint64
-	regions map[uint64]*modelRegion
+	client  rdmo.ClientID
+	regions map[rdmo.RegionID]*modelRegion
 }
 
 type modelRegion struct {
-	owner, base uint64
-	data        []byte
+	owner rdmo.ClientID
+	base  uint64
+	data  []byte
 }
 
 // NewModel snapshots every region of t's address space, seen as t's client.
 func NewModel(t *Target) *Model {
-	m := &Model{client: t.client, regions: make(map[uint64]*modelRegion)}
+	m := &Model{client: t.client, regions: make(map[rdmo.RegionID]*modelRegion)}
 	t.mem.mu.Lock()
 	defer t.mem.mu.Unlock()
 	for id, r := range t.mem.regions {
@@ -35,7 +37,7 @@ func NewModel(t *Target) *Model {
 
 // Clone returns an independent copy.
 func (m *Model) Clone() *Model {
-	c := &Model{client: m.client, regions: make(map[uint64]*modelRegion, len(m.regions))}
+	c := &Model{client: m.client, regions: make(map[rdmo.RegionID]*modelRegion, len(m.regions))}
 	for id, r := range m.regions {
 		c.regions[id] = &modelRegion{owner: r.owner, base: r.base, data: append([]byte(nil), r.data...)}
 	}
@@ -43,7 +45,7 @@ func (m *Model) Clone() *Model {
 }
 
 // Region resolves a region with the rules of rdmo.Target.Region.
-func (m *Model) Region(id uint64) (rdmo.Region, error) {
+func (m *Model) Region(id rdmo.RegionID) (rdmo.Region, error) {
 	r := m.regions[id]
 	if r == nil {
 		return rdmo.Region{}, rdmo.ErrUnknownRegion
@@ -55,7 +57,7 @@ func (m *Model) Region(id uint64) (rdmo.Region, error) {
 }
 
 // Check returns the error an access to [addr, addr+n) of region id gets.
-func (m *Model) Check(id, addr, n uint64) error {
+func (m *Model) Check(id rdmo.RegionID, addr, n uint64) error {
 	reg, err := m.Region(id)
 	if err != nil {
 		return err
@@ -65,7 +67,7 @@ func (m *Model) Check(id, addr, n uint64) error {
 
 // Write stores data at addr in region id, or returns the access's error and
 // changes nothing.
-func (m *Model) Write(id, addr uint64, data []byte) error {
+func (m *Model) Write(id rdmo.RegionID, addr uint64, data []byte) error {
 	if err := m.Check(id, addr, uint64(len(data))); err != nil {
 		return err
 	}
@@ -76,7 +78,7 @@ func (m *Model) Write(id, addr uint64, data []byte) error {
 
 // Read returns a copy of n bytes at addr in region id, or nil if the access
 // is refused.
-func (m *Model) Read(id, addr uint64, n int) []byte {
+func (m *Model) Read(id rdmo.RegionID, addr uint64, n int) []byte {
 	if n < 0 || m.Check(id, addr, uint64(n)) != nil {
 		return nil
 	}
@@ -86,7 +88,7 @@ func (m *Model) Read(id, addr uint64, n int) []byte {
 }
 
 // Uint64 reads a little-endian u64; it panics if the access is refused.
-func (m *Model) Uint64(id, addr uint64) uint64 {
+func (m *Model) Uint64(id rdmo.RegionID, addr uint64) uint64 {
 	b := m.Read(id, addr, 8)
 	if b == nil {
 		panic(fmt.Sprintf("rdmotest: model: u64 at %#x in region %#x is not accessible", addr, id))
@@ -95,7 +97,7 @@ func (m *Model) Uint64(id, addr uint64) uint64 {
 }
 
 // PutUint64 writes a little-endian u64; it panics if the access is refused.
-func (m *Model) PutUint64(id, addr, v uint64) {
+func (m *Model) PutUint64(id rdmo.RegionID, addr, v uint64) {
 	var b [8]byte
 	le.PutUint64(b[:], v)
 	if err := m.Write(id, addr, b[:]); err != nil {
@@ -104,30 +106,21 @@ func (m *Model) PutUint64(id, addr, v uint64) {
 }
 
 // Scatter applies a SCATTER request with its (eager or fetched) payload the
-// way the worker must: the header (including its client id) and payload are
-// validated and every iov
-// resolved and bounds-checked before anything is written, so a failing
-// request writes nothing. It returns the request's status.
-func (m *Model) Scatter(header, payload []byte) rdmo.Status {
-	rh, err := rdmo.ParseRequest(header)
-	if err != nil {
+// way a handler must, after the worker's checks of the header: the payload
+// is checked against req.Scatter.Count and every iov resolved and
+// bounds-checked before anything is written, so a failing request writes
+// nothing. It returns the request's status.
+func (m *Model) Scatter(req rdmo.Request, payload []byte) rdmo.Status {
+	count := req.Scatter.Count
+	if err := wire.ForEachIOV(payload, count, func(wire.IOV, []byte) error { return nil }); err != nil {
 		return rdmo.StatusOf(err)
 	}
-	if rh.Header.Op != rdmo.OpScatter {
-		return rdmo.StatusUnknownOp
-	}
-	if rh.Header.ClientID != m.client {
-		return rdmo.StatusClientMismatch
-	}
-	if err := rh.CheckPayload(payload); err != nil {
-		return rdmo.StatusOf(err)
-	}
-	if err := rdmo.ForEachIOV(payload, rh.Scatter.Count, func(v rdmo.IOV, _ []byte) error {
+	if err := wire.ForEachIOV(payload, count, func(v wire.IOV, _ []byte) error {
 		return m.Check(v.Rkey, v.Addr, uint64(v.Len))
 	}); err != nil {
 		return rdmo.StatusOf(err)
 	}
-	_ = rdmo.ForEachIOV(payload, rh.Scatter.Count, func(v rdmo.IOV, d []byte) error {
+	_ = wire.ForEachIOV(payload, count, func(v wire.IOV, d []byte) error {
 		return m.Write(v.Rkey, v.Addr, d)
 	})
 	return rdmo.StatusOK
@@ -142,7 +135,7 @@ func (m *Model) Diff(t *Target) error {
 	}
 	t.mem.mu.Lock()
 	defer t.mem.mu.Unlock()
-	ids := make([]uint64, 0, len(m.regions))
+	ids := make([]rdmo.RegionID, 0, len(m.regions))
 	for id := range m.regions {
 		ids = append(ids, id)
 	}

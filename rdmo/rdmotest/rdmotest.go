@@ -31,14 +31,14 @@ var le = binary.LittleEndian
 // Stats counts the calls a handler made. PutBytes and PlaceBytes count
 // payload bytes; SyncOps counts the RemoteOps of all Sync calls.
 type Stats struct {
-	Puts, PutBytes     uint64
-	Places, PlaceBytes uint64
-	Fetches            uint64
-	FetchBytes         uint64
-	Syncs, SyncOps     uint64
-	Flushes, Fences    uint64
-	Buffers            uint64
-	BufferBytes        uint64
+	Puts, PutBytes      uint64
+	Places, PlaceBytes  uint64
+	Fetches             uint64
+	FetchBytes          uint64
+	Syncs, SyncOps      uint64
+	Flushes, WriteBacks uint64
+	Buffers             uint64
+	BufferBytes         uint64
 }
 
 // Faults makes calls fail on purpose. A non-nil field is returned by every
@@ -81,7 +81,7 @@ func (k AccessKind) String() string {
 // Access is one successful memory access, recorded when Target.Record is set.
 type Access struct {
 	Kind   AccessKind
-	Region uint64
+	Region rdmo.RegionID
 	Addr   uint64
 	Len    uint64
 }
@@ -94,14 +94,16 @@ func (a Access) String() string {
 // with Peer, and the handlers registered on it (the worker's handler set).
 type memory struct {
 	mu       sync.Mutex
-	regions  map[uint64]*region
+	regions  map[rdmo.RegionID]*region
 	handlers []rdmo.Handler
 }
 
 type region struct {
-	id, owner, base uint64
-	raw             []byte // guard, data, guard
-	data            []byte
+	id    rdmo.RegionID
+	owner rdmo.ClientID
+	base  uint64
+	raw   []byte // guard, data, guard
+	data  []byte
 }
 
 // Target is an rdmo.Target for one client over in-process memory. Calls for
@@ -127,7 +129,7 @@ type region struct {
 //	if err := tg.CheckGuards(); err != nil { t.Fatal(err) }
 type Target struct {
 	mem    *memory
-	client uint64
+	client rdmo.ClientID
 
 	// FetchLimit is the largest rendezvous payload Fetch accepts; larger
 	// ones fail with ErrRendezvousRefused. NewTarget sets DefaultFetchLimit.
@@ -165,29 +167,29 @@ type pendingWrite struct {
 var _ rdmo.Target = (*Target)(nil)
 
 // NewTarget returns a Target for client with an empty address space.
-func NewTarget(client uint64) *Target {
-	return newTarget(&memory{regions: make(map[uint64]*region)}, client)
+func NewTarget(client rdmo.ClientID) *Target {
+	return newTarget(&memory{regions: make(map[rdmo.RegionID]*region)}, client)
 }
 
-func newTarget(m *memory, client uint64) *Target {
+func newTarget(m *memory, client rdmo.ClientID) *Target {
 	return &Target{mem: m, client: client, FetchLimit: DefaultFetchLimit, rv: make(map[uint64]*rendezvous)}
 }
 
 // Peer returns a Target for another client over the same address space and
 // handler set, as a worker serving several clients sees it.
-func (t *Target) Peer(client uint64) *Target { return newTarget(t.mem, client) }
+func (t *Target) Peer(client rdmo.ClientID) *Target { return newTarget(t.mem, client) }
 
 // AddRegion registers size bytes at target address base as region id of this
 // client and returns its memory (zeroed), which the test may read and write
 // directly. It panics if the id is taken, or the range wraps or overlaps
 // another region: the simulated address space stays consistent.
-func (t *Target) AddRegion(id, base uint64, size int) []byte {
+func (t *Target) AddRegion(id rdmo.RegionID, base uint64, size int) []byte {
 	return t.AddRegionFor(t.client, id, base, size)
 }
 
 // AddRegionFor registers a region owned by another client, so that naming it
 // fails with ErrRegionNotOwned.
-func (t *Target) AddRegionFor(owner, id, base uint64, size int) []byte {
+func (t *Target) AddRegionFor(owner rdmo.ClientID, id rdmo.RegionID, base uint64, size int) []byte {
 	if size < 0 || uint64(size) > math.MaxUint64-base {
 		panic(fmt.Sprintf("rdmotest: region %#x: [%#x, +%d) wraps", id, base, size))
 	}
@@ -211,7 +213,7 @@ func (t *Target) AddRegionFor(owner, id, base uint64, size int) []byte {
 }
 
 // Memory returns the bytes of a region (of any client), or nil.
-func (t *Target) Memory(id uint64) []byte {
+func (t *Target) Memory(id rdmo.RegionID) []byte {
 	t.mem.mu.Lock()
 	defer t.mem.mu.Unlock()
 	if r := t.mem.regions[id]; r != nil {
@@ -220,7 +222,7 @@ func (t *Target) Memory(id uint64) []byte {
 	return nil
 }
 
-// Register adds handlers whose Fence hooks Fence calls and whose
+// Register adds handlers whose WriteBack hooks WriteBackAll calls and whose
 // RegionRemoved and ClientRemoved hooks RemoveRegion and RemoveClient call.
 // The set is shared with every Peer.
 func (t *Target) Register(hs ...rdmo.Handler) {
@@ -239,7 +241,7 @@ func (t *Target) handlers() []rdmo.Handler {
 // MR_DEREG: it calls RegionRemoved of every registered handler (which may
 // still write to it), completes the writes, then drops the region. Errors of
 // the hooks are returned joined; the region is removed regardless.
-func (t *Target) RemoveRegion(id uint64) error {
+func (t *Target) RemoveRegion(id rdmo.RegionID) error {
 	if _, err := t.Region(id); err != nil {
 		return err
 	}
@@ -269,10 +271,10 @@ func (t *Target) RemoveClient() {
 }
 
 // ClientID implements rdmo.Target.
-func (t *Target) ClientID() uint64 { return t.client }
+func (t *Target) ClientID() rdmo.ClientID { return t.client }
 
 // Region implements rdmo.Target.
-func (t *Target) Region(id uint64) (rdmo.Region, error) {
+func (t *Target) Region(id rdmo.RegionID) (rdmo.Region, error) {
 	t.mem.mu.Lock()
 	r, err := t.lookup(id)
 	t.mem.mu.Unlock()
@@ -283,7 +285,7 @@ func (t *Target) Region(id uint64) (rdmo.Region, error) {
 }
 
 // lookup resolves a region for this client; t.mem.mu is held.
-func (t *Target) lookup(id uint64) (*region, error) {
+func (t *Target) lookup(id rdmo.RegionID) (*region, error) {
 	r := t.mem.regions[id]
 	if r == nil {
 		return nil, &rdmo.WireError{Status: rdmo.StatusUnknownRegion, Detail: fmt.Sprintf("region %#x", id)}
@@ -297,7 +299,7 @@ func (t *Target) lookup(id uint64) (*region, error) {
 
 // resolve returns the region and the offset of [addr, addr+n) in it, or the
 // error the worker gives; t.mem.mu is held.
-func (t *Target) resolve(id, addr, n uint64) (*region, uint64, error) {
+func (t *Target) resolve(id rdmo.RegionID, addr, n uint64) (*region, uint64, error) {
 	r, err := t.lookup(id)
 	if err != nil {
 		return nil, 0, err
@@ -310,7 +312,7 @@ func (t *Target) resolve(id, addr, n uint64) (*region, uint64, error) {
 }
 
 // Put implements rdmo.Target.
-func (t *Target) Put(region, addr uint64, data []byte) error {
+func (t *Target) Put(region rdmo.RegionID, addr uint64, data []byte) error {
 	if err := t.Faults.Put; err != nil {
 		return err
 	}
@@ -334,7 +336,7 @@ func (t *Target) Put(region, addr uint64, data []byte) error {
 	return nil
 }
 
-func (t *Target) record(k AccessKind, region, addr, n uint64) {
+func (t *Target) record(k AccessKind, region rdmo.RegionID, addr, n uint64) {
 	if t.Record {
 		t.log = append(t.log, Access{Kind: k, Region: region, Addr: addr, Len: n})
 	}
@@ -440,7 +442,7 @@ func (t *Target) takeRendezvous(req *rdmo.Request) ([]byte, error) {
 }
 
 // Place implements rdmo.Target.
-func (t *Target) Place(req *rdmo.Request, region, addr uint64) error {
+func (t *Target) Place(req *rdmo.Request, region rdmo.RegionID, addr uint64) error {
 	if err := t.Faults.Place; err != nil {
 		return err
 	}
@@ -503,15 +505,15 @@ func (t *Target) Flush() error {
 	return nil
 }
 
-// Fence implements rdmo.Target: it calls the Fence hook of every registered
-// handler and returns their errors joined.
-func (t *Target) Fence() error {
+// WriteBackAll implements rdmo.Target: it calls WriteBack of every
+// registered handler and returns their errors joined.
+func (t *Target) WriteBackAll() error {
 	t.mu.Lock()
-	t.stats.Fences++
+	t.stats.WriteBacks++
 	t.mu.Unlock()
 	var errs []error
 	for _, h := range t.handlers() {
-		if err := h.Fence(t); err != nil {
+		if err := h.WriteBack(t); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -576,7 +578,7 @@ func (t *Target) Accesses() []Access {
 func (t *Target) CheckGuards() error {
 	t.mem.mu.Lock()
 	defer t.mem.mu.Unlock()
-	ids := make([]uint64, 0, len(t.mem.regions))
+	ids := make([]rdmo.RegionID, 0, len(t.mem.regions))
 	for id := range t.mem.regions {
 		ids = append(ids, id)
 	}

@@ -68,7 +68,7 @@ func TestPutBounds(t *testing.T) {
 	data := []byte{1, 2, 3, 4, 5, 6, 7, 8}
 	cases := []struct {
 		name   string
-		region uint64
+		region rdmo.RegionID
 		addr   uint64
 		n      int
 		want   rdmo.Status
@@ -258,15 +258,15 @@ func TestRendezvous(t *testing.T) {
 type fenceHook struct {
 	rdmo.BaseHandler
 	fences  int
-	removed []uint64
-	gone    []uint64
+	removed []rdmo.RegionID
+	gone    []rdmo.ClientID
 	err     error
 }
 
 func (h *fenceHook) Info() rdmo.HandlerInfo                                 { return rdmo.HandlerInfo{Name: "hook"} }
 func (h *fenceHook) HandleBatch(rdmo.Target, []rdmo.Request, []rdmo.Result) {}
-func (h *fenceHook) Fence(t rdmo.Target) error                              { h.fences++; return h.err }
-func (h *fenceHook) RegionRemoved(t rdmo.Target, r uint64) error {
+func (h *fenceHook) WriteBack(t rdmo.Target) error                          { h.fences++; return h.err }
+func (h *fenceHook) RegionRemoved(t rdmo.Target, r rdmo.RegionID) error {
 	// The region is still usable during the hook.
 	if err := t.Put(r, baseA, []byte{0xEE}); err != nil {
 		return err
@@ -274,16 +274,16 @@ func (h *fenceHook) RegionRemoved(t rdmo.Target, r uint64) error {
 	h.removed = append(h.removed, r)
 	return nil
 }
-func (h *fenceHook) ClientRemoved(c uint64) { h.gone = append(h.gone, c) }
+func (h *fenceHook) ClientRemoved(c rdmo.ClientID) { h.gone = append(h.gone, c) }
 
 func TestHooks(t *testing.T) {
 	tg, a := setup(t)
 	h1, h2 := &fenceHook{}, &fenceHook{err: rdmo.ErrTargetUnreachable}
 	tg.Register(h1, h2)
-	err := tg.Fence()
+	err := tg.WriteBackAll()
 	wantStatus(t, err, rdmo.StatusTargetUnreachable)
-	if h1.fences != 1 || h2.fences != 1 || tg.Stats().Fences != 1 {
-		t.Fatal("Fence did not call every hook")
+	if h1.fences != 1 || h2.fences != 1 || tg.Stats().WriteBacks != 1 {
+		t.Fatal("WriteBackAll did not call every hook")
 	}
 	tg.DeferPuts = true
 	if err := tg.RemoveRegion(regA); err != nil {
@@ -381,10 +381,10 @@ func TestModel(t *testing.T) {
 	// Scatter: all or nothing.
 	good := tg.ScatterReq(rdmotest.Chunk{Rkey: regA, Addr: baseA, Data: []byte("ab")}, rdmotest.Chunk{Rkey: regB, Addr: baseB + 8, Data: []byte("cd")})
 	bad := tg.ScatterReq(rdmotest.Chunk{Rkey: regA, Addr: baseA + 100, Data: []byte("zz")}, rdmotest.Chunk{Rkey: regB, Addr: baseB + 63, Data: []byte("cd")})
-	if s := m.Scatter(good.Header, good.Payload); s != rdmo.StatusOK {
+	if s := m.Scatter(good, good.Payload); s != rdmo.StatusOK {
 		t.Fatal(s)
 	}
-	if s := m.Scatter(bad.Header, bad.Payload); s != rdmo.StatusOutOfBounds {
+	if s := m.Scatter(bad, bad.Payload); s != rdmo.StatusOutOfBounds {
 		t.Fatal(s)
 	}
 	if string(m.Read(regA, baseA, 2)) != "ab" || string(m.Read(regA, baseA+100, 2)) != "\x00\x00" {
@@ -399,19 +399,19 @@ func TestPeersConcurrent(t *testing.T) {
 	for c := uint64(1); c <= 4; c++ {
 		p := tg
 		if c != 1 {
-			p = tg.Peer(c)
+			p = tg.Peer(rdmo.ClientID(c))
 		}
-		p.AddRegion(c, c<<20, 4096)
+		p.AddRegion(rdmo.RegionID(c), c<<20, 4096)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
 				b := p.Buffer(8)
 				binary.LittleEndian.PutUint64(b, uint64(i))
-				if err := p.Put(c, c<<20+uint64(i%512)*8, b); err != nil {
+				if err := p.Put(rdmo.RegionID(c), c<<20+uint64(i%512)*8, b); err != nil {
 					t.Error(err)
 				}
-				if _, err := rdmo.FetchAdd(p, c, c<<20, 1); err != nil {
+				if _, err := rdmo.FetchAdd(p, rdmo.RegionID(c), c<<20, 1); err != nil {
 					t.Error(err)
 				}
 				p.EndBatch()

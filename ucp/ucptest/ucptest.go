@@ -168,3 +168,14 @@ func NewChildWorker() (*ucp.Context, *ucp.Worker, error) {
 	}
 	return ctx, w, nil
 }
+
+// ForEachTransport runs fn as a subtest per transport (Transports), each
+// checked for leaks (CheckLeaks) when it ends.
+func ForEachTransport(t *testing.T, fn func(t *testing.T, tr Transport)) {
+	for _, tr := range Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			CheckLeaks(t)
+			fn(t, tr)
+		})
+	}
+}

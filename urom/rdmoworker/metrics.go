@@ -47,7 +47,7 @@ func newMetrics() *metrics {
 		fetches:  w("fetches_total", "Rendezvous payloads brought into worker memory."),
 		syncs:    w("syncs_total", "Target.Sync calls (groups of reads and atomics a handler waits for)."),
 		syncOps:  w("sync_ops_total", "Operations inside Target.Sync calls."),
-		fences:   w("fences_total", "Target.Fence calls."),
+		fences:   w("fences_total", "Target.WriteBackAll calls (every handler writes back its cache, as FLUSH does)."),
 		flushes:  w("flushes_total", "Target.Flush calls."),
 
 		readbacks:      w("readbacks_total", "Visibility reads after a flush."),

@@ -172,8 +172,7 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 		}
 		h, err := pluginhost.Load(ctx, p.Path, pluginhost.LoadOptions{
 			Logger: log.With(zap.String("plugin", p.Name)), Name: p.Name, Version: p.Version,
-			Env:           configEnv(spec.Config),
-			NoCachedState: stateless[p.Name],
+			Env: configEnv(spec.Config),
 		})
 		if err != nil {
 			c.closePlugins()
@@ -195,11 +194,6 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 	c.w = w
 	return c, nil
 }
-
-// stateless names the plugins known to keep nothing between batches, so a
-// restart loses nothing and need not fail the next fence. Any other plugin
-// is assumed to cache state (the safe default).
-var stateless = map[string]bool{"flush": true, "scatter": true, "counter": true}
 
 // configEnv passes the spawn configuration to plugin processes as
 // RDMO_CONFIG_<KEY> variables (dashes become underscores).
@@ -277,7 +271,7 @@ func (c *commands) Close() error {
 }
 
 // Remote sends RDMO commands to a worker process through the UROM service.
-type Remote struct{ W *urom.Worker }
+type Remote struct{ W *urom.WorkerProcess }
 
 func kindOf(cmd dpu.Command) string {
 	switch cmd.CommandType() {

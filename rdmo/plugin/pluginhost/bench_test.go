@@ -33,10 +33,10 @@ func newBenchClients(n int) []*benchClient {
 	root := rdmotest.NewTarget(1000)
 	cs := make([]*benchClient, n)
 	for i := range cs {
-		tg := root.Peer(1000 + uint64(i))
-		id := 0x1000 + uint64(i)
+		tg := root.Peer(rdmo.ClientID(1000 + i))
+		id := uint64(0x1000 + i)
 		b := base + uint64(i)<<20
-		tg.AddRegion(id, b, benchBatch*benchSize)
+		tg.AddRegion(rdmo.RegionID(id), b, benchBatch*benchSize)
 		c := &benchClient{tg: tg, results: make([]rdmo.Result, benchBatch)}
 		for j := 0; j < benchBatch; j++ {
 			c.reqs = append(c.reqs, putReq(tg, id, b+uint64(j*benchSize), tp.PutDirect, bytes.Repeat([]byte{byte(j)}, benchSize)))

@@ -52,9 +52,6 @@ type LoadOptions struct {
 	// Checksum, when set, is the SHA-256 of the plugin binary: go-plugin
 	// verifies it before every start (and restart).
 	Checksum []byte
-	// NoCachedState says the handler keeps no state between batches, so a
-	// restart loses nothing and Fence does not report it (see Handler).
-	NoCachedState bool
 }
 
 func (o LoadOptions) withDefaults() LoadOptions {
@@ -84,7 +81,7 @@ func (o LoadOptions) withDefaults() LoadOptions {
 // A plugin process that panics, exits, is killed, breaks the protocol or
 // does not answer within CallTimeout fails only the calls in flight: every
 // request of an in-flight batch gets StatusHandlerFailed with a Detail
-// saying what happened, and an in-flight Fence or RegionRemoved returns a
+// saying what happened, and an in-flight WriteBack or RegionRemoved returns a
 // StatusHandlerFailed *rdmo.WireError. The process is killed if it still
 // runs, and restarted after a backoff (LoadOptions.MinBackoff doubling to
 // MaxBackoff). While it is down every call fails at once with
@@ -95,19 +92,19 @@ func (o LoadOptions) withDefaults() LoadOptions {
 //
 // A restart loses whatever the handler cached in the dead process (a queue
 // tail, staged data). So that no flush reports success over lost state, the
-// first successful Fence of a client after such a restart returns a
+// first successful WriteBack of a client after such a restart returns a
 // StatusHandlerFailed error when the client had a successful batch in a
-// process that has died since, with no successful Fence after it;
-// RegionRemoved returns that error too (without clearing it). Set
-// LoadOptions.NoCachedState for a stateless handler.
+// process that has died since, with no successful WriteBack after it;
+// RegionRemoved returns that error too (without clearing it), unless the
+// handler declares rdmo.HandlerInfo.NoCachedState.
 //
 // # Target calls of a plugin
 //
 // The Target a plugin's handler gets forwards to the worker's Target over
 // one stream, and the worker runs the calls on the goroutine that called
-// HandleBatch (or Fence, RegionRemoved), in the order the plugin made them.
+// HandleBatch (or WriteBack, RegionRemoved), in the order the plugin made them.
 //
-//   - Region, Sync, Fetch, Flush and Fence wait for the worker's answer.
+//   - Region, Sync, Fetch, Flush and WriteBackAll wait for the worker's answer.
 //     Region answers are kept for the rest of the call.
 //   - Put and Place are pipelined: they return without a round trip, and
 //     travel with the next waiting call, or with the call's response, or
@@ -126,7 +123,7 @@ func (o LoadOptions) withDefaults() LoadOptions {
 //     call (as its error, once), else at the end of the call: every request
 //     of the batch whose Result is OK gets that error's status (the rdmo
 //     Target contract: a write that fails later fails the batch's
-//     requests), and a Fence or RegionRemoved that returned nil returns it.
+//     requests), and a WriteBack or RegionRemoved that returned nil returns it.
 //     The calls after a failed one still run.
 //   - Buffer is plugin memory, Fetch's bytes are a copy: both stay valid
 //     for the plugin as long as it keeps them.
@@ -292,7 +289,7 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 		n := wire.FitBatch(reqs, wire.MaxMsgSize)
 		if n == 0 {
 			results[0] = rdmo.Fail(rdmo.StatusLengthOverflow, "request of %d header and %d payload bytes exceeds the plugin message limit of %d bytes",
-				len(reqs[0].Header), len(reqs[0].Payload), wire.MaxMsgSize)
+				len(reqs[0].Sub), len(reqs[0].Payload), wire.MaxMsgSize)
 			reqs, results = reqs[1:], results[1:]
 			continue
 		}
@@ -302,7 +299,7 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 }
 
 func (h *Handler) handleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
-	client := t.ClientID()
+	client := uint64(t.ClientID())
 	resp, inv, err := h.invoke(wire.CallBatch, t, client, 0, reqs)
 	if err == nil && len(resp.Results) != len(reqs) {
 		err = h.fail(inv.inst, fmt.Sprintf("protocol error: %d results for %d requests", len(resp.Results), len(reqs)))
@@ -330,15 +327,15 @@ func (h *Handler) handleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 	_ = h.succeeded(inv.inst, client, wire.CallBatch)
 }
 
-// Fence implements rdmo.Handler.
-func (h *Handler) Fence(t rdmo.Target) error {
-	client := t.ClientID()
+// WriteBack implements rdmo.Handler.
+func (h *Handler) WriteBack(t rdmo.Target) error {
+	client := uint64(t.ClientID())
 	if h.downWithNothingCached(client) {
 		// Nothing of this client can be lost: a restart must not fail
 		// the flushes of clients that never touched the plugin.
 		return nil
 	}
-	resp, inv, err := h.invoke(wire.CallFence, t, client, 0, nil)
+	resp, inv, err := h.invoke(wire.CallWriteBack, t, client, 0, nil)
 	if err != nil {
 		if h.nothingCached(client) {
 			// The plugin failed (or was down) with nothing of this
@@ -353,12 +350,13 @@ func (h *Handler) Fence(t rdmo.Target) error {
 	if aerr := inv.unreported(); aerr != nil {
 		return aerr
 	}
-	return h.succeeded(inv.inst, client, wire.CallFence)
+	return h.succeeded(inv.inst, client, wire.CallWriteBack)
 }
 
 // RegionRemoved implements rdmo.Handler.
-func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
-	client := t.ClientID()
+func (h *Handler) RegionRemoved(t rdmo.Target, id rdmo.RegionID) error {
+	region := uint64(id)
+	client := uint64(t.ClientID())
 	if h.downWithNothingCached(client) {
 		return nil
 	}
@@ -382,7 +380,8 @@ func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
 
 // ClientRemoved implements rdmo.Handler. A plugin that is down has no state
 // of the client anyway; failures are only logged.
-func (h *Handler) ClientRemoved(client uint64) {
+func (h *Handler) ClientRemoved(id rdmo.ClientID) {
+	client := uint64(id)
 	h.mu.Lock()
 	delete(h.dirty, client)
 	h.mu.Unlock()
@@ -415,7 +414,7 @@ func (h *Handler) nothingCached(client uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, dirty := h.dirty[client]
-	return h.opts.NoCachedState || !dirty
+	return h.info.NoCachedState || !dirty
 }
 
 func (h *Handler) current() (*instance, error) {
@@ -432,14 +431,14 @@ func (h *Handler) current() (*instance, error) {
 
 // succeeded notes a successful call of inst: the backoff starts over, and
 // the client's cached state now lives in inst (a batch) or was written
-// back (Fence). For Fence and RegionRemoved it returns the lost-state error
+// back (WriteBack). For WriteBack and RegionRemoved it returns the lost-state error
 // when the client had a successful batch in an earlier process since its
-// last Fence (once, for Fence).
+// last WriteBack (once, for WriteBack).
 func (h *Handler) succeeded(inst *instance, client uint64, kind uint8) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.backoff = 0
-	if h.opts.NoCachedState {
+	if h.info.NoCachedState {
 		return nil
 	}
 	g, dirty := h.dirty[client]
@@ -447,7 +446,7 @@ func (h *Handler) succeeded(inst *instance, client uint64, kind uint8) error {
 	case wire.CallBatch:
 		h.dirty[client] = inst.gen
 		return nil
-	case wire.CallFence, wire.CallClientRemoved:
+	case wire.CallWriteBack, wire.CallClientRemoved:
 		delete(h.dirty, client)
 	}
 	if kind == wire.CallClientRemoved || !dirty || g == inst.gen {
@@ -530,7 +529,7 @@ func (h *Handler) restartAfter(delay time.Duration) {
 }
 
 func sameInfo(a, b rdmo.HandlerInfo) bool {
-	return a.Name == b.Name && a.Version == b.Version && slices.Equal(a.Ops, b.Ops)
+	return a.Name == b.Name && a.Version == b.Version && slices.Equal(a.Ops, b.Ops) && a.NoCachedState == b.NoCachedState
 }
 
 // start runs a plugin process and brings its protocol up: go-plugin
@@ -615,7 +614,7 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 	if err := rc.Conn.Invoke(ctx, wire.MethodInfo, &wire.InfoReq{}, &ir, grpc.CallContentSubtype(h.codec)); err != nil {
 		return nil, info, fmt.Errorf("Info: %w", err)
 	}
-	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops}
+	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops, NoCachedState: ir.NoCachedState}
 	if h.opts.Name != "" && info.Name != h.opts.Name {
 		return nil, info, fmt.Errorf("plugin is handler %q, want %q", info.Name, h.opts.Name)
 	}
@@ -896,8 +895,8 @@ func (inv *invocation) exec(o *wire.Op) error {
 			err, inv.reported = inv.asyncErr, true
 		}
 		a = &wire.Answer{Err: wire.FaultOf(err)}
-	case wire.OpFence:
-		a = &wire.Answer{Err: wire.FaultOf(t.Fence())}
+	case wire.OpWriteBackAll:
+		a = &wire.Answer{Err: wire.FaultOf(t.WriteBackAll())}
 	default:
 		err := &rdmo.WireError{Status: rdmo.StatusInternal, Detail: fmt.Sprintf("unknown target call %d", o.Kind)}
 		if o.ID == 0 {

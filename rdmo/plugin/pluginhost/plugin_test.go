@@ -21,6 +21,7 @@ import (
 	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 var le = binary.LittleEndian
@@ -70,7 +71,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func req(tg *rdmotest.Target, op uint32, a, b, c uint64, payload []byte) rdmo.Request {
-	hdr, err := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: tg.ClientID(), Op: op}, tp.Sub(a, b, c))
+	hdr, err := wire.AppendUserRequest(nil, wire.Header{ClientID: uint64(tg.ClientID()), Op: op}, tp.Sub(a, b, c))
 	if err != nil {
 		panic(err)
 	}
@@ -82,7 +83,7 @@ func putReq(tg *rdmotest.Target, reg, addr, mode uint64, payload []byte) rdmo.Re
 }
 
 func ctlReq(tg *rdmotest.Target, cmd string) rdmo.Request {
-	hdr, _ := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: tg.ClientID(), Op: tp.OpCtl}, nil)
+	hdr, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: uint64(tg.ClientID()), Op: tp.OpCtl}, nil)
 	return tg.Req(hdr, []byte(cmd))
 }
 
@@ -320,18 +321,18 @@ func TestHooks(t *testing.T) {
 	if le.Uint64(mem[8:]) != 0 {
 		t.Fatal("cached value written early")
 	}
-	// Fence: the hook runs in the plugin and Puts through its Target.
-	if err := h.Fence(tg); err != nil {
+	// WriteBack: the hook runs in the plugin and Puts through its Target.
+	if err := h.WriteBack(tg); err != nil {
 		t.Fatal(err)
 	}
 	if le.Uint64(mem[8:]) != 0x1111 || le.Uint64(tg.Memory(0x11)) != 0x2222 {
-		t.Fatalf("Fence did not write back")
+		t.Fatalf("WriteBack did not write back")
 	}
-	// A Fence from inside a batch (Target.Fence calls every handler's
+	// A WriteBack from inside a batch (Target.WriteBackAll calls every handler's
 	// hook, this plugin's too: a nested call while the batch waits).
 	wantStatus(t, run(h, tg, req(tg, tp.OpCache, region, base+16, 0x3333, nil), ctlReq(tg, "fence")), 0, 0)
 	if le.Uint64(mem[16:]) != 0x3333 {
-		t.Fatalf("nested Fence did not write back")
+		t.Fatalf("nested WriteBack did not write back")
 	}
 	// RegionRemoved writes back that region's values, before it goes.
 	wantStatus(t, run(h, tg, req(tg, tp.OpCache, 0x11, base+1<<16+8, 0x4444, nil),
@@ -345,16 +346,16 @@ func TestHooks(t *testing.T) {
 	}
 	// An error of a hook's Put comes back as the hook's error.
 	wantStatus(t, run(h, tg, req(tg, tp.OpCache, region, base+regSize, 1, nil)), 0)
-	if err := h.Fence(tg); !errors.Is(err, rdmo.ErrOutOfBounds) {
-		t.Fatalf("Fence = %v, want OutOfBounds", err)
+	if err := h.WriteBack(tg); !errors.Is(err, rdmo.ErrOutOfBounds) {
+		t.Fatalf("WriteBack = %v, want OutOfBounds", err)
 	}
 	if le.Uint64(mem[24:]) != 0x5555 {
-		t.Fatal("Fence did not write back before the failing Put")
+		t.Fatal("WriteBack did not write back before the failing Put")
 	}
 	// ClientRemoved drops the client's values.
 	wantStatus(t, run(h, tg, req(tg, tp.OpCache, region, base+32, 0x6666, nil)), 0)
 	tg.RemoveClient()
-	if err := h.Fence(tg); err != nil {
+	if err := h.WriteBack(tg); err != nil {
 		t.Fatal(err)
 	}
 	if le.Uint64(mem[32:]) != 0 {
@@ -372,9 +373,9 @@ func TestConcurrentClients(t *testing.T) {
 	tg, _ := newTarget(t)
 	var wg sync.WaitGroup
 	for c := uint64(1); c <= 4; c++ {
-		pt := tg.Peer(100 + c)
+		pt := tg.Peer(rdmo.ClientID(100 + c))
 		id := 0x100 + c
-		mem := pt.AddRegion(id, base+c<<20+1<<24, 8<<10)
+		mem := pt.AddRegion(rdmo.RegionID(id), base+c<<20+1<<24, 8<<10)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -455,8 +456,8 @@ func TestCrashIsolation(t *testing.T) {
 			if !strings.Contains(res[0].Detail, "down") {
 				t.Errorf("detail %q", res[0].Detail)
 			}
-			if err := h.Fence(tg); !errors.Is(err, rdmo.ErrHandlerFailed) {
-				t.Errorf("Fence while down = %v", err)
+			if err := h.WriteBack(tg); !errors.Is(err, rdmo.ErrHandlerFailed) {
+				t.Errorf("WriteBack while down = %v", err)
 			}
 
 			// Back: the next batch succeeds, in a new process; the old is gone.
@@ -515,28 +516,31 @@ func TestLostStateReported(t *testing.T) {
 	pid := h.Pid()
 	wantStatus(t, run(h, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
 	waitUp(t, h, pid)
-	// RegionRemoved reports it and leaves it for the Fence.
+	// RegionRemoved reports it and leaves it for the WriteBack.
 	if err := h.RegionRemoved(tg, region); !errors.Is(err, rdmo.ErrHandlerFailed) || !strings.Contains(err.Error(), "lost") {
 		t.Fatalf("RegionRemoved after restart = %v", err)
 	}
-	err := h.Fence(tg)
+	err := h.WriteBack(tg)
 	if !errors.Is(err, rdmo.ErrHandlerFailed) || !strings.Contains(err.Error(), "lost") {
-		t.Fatalf("first Fence after restart = %v", err)
+		t.Fatalf("first WriteBack after restart = %v", err)
 	}
-	if err := h.Fence(tg); err != nil {
-		t.Fatalf("second Fence = %v", err)
+	if err := h.WriteBack(tg); err != nil {
+		t.Fatalf("second WriteBack = %v", err)
 	}
 	if le.Uint64(mem[8:]) != 0 {
 		t.Fatal("lost value written")
 	}
 	// A stateless handler does not report it.
-	h2 := load(t, pluginhost.LoadOptions{MinBackoff: 10 * time.Millisecond, NoCachedState: true})
+	h2 := load(t, pluginhost.LoadOptions{MinBackoff: 10 * time.Millisecond, Env: []string{"RDMO_TESTPLUGIN_STATELESS=1"}})
+	if !h2.Info().NoCachedState {
+		t.Fatalf("%+v: the declaration did not cross the plugin wire", h2.Info())
+	}
 	wantStatus(t, run(h2, tg, ctlReq(tg, "pid")), 0)
 	pid = h2.Pid()
 	wantStatus(t, run(h2, tg, ctlReq(tg, "exit")), rdmo.StatusHandlerFailed)
 	waitUp(t, h2, pid)
-	if err := h2.Fence(tg); err != nil {
-		t.Fatalf("Fence of a stateless plugin after restart = %v", err)
+	if err := h2.WriteBack(tg); err != nil {
+		t.Fatalf("WriteBack of a stateless plugin after restart = %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package pluginhost_test
 import (
 	"context"
 	"debug/elf"
+	"github.com/openrdmo/rdmo/examples/counter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
@@ -110,8 +112,9 @@ func ourGoroutines() []string {
 
 func TestCloseLeavesNothing(t *testing.T) {
 	// Whatever earlier tests left must be gone by now too.
-	waitFor(t, 10*time.Second, func() bool { return len(pluginProcesses(t)) == 0 && len(ourGoroutines()) == 0 },
-		func() string { return "before: " + strings.Join(ourGoroutines(), "\n\n") })
+	if !testutil.Poll(testutil.Deadline(t), func() bool { return len(pluginProcesses(t)) == 0 && len(ourGoroutines()) == 0 }) {
+		t.Fatal("before: " + strings.Join(ourGoroutines(), "\n\n"))
+	}
 
 	h, err := pluginhost.Load(context.Background(), testPluginPath, pluginhost.LoadOptions{MinBackoff: time.Millisecond})
 	if err != nil {
@@ -141,8 +144,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if pids := pluginProcesses(t); len(pids) != 0 {
 		t.Errorf("plugin processes after Close: %v", pids)
 	}
-	waitFor(t, 10*time.Second, func() bool { return len(ourGoroutines()) == 0 },
-		func() string { return "goroutines left after Close:\n" + strings.Join(ourGoroutines(), "\n\n") })
+	if !testutil.Poll(testutil.Deadline(t), func() bool { return len(ourGoroutines()) == 0 }) {
+		t.Fatal("goroutines left after Close:\n" + strings.Join(ourGoroutines(), "\n\n"))
+	}
 }
 
 func TestCleanupClientsStopsRestarts(t *testing.T) {
@@ -160,17 +164,6 @@ func TestCleanupClientsStopsRestarts(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, ok func() bool, msg func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestPluginLogLevels: a WARN line the plugin logs with plugin.Logger
 // reaches the worker's zap logger as a Warn entry, with its fields.
 func TestPluginLogLevels(t *testing.T) {
@@ -178,8 +171,7 @@ func TestPluginLogLevels(t *testing.T) {
 	h := load(t, pluginhost.LoadOptions{Logger: zap.New(core)})
 	tg, _ := newTarget(t)
 	wantStatus(t, run(h, tg, ctlReq(tg, "warn careful now")), 0)
-	waitFor(t, 5*time.Second, func() bool { return logs.FilterMessage("careful now").Len() > 0 },
-		func() string { return "no plugin line in the worker log" })
+	testutil.WaitFor(t, "the plugin's line in the worker log", func() bool { return logs.FilterMessage("careful now").Len() > 0 })
 	e := logs.FilterMessage("careful now").All()[0]
 	if e.Level != zapcore.WarnLevel {
 		t.Errorf("plugin WARN arrived at %v", e.Level)
@@ -194,22 +186,25 @@ func TestPluginLogLevels(t *testing.T) {
 	}
 }
 
-// TestExamplePlugin: the plugin of Serve's documentation works as
-// documented.
+// TestExamplePlugin: the plugin of Serve's documentation (and of
+// docs/PLUGINS.md), examples/counter served by its command, works as
+// documented: each increment returns the old value, a sub-header of the
+// wrong size fails alone, and the handler's NoCachedState declaration
+// crosses the plugin wire.
 func TestExamplePlugin(t *testing.T) {
-	bin := buildOnce(t, "github.com/openrdmo/rdmo/rdmo/plugin/internal/exampleplugin")
+	bin := buildOnce(t, "github.com/openrdmo/rdmo/examples/counter/cmd/rdmo-plugin-counter")
 	h, err := pluginhost.Load(context.Background(), bin, pluginhost.LoadOptions{Name: "counter", Version: "1.0.0", Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	if !h.Info().NoCachedState {
+		t.Fatalf("%+v: the counter declares it keeps no cached state", h.Info())
+	}
 	tg, mem := newTarget(t)
 	le.PutUint64(mem[64:], 41)
-	sub := make([]byte, 16)
-	le.PutUint64(sub, region)
-	le.PutUint64(sub[8:], base+64)
-	hdr, _ := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: client, Op: 16}, sub)
-	res := run(h, tg, tg.Req(hdr, nil), tg.Req(hdr, nil), tg.Req(hdr[:20], nil))
+	hdr := counter.Request(client, region, base+64, 1, rdmo.FlagAck)
+	res := run(h, tg, tg.Req(hdr, nil), tg.Req(hdr, nil), tg.Req(hdr[:39], nil))
 	wantStatus(t, res, 0, 0, rdmo.StatusShortHeader)
 	if res[0].Value != 41 || res[1].Value != 42 || le.Uint64(mem[64:]) != 43 {
 		t.Fatalf("results %+v, counter %d", res, le.Uint64(mem[64:]))
@@ -217,7 +212,7 @@ func TestExamplePlugin(t *testing.T) {
 }
 
 // TestReferencePlugins: the append, flush and scatter plugins work through
-// pluginhost.Load, including the flush plugin's Fence reaching the append
+// pluginhost.Load, including the flush plugin's WriteBack reaching the append
 // plugin (a call into one plugin from inside another's batch).
 func TestReferencePlugins(t *testing.T) {
 	hs := map[string]*pluginhost.Handler{}
@@ -235,7 +230,8 @@ func TestReferencePlugins(t *testing.T) {
 	le.PutUint64(mem, base+8) // the queue's tail
 	q := rdmo.AppendHeader{PtrAddr: base, PtrRkey: region, DataRkey: region}
 	wantStatus(t, run(hs["append"], tg, tg.AppendReq(q, []byte("aaaa")), tg.AppendReq(q, []byte("bbbbbb"))), 0, 0)
-	wantStatus(t, run(hs["append"], tg, tg.AppendReq(q, []byte("cc")), tg.AppendReq(q, nil)), 0, rdmo.StatusEmptyAppend)
+	unknown := rdmo.AppendHeader{PtrAddr: base, PtrRkey: region, DataRkey: 0x999}
+	wantStatus(t, run(hs["append"], tg, tg.AppendReq(q, []byte("cc")), tg.AppendReq(unknown, []byte("d"))), 0, rdmo.StatusUnknownRegion)
 	if string(mem[8:20]) != "aaaabbbbbbcc" {
 		t.Fatalf("queue %q", mem[8:20])
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Identity.
@@ -36,7 +37,7 @@ const (
 	OpCtl uint32 = 18
 	// OpGet reads the u64 at address b of region a into Value.
 	OpGet uint32 = 19
-	// OpCache caches value c for address b of region a; Fence writes it
+	// OpCache caches value c for address b of region a; WriteBack writes it
 	// back, RegionRemoved writes back those of its region, ClientRemoved
 	// drops them.
 	OpCache uint32 = 20
@@ -75,8 +76,12 @@ type Handler struct {
 func New() *Handler { return &Handler{cache: make(map[uint64]map[key]uint64)} }
 
 // Info implements rdmo.Handler.
+// With RDMO_TESTPLUGIN_STATELESS=1 in its environment the handler
+// declares NoCachedState (its OpCache then loses values on a restart
+// unreported, which is what the tests of that declaration check).
 func (h *Handler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{OpPut, OpFetchAdd, OpCtl, OpGet, OpCache}}
+	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{OpPut, OpFetchAdd, OpCtl, OpGet, OpCache},
+		NoCachedState: os.Getenv("RDMO_TESTPLUGIN_STATELESS") == "1"}
 }
 
 func (h *Handler) event(format string, args ...any) {
@@ -87,7 +92,7 @@ func (h *Handler) event(format string, args ...any) {
 
 // HandleBatch implements rdmo.Handler. OpCtl commands: "panic", "exit",
 // "sleep <duration>", "warn <message>" (a WARN log line), "flush" (Target
-// Flush), "fence" (Target Fence), "events" (Detail = the hook calls seen,
+// Flush), "fence" (Target WriteBack), "events" (Detail = the hook calls seen,
 // comma-separated), "pid" (Value = the process id).
 func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Result) {
 	for i := range reqs {
@@ -96,12 +101,12 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Res
 			res[i] = h.ctl(t, string(r.Payload))
 			continue
 		}
-		if len(r.Header) < rdmo.HeaderLen+24 {
-			res[i] = rdmo.Fail(rdmo.StatusShortHeader, "want %d header bytes, have %d", rdmo.HeaderLen+24, len(r.Header))
+		if len(r.Sub) < 24 {
+			res[i] = rdmo.Fail(rdmo.StatusShortHeader, "want %d header bytes, have %d", wire.HeaderLen+24, wire.HeaderLen+len(r.Sub))
 			continue
 		}
-		sub := r.Header[rdmo.HeaderLen:]
-		a, b, c := le.Uint64(sub), le.Uint64(sub[8:]), le.Uint64(sub[16:])
+		sub := r.Sub
+		a, b, c := rdmo.RegionID(le.Uint64(sub)), le.Uint64(sub[8:]), le.Uint64(sub[16:])
 		switch r.Op {
 		case OpPut:
 			res[i] = h.put(t, r, a, b, c)
@@ -118,12 +123,12 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Res
 			}
 		case OpCache:
 			h.mu.Lock()
-			m := h.cache[t.ClientID()]
+			m := h.cache[uint64(t.ClientID())]
 			if m == nil {
 				m = make(map[key]uint64)
-				h.cache[t.ClientID()] = m
+				h.cache[uint64(t.ClientID())] = m
 			}
-			m[key{a, b}] = c
+			m[key{uint64(a), b}] = c
 			h.mu.Unlock()
 		default:
 			res[i] = rdmo.Fail(rdmo.StatusUnknownOp, "op %d", r.Op)
@@ -131,7 +136,7 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Res
 	}
 }
 
-func (h *Handler) put(t rdmo.Target, r *rdmo.Request, region, addr, mode uint64) rdmo.Result {
+func (h *Handler) put(t rdmo.Target, r *rdmo.Request, region rdmo.RegionID, addr, mode uint64) rdmo.Result {
 	switch mode {
 	case PutDirect:
 		return rdmo.ResultOf(t.Put(region, addr, r.Payload))
@@ -180,7 +185,7 @@ func (h *Handler) ctl(t rdmo.Target, cmd string) rdmo.Result {
 	case "flush":
 		return rdmo.ResultOf(t.Flush())
 	case "fence":
-		return rdmo.ResultOf(t.Fence())
+		return rdmo.ResultOf(t.WriteBackAll())
 	case "events":
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -196,7 +201,7 @@ func (h *Handler) ctl(t rdmo.Target, cmd string) rdmo.Result {
 // writeBack Puts the cached values of client (only of region, unless
 // all) and drops them.
 func (h *Handler) writeBack(t rdmo.Target, region uint64, all bool) error {
-	client := t.ClientID()
+	client := uint64(t.ClientID())
 	h.mu.Lock()
 	m := h.cache[client]
 	keys := make([]key, 0, len(m))
@@ -220,27 +225,28 @@ func (h *Handler) writeBack(t rdmo.Target, region uint64, all bool) error {
 	for i, k := range keys {
 		buf := t.Buffer(8)
 		le.PutUint64(buf, vals[i])
-		if err := t.Put(k.region, k.addr, buf); err != nil {
+		if err := t.Put(rdmo.RegionID(k.region), k.addr, buf); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Fence implements rdmo.Handler.
-func (h *Handler) Fence(t rdmo.Target) error {
+// WriteBack implements rdmo.Handler.
+func (h *Handler) WriteBack(t rdmo.Target) error {
 	h.event("fence:%d", t.ClientID())
 	return h.writeBack(t, 0, true)
 }
 
 // RegionRemoved implements rdmo.Handler.
-func (h *Handler) RegionRemoved(t rdmo.Target, region uint64) error {
+func (h *Handler) RegionRemoved(t rdmo.Target, region rdmo.RegionID) error {
 	h.event("region-removed:%d:%d", t.ClientID(), region)
-	return h.writeBack(t, region, false)
+	return h.writeBack(t, uint64(region), false)
 }
 
 // ClientRemoved implements rdmo.Handler.
-func (h *Handler) ClientRemoved(client uint64) {
+func (h *Handler) ClientRemoved(id rdmo.ClientID) {
+	client := uint64(id)
 	h.event("client-removed:%d", client)
 	h.mu.Lock()
 	delete(h.cache, client)

@@ -9,7 +9,7 @@
 // go-plugin's own protobuf services share the connection unchanged:
 //
 //   - Info (unary), once per process start: HandlerInfo and pid.
-//   - HandleBatch, Fence, RegionRemoved, ClientRemoved (unary): one call
+//   - HandleBatch, WriteBack, RegionRemoved, ClientRemoved (unary): one call
 //     per rdmo.Handler call; a batch travels whole (all requests in, all
 //     results out).
 //   - Target (bidirectional stream), opened once per process start by the

@@ -18,7 +18,7 @@ func TestFitBatchBoundsTheMessage(t *testing.T) {
 	} {
 		reqs := make([]rdmo.Request, len(sizes))
 		for i, n := range sizes {
-			reqs[i] = rdmo.Request{Seq: 1 << 60, Client: 1 << 60, Op: 1 << 31, Flags: 1 << 31, Header: hdr,
+			reqs[i] = rdmo.Request{Seq: 1 << 60, Client: 1 << 60, Op: 1 << 31, Flags: 1 << 31, Sub: hdr,
 				Payload: make([]byte, n), Length: 1 << 60, Rendezvous: true}
 		}
 		const limit = 10000

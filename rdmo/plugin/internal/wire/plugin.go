@@ -147,7 +147,7 @@ const (
 func FitBatch(reqs []rdmo.Request, limit int) int {
 	size := MaxCallReqOverhead
 	for i := range reqs {
-		size += MaxRequestOverhead + len(reqs[i].Header) + len(reqs[i].Payload)
+		size += MaxRequestOverhead + len(reqs[i].Sub) + len(reqs[i].Payload)
 		if size > limit {
 			return i
 		}

@@ -10,16 +10,19 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // This file is the service and its messages. Service rdmo.plugin.v1.Handler (the plugin process serves it):
 //
-//	Info          unary   InfoReq  -> InfoResp   handler name, version, ops
+// Service rdmo.plugin.v1.Handler (the plugin process serves it):
+//
+//	Info          unary   InfoReq  -> InfoResp   name, version, ops, NoCachedState
 //	HandleBatch   unary   CallReq  -> CallResp   one call per batch
-//	Fence         unary   CallReq  -> CallResp   Handler.Fence
+//	WriteBack     unary   CallReq  -> CallResp   Handler.WriteBack
 //	RegionRemoved unary   CallReq  -> CallResp   Handler.RegionRemoved
 //	ClientRemoved unary   CallReq  -> CallResp   Handler.ClientRemoved
-//	Target        bidi    Answer  <-> Frame      opened once by the worker
+//	Target        bidi    answer  <-> frame      opened once by the worker
 //
 // On the Target stream the plugin sends frames (target calls of one
 // invocation) and the worker sends answers (to the calls that wait).
@@ -85,7 +88,7 @@ const (
 
 	MethodInfo          = "/" + serviceName + "/Info"
 	methodHandleBatch   = "/" + serviceName + "/HandleBatch"
-	methodFence         = "/" + serviceName + "/Fence"
+	methodWriteBack     = "/" + serviceName + "/WriteBack"
 	methodRegionRemoved = "/" + serviceName + "/RegionRemoved"
 	methodClientRemoved = "/" + serviceName + "/ClientRemoved"
 	MethodTarget        = "/" + serviceName + "/Target"
@@ -94,7 +97,7 @@ const (
 // Kinds of invocation (worker -> plugin unary calls with a CallReq).
 const (
 	CallBatch uint8 = iota + 1
-	CallFence
+	CallWriteBack
 	CallRegionRemoved
 	CallClientRemoved
 )
@@ -104,8 +107,8 @@ func CallMethod(kind uint8) string {
 	switch kind {
 	case CallBatch:
 		return methodHandleBatch
-	case CallFence:
-		return methodFence
+	case CallWriteBack:
+		return methodWriteBack
 	case CallRegionRemoved:
 		return methodRegionRemoved
 	}
@@ -117,8 +120,8 @@ func CallName(kind uint8) string {
 	switch kind {
 	case CallBatch:
 		return "HandleBatch"
-	case CallFence:
-		return "Fence"
+	case CallWriteBack:
+		return "WriteBack"
 	case CallRegionRemoved:
 		return "RegionRemoved"
 	}
@@ -133,7 +136,7 @@ const (
 	OpSync
 	OpFetch
 	OpFlush
-	OpFence
+	OpWriteBackAll
 )
 
 // Server is what the plugin process implements; ServiceDesc dispatches
@@ -150,7 +153,7 @@ var ServiceDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		{MethodName: "Info", Handler: infoHandler},
 		{MethodName: "HandleBatch", Handler: callHandler(CallBatch)},
-		{MethodName: "Fence", Handler: callHandler(CallFence)},
+		{MethodName: "WriteBack", Handler: callHandler(CallWriteBack)},
 		{MethodName: "RegionRemoved", Handler: callHandler(CallRegionRemoved)},
 		{MethodName: "ClientRemoved", Handler: callHandler(CallClientRemoved)},
 	},
@@ -224,10 +227,11 @@ func (w Fault) Err() error {
 type InfoReq struct{}
 
 type InfoResp struct {
-	Name    string
-	Version string
-	Ops     []uint32
-	Pid     int64
+	Name          string
+	Version       string
+	Ops           []uint32
+	Pid           int64
+	NoCachedState bool // rdmo.HandlerInfo.NoCachedState; absent from older plugins (false)
 }
 
 // CallReq is one invocation of the handler: a batch, or a hook.
@@ -243,7 +247,7 @@ type CallReq struct {
 // call); Tail holds the pipelined target calls that were not sent yet.
 type CallResp struct {
 	Results []rdmo.Result
-	Err     Fault // Fence, RegionRemoved
+	Err     Fault // WriteBack, RegionRemoved
 	Frames  uint64
 	Tail    []Op
 	Panic   string // the handler panicked: the worker restarts the plugin
@@ -261,7 +265,7 @@ type Frame struct {
 type Op struct {
 	ID     uint64 // answer id; 0 for pipelined calls (Put, Place)
 	Kind   uint8
-	Region uint64
+	Region rdmo.RegionID
 	Addr   uint64
 	Req    int64 // index of the request in the batch (Place, Fetch)
 	Data   []byte
@@ -271,7 +275,7 @@ type Op struct {
 // SyncOp is one rdmo.RemoteOp of a Sync call.
 type SyncOp struct {
 	Kind    rdmo.RemoteOpKind
-	Region  uint64
+	Region  rdmo.RegionID
 	Addr    uint64
 	Len     uint64 // RemoteGet
 	Operand uint64
@@ -318,14 +322,15 @@ func (m *InfoReq) decode(r *dec)            { r.skipN(r.fields(0)) }
 
 func (m *InfoResp) sizeHint() int { return 32 + len(m.Name) + len(m.Version) + 5*len(m.Ops) }
 func (m *InfoResp) appendTo(b []byte) []byte {
-	b = appendArr(b, 4)
+	b = appendArr(b, 5)
 	b = appendStr(b, m.Name)
 	b = appendStr(b, m.Version)
 	b = appendArr(b, len(m.Ops))
 	for _, o := range m.Ops {
 		b = appendUint(b, uint64(o))
 	}
-	return appendInt(b, m.Pid)
+	b = appendInt(b, m.Pid)
+	return appendBool(b, m.NoCachedState)
 }
 func (m *InfoResp) decode(r *dec) {
 	x := r.fields(4)
@@ -337,6 +342,10 @@ func (m *InfoResp) decode(r *dec) {
 		}
 	}
 	m.Pid = r.i()
+	if x > 0 && r.err == nil {
+		m.NoCachedState = r.t()
+		x--
+	}
 	r.skipN(x)
 }
 
@@ -345,7 +354,7 @@ const reqFields = 8
 func (m *CallReq) sizeHint() int {
 	n := 32
 	for i := range m.Reqs {
-		n += 48 + len(m.Reqs[i].Header) + len(m.Reqs[i].Payload)
+		n += 48 + len(m.Reqs[i].Sub) + len(m.Reqs[i].Payload)
 	}
 	return n
 }
@@ -359,10 +368,10 @@ func (m *CallReq) appendTo(b []byte) []byte {
 		q := &m.Reqs[i]
 		b = appendArr(b, reqFields)
 		b = appendUint(b, q.Seq)
-		b = appendUint(b, q.Client)
+		b = appendUint(b, uint64(q.Client))
 		b = appendUint(b, uint64(q.Op))
 		b = appendUint(b, uint64(q.Flags))
-		b = appendBin(b, q.Header)
+		b = appendBin(b, q.Sub) // the decoded sub-header is a function of it (wire.DecodeSub)
 		b = appendBin(b, q.Payload)
 		b = appendUint(b, q.Length)
 		b = appendBool(b, q.Rendezvous)
@@ -377,8 +386,11 @@ func (m *CallReq) decode(r *dec) {
 		for i := range m.Reqs {
 			q := &m.Reqs[i]
 			y := r.fields(reqFields)
-			q.Seq, q.Client, q.Op, q.Flags = r.u(), r.u(), r.u32(), r.u32()
-			q.Header, q.Payload = r.bin(), r.bin()
+			q.Seq, q.Client, q.Op, q.Flags = r.u(), rdmo.ClientID(r.u()), r.u32(), r.u32()
+			q.Sub, q.Payload = r.bin(), r.bin()
+			if r.err == nil && !wire.DecodeSub(q) {
+				r.fail(fmt.Errorf("rdmo plugin wire: %s sub-header of %d bytes", rdmo.OpName(q.Op), len(q.Sub)))
+			}
 			q.Length, q.Rendezvous = r.u(), r.t()
 			r.skipN(y)
 			if r.err != nil {
@@ -447,7 +459,7 @@ func appendOps(b []byte, ops []Op) []byte {
 		b = appendArr(b, 7)
 		b = appendUint(b, o.ID)
 		b = appendUint(b, uint64(o.Kind))
-		b = appendUint(b, o.Region)
+		b = appendUint(b, uint64(o.Region))
 		b = appendUint(b, o.Addr)
 		b = appendInt(b, o.Req)
 		b = appendBin(b, o.Data)
@@ -456,7 +468,7 @@ func appendOps(b []byte, ops []Op) []byte {
 			s := &o.Sync[j]
 			b = appendArr(b, 6)
 			b = appendUint(b, uint64(s.Kind))
-			b = appendUint(b, s.Region)
+			b = appendUint(b, uint64(s.Region))
 			b = appendUint(b, s.Addr)
 			b = appendUint(b, s.Len)
 			b = appendUint(b, s.Operand)
@@ -476,7 +488,7 @@ func (r *dec) ops() []Op {
 		o := &ops[i]
 		x := r.fields(7)
 		o.ID, o.Kind = r.u(), r.u8()
-		o.Region, o.Addr, o.Req = r.u(), r.u(), r.i()
+		o.Region, o.Addr, o.Req = rdmo.RegionID(r.u()), r.u(), r.i()
 		o.Data = r.bin()
 		if m := r.count(minSyncOpLen); m > 0 && r.err == nil {
 			o.Sync = make([]SyncOp, m)
@@ -484,7 +496,7 @@ func (r *dec) ops() []Op {
 				s := &o.Sync[j]
 				y := r.fields(6)
 				s.Kind = rdmo.RemoteOpKind(r.u8())
-				s.Region, s.Addr, s.Len, s.Operand, s.Compare = r.u(), r.u(), r.u(), r.u(), r.u()
+				s.Region, s.Addr, s.Len, s.Operand, s.Compare = rdmo.RegionID(r.u()), r.u(), r.u(), r.u(), r.u()
 				r.skipN(y)
 			}
 		}
@@ -521,7 +533,7 @@ func (m *Answer) appendTo(b []byte) []byte {
 	b = appendUint(b, m.ID)
 	b = m.Err.append(b)
 	b = appendArr(b, 3)
-	b = appendUint(b, m.Region.ID)
+	b = appendUint(b, uint64(m.Region.ID))
 	b = appendUint(b, m.Region.Base)
 	b = appendUint(b, m.Region.Len)
 	b = appendBin(b, m.Data)
@@ -540,7 +552,7 @@ func (m *Answer) decode(r *dec) {
 	m.ID = r.u()
 	m.Err = r.werr()
 	y := r.fields(3)
-	m.Region = rdmo.Region{ID: r.u(), Base: r.u(), Len: r.u()}
+	m.Region = rdmo.Region{ID: rdmo.RegionID(r.u()), Base: r.u(), Len: r.u()}
 	r.skipN(y)
 	m.Data = r.bin()
 	if n := r.count(minSyncResLen); n > 0 && r.err == nil {

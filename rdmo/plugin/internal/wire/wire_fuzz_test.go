@@ -26,8 +26,8 @@ func wireSamples() []wireMsg {
 		&InfoReq{},
 		&InfoResp{Name: "scatter", Version: "1.0.0", Ops: []uint32{2, 16}, Pid: 4242},
 		&CallReq{Inv: 1, Client: 2, Region: 3, Reqs: []rdmo.Request{
-			{Seq: 1, Client: 2, Op: 1, Flags: 2, Header: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
-			{Seq: 2, Client: 2, Op: 2, Length: 1 << 20, Rendezvous: true},
+			{Seq: 1, Client: 2, Op: 16, Flags: 2, Sub: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
+			{Seq: 2, Client: 2, Op: 17, Length: 1 << 20, Rendezvous: true},
 		}},
 		&CallResp{Results: []rdmo.Result{{Status: rdmo.StatusOutOfBounds, Detail: "out", Value: 0}, {Value: 9}},
 			Err: Fault{Status: rdmo.StatusHandlerFailed, Detail: "x"}, Frames: 2, Tail: ops, Panic: ""},
@@ -111,8 +111,8 @@ func TestPluginWireAllocationBound(t *testing.T) {
 		{"infoResp ops", func() wireMsg { return new(InfoResp) },
 			cat([]byte{0x94, 0xa0, 0xa0}, arr32(n), bytes.Repeat([]byte{0x10}, n), []byte{0})},
 		// A callReq of n requests (worker to plugin).
-		{"callReq requests", func() wireMsg { return new(CallReq) },
-			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
+		{"CallReq requests", func() wireMsg { return new(CallReq) },
+			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0x10, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
 		// An answer with n Sync results.
 		{"answer sync results", func() wireMsg { return new(Answer) },
 			cat([]byte{0x95, 0, 0x92, 0, 0xa0, 0x93, 0, 0, 0, 0xc0}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0, 0xc0}, n))},

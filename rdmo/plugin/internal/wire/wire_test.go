@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	rdmowire "github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 func roundTrip[T any, P interface {
@@ -50,11 +51,22 @@ func roundTrip[T any, P interface {
 func TestWireRoundTrip(t *testing.T) {
 	roundTrip(t, &InfoReq{})
 	roundTrip(t, &InfoResp{Name: "x", Version: "1.0", Ops: []uint32{16, 1 << 31}, Pid: 42})
+	roundTrip(t, &InfoResp{Name: "y", Ops: []uint32{2}, NoCachedState: true})
+	// A reference op's decoded sub-header travels as its raw bytes.
+	app := rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 5, DataRkey: 6}
+	roundTrip(t, &CallReq{Inv: 2, Client: 2, Reqs: []rdmo.Request{
+		{Seq: 3, Client: 2, Op: rdmo.OpAppend, Sub: rdmowire.AppendAppendRequest(nil, rdmowire.Header{ClientID: 2}, app)[rdmowire.HeaderLen:],
+			Append: app, Payload: []byte("x"), Length: 1},
+		{Seq: 4, Client: 2, Op: rdmo.OpScatter, Sub: rdmowire.AppendScatterRequest(nil, rdmowire.Header{ClientID: 2}, rdmo.ScatterHeader{Count: 9})[rdmowire.HeaderLen:],
+			Scatter: rdmo.ScatterHeader{Count: 9}, Payload: []byte{}},
+		{Seq: 5, Client: 2, Op: rdmo.OpFlush, Sub: rdmowire.AppendFlushRequest(nil, rdmowire.Header{ClientID: 2}, rdmo.FlushHeader{FlushID: 77})[rdmowire.HeaderLen:],
+			Flush: rdmo.FlushHeader{FlushID: 77}, Payload: []byte{}},
+	}})
 	long := string(make([]byte, 300))
 	roundTrip(t, &CallReq{Inv: 1, Client: 2, Region: math.MaxUint64, Reqs: []rdmo.Request{
-		{Seq: 1, Client: 2, Op: 16, Flags: 3, Header: []byte("0123456789abcdef"), Payload: []byte{}, Length: 0},
-		{Seq: 2, Client: 2, Op: 1, Header: []byte("h"), Payload: nil, Length: 1 << 40, Rendezvous: true},
-		{Seq: 1 << 20, Payload: make([]byte, 70<<10), Header: make([]byte, 300)},
+		{Seq: 1, Client: 2, Op: 16, Flags: 3, Sub: []byte("0123456789abcdef"), Payload: []byte{}, Length: 0},
+		{Seq: 2, Client: 2, Op: 17, Sub: []byte("h"), Payload: nil, Length: 1 << 40, Rendezvous: true},
+		{Seq: 1 << 20, Op: 1 << 31, Payload: make([]byte, 70<<10), Sub: make([]byte, 300)},
 	}})
 	roundTrip(t, &CallResp{
 		Results: []rdmo.Result{{}, {Status: rdmo.StatusOutOfBounds, Detail: "d", Value: 1 << 63}, {Detail: long}},

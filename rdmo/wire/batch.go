@@ -1,4 +1,6 @@
-package rdmo
+package wire
+
+import "github.com/openrdmo/rdmo/rdmo"
 
 // The BATCH container (op 3, extension): several complete requests in one
 // active message, so that the per-message cost of UCX and of the worker's
@@ -58,10 +60,10 @@ func BatchEntrySize(hdrLen, payloadLen int) int {
 }
 
 // AppendBatchRequest appends a BATCH container's AM header to dst. h.Op is
-// replaced by OpBatch; h.Flags is written as given, and a worker refuses a
+// replaced by rdmo.OpBatch; h.Flags is written as given, and a worker refuses a
 // container with any flag set (FENCE and ACK belong on inner requests).
 func AppendBatchRequest(dst []byte, h Header, b BatchHeader) []byte {
-	h.Op = OpBatch
+	h.Op = rdmo.OpBatch
 	dst = appendHeader(dst, h)
 	return le.AppendUint64(dst, b.Count)
 }
@@ -77,13 +79,13 @@ var batchPadding [BatchAlign]byte
 func AppendBatchEntry(dst, hdr, payload []byte) ([]byte, error) {
 	switch {
 	case len(hdr) < HeaderLen:
-		return dst, wireErr(StatusShortHeader, "inner request header is "+itoa(len(hdr))+" bytes, at least 16 needed")
+		return dst, wireErr(rdmo.StatusShortHeader, "inner request header is "+itoa(len(hdr))+" bytes, at least 16 needed")
 	case len(hdr) > MaxHeaderLen:
-		return dst, wireErr(StatusHeaderTooLong, "inner request header is "+itoa(len(hdr))+" bytes, at most 64 allowed")
-	case le.Uint32(hdr[HeaderOpOffset:]) == OpBatch:
+		return dst, wireErr(rdmo.StatusHeaderTooLong, "inner request header is "+itoa(len(hdr))+" bytes, at most 64 allowed")
+	case le.Uint32(hdr[HeaderOpOffset:]) == rdmo.OpBatch:
 		return dst, errNestedBatch
 	case uint64(len(payload)) > 1<<32-1:
-		return dst, wireErr(StatusLengthOverflow, "inner payload is "+itoa(len(payload))+" bytes, at most 2^32-1 allowed")
+		return dst, wireErr(rdmo.StatusLengthOverflow, "inner payload is "+itoa(len(payload))+" bytes, at most 2^32-1 allowed")
 	}
 	n := BatchEntryHeaderLen + len(hdr) + len(payload)
 	dst = le.AppendUint16(dst, uint16(len(hdr)))
@@ -94,12 +96,12 @@ func AppendBatchEntry(dst, hdr, payload []byte) ([]byte, error) {
 	return append(dst, batchPadding[:(BatchAlign-n%BatchAlign)%BatchAlign]...), nil
 }
 
-var errNestedBatch = wireErr(StatusUnknownOp, "a batch container inside a batch container is refused")
+var errNestedBatch = wireErr(rdmo.StatusUnknownOp, "a batch container inside a batch container is refused")
 
 // BatchIter walks the entries of a BATCH container's AM data without
 // allocating, in the manner of ScatterIter:
 //
-//	it := rdmo.NewBatchIter(data, req.Batch.Count)
+//	it := wire.NewBatchIter(data, req.Batch.Count)
 //	for it.Next() {
 //		rh, err := it.Request() // the inner request's header, validated
 //		... it.Header(), it.Payload() ...
@@ -132,7 +134,7 @@ type BatchIter struct {
 func NewBatchIter(data []byte, count uint64) BatchIter {
 	it := BatchIter{data: data, remaining: count}
 	if count > uint64(len(data))/BatchEntryHeaderLen {
-		it.err = wireErr(StatusPayloadMismatch, "count "+utoa(count)+" entries need at least "+
+		it.err = wireErr(rdmo.StatusPayloadMismatch, "count "+utoa(count)+" entries need at least "+
 			mulEntry(count)+" bytes, the container has "+itoa(len(data)))
 		it.remaining = 0
 	}
@@ -156,7 +158,7 @@ func (it *BatchIter) Next() bool {
 	rest := len(it.data) - it.off
 	if it.remaining == 0 {
 		if rest != 0 {
-			it.err = wireErr(StatusPayloadMismatch, itoa(rest)+" bytes left after the last of "+
+			it.err = wireErr(rdmo.StatusPayloadMismatch, itoa(rest)+" bytes left after the last of "+
 				utoa(it.index)+" batch entries")
 		}
 		return false
@@ -166,7 +168,7 @@ func (it *BatchIter) Next() bool {
 		if rest != 0 {
 			detail = "batch entry " + utoa(it.index) + ": entry header truncated to " + itoa(rest) + " of 8 bytes"
 		}
-		it.err = wireErr(StatusPayloadMismatch, detail)
+		it.err = wireErr(rdmo.StatusPayloadMismatch, detail)
 		return false
 	}
 	e := it.data[it.off:]
@@ -174,13 +176,13 @@ func (it *BatchIter) Next() bool {
 	plen := uint64(le.Uint32(e[BatchEntryPayloadLenOffset:]))
 	body := uint64(rest - BatchEntryHeaderLen)
 	if hlen+plen > body { // no overflow: u16 + u32
-		it.err = wireErr(StatusLengthOverflow, "batch entry "+utoa(it.index)+": header "+utoa(hlen)+
+		it.err = wireErr(rdmo.StatusLengthOverflow, "batch entry "+utoa(it.index)+": header "+utoa(hlen)+
 			" + payload "+utoa(plen)+" bytes but only "+utoa(body)+" follow the entry header")
 		return false
 	}
 	size := BatchEntrySize(int(hlen), int(plen))
 	if size > rest {
-		it.err = wireErr(StatusPayloadMismatch, "batch entry "+utoa(it.index)+": padding to 8 bytes runs past the end")
+		it.err = wireErr(rdmo.StatusPayloadMismatch, "batch entry "+utoa(it.index)+": padding to 8 bytes runs past the end")
 		return false
 	}
 	it.flags = le.Uint16(e[BatchEntryFlagsOffset:])
@@ -230,19 +232,19 @@ func (it *BatchIter) Err() error { return it.err }
 // (UnknownFlags), the checks of ParseRequest, then a nested container
 // (UnknownOp). As with ParseRequest, the common
 // header is returned even with an error whenever hdr has 16 bytes, so a
-// worker can report the op and honour the inner request's FlagAck.
+// worker can report the op and honour the inner request's rdmo.FlagAck.
 func ParseBatchEntry(hdr []byte, entryFlags uint16) (RequestHeader, error) {
 	r, err := ParseRequest(hdr)
 	if len(hdr) < HeaderLen {
 		return r, err
 	}
 	if entryFlags != 0 {
-		return r, wireErr(StatusUnknownFlags, "batch entry flags "+hex32(uint32(entryFlags))+" are not defined")
+		return r, wireErr(rdmo.StatusUnknownFlags, "batch entry flags "+hex32(uint32(entryFlags))+" are not defined")
 	}
 	if err != nil {
 		return r, err
 	}
-	if r.Header.Op == OpBatch {
+	if r.Header.Op == rdmo.OpBatch {
 		return r, errNestedBatch
 	}
 	return r, nil

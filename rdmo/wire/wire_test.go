@@ -1,4 +1,4 @@
-package rdmo_test
+package wire_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 var le = binary.LittleEndian
@@ -18,24 +19,24 @@ var le = binary.LittleEndian
 // fields, bypassing the encoders so tests can produce malformed input.
 func rawHeader(n int, clientID uint64, op, flags uint32) []byte {
 	b := make([]byte, n)
-	if n >= rdmo.HeaderLen {
-		rdmo.Header{ClientID: clientID, Op: op, Flags: flags}.Put(b)
+	if n >= wire.HeaderLen {
+		wire.Header{ClientID: clientID, Op: op, Flags: flags}.Put(b)
 	}
 	return b
 }
 
 // scatterPayload encodes iovs whose data is len bytes of a pattern that
 // differs per element, so misplaced slices are caught.
-func scatterPayload(t testing.TB, lens ...int) ([]byte, []rdmo.IOV, [][]byte) {
+func scatterPayload(t testing.TB, lens ...int) ([]byte, []wire.IOV, [][]byte) {
 	t.Helper()
 	var payload []byte
-	var iovs []rdmo.IOV
+	var iovs []wire.IOV
 	var datas [][]byte
 	for i, n := range lens {
 		data := bytes.Repeat([]byte{byte(0xA0 + i)}, n)
-		iov := rdmo.IOV{Addr: 0x7f0000001000 + uint64(i)*0x100, Rkey: 0xCAFE0000 + uint64(i), Len: uint16(n)}
+		iov := wire.IOV{Addr: 0x7f0000001000 + uint64(i)*0x100, Rkey: rdmo.RegionID(0xCAFE0000 + uint64(i)), Len: uint16(n)}
 		var err error
-		payload, err = rdmo.AppendIOV(payload, iov, data)
+		payload, err = wire.AppendIOV(payload, iov, data)
 		if err != nil {
 			t.Fatalf("AppendIOV(%d): %v", i, err)
 		}
@@ -69,28 +70,28 @@ func wantStatus(t *testing.T, err error, want rdmo.Status) {
 }
 
 func TestHeaderPutParseRoundTrip(t *testing.T) {
-	for _, h := range []rdmo.Header{
+	for _, h := range []wire.Header{
 		{},
 		{ClientID: 0x0102030405060708, Op: rdmo.OpAppend, Flags: rdmo.FlagFence},
 		{ClientID: math.MaxUint64, Op: math.MaxUint32, Flags: rdmo.FlagFence | rdmo.FlagAck},
 		{ClientID: 7, Op: rdmo.OpUserBase, Flags: rdmo.FlagAck},
 	} {
-		b := make([]byte, rdmo.HeaderLen)
+		b := make([]byte, wire.HeaderLen)
 		h.Put(b)
-		if got := le.Uint64(b[rdmo.HeaderClientIDOffset:]); got != h.ClientID {
+		if got := le.Uint64(b[wire.HeaderClientIDOffset:]); got != h.ClientID {
 			t.Errorf("client id bytes = %#x, want %#x", got, h.ClientID)
 		}
-		if got := le.Uint32(b[rdmo.HeaderOpOffset:]); got != h.Op {
+		if got := le.Uint32(b[wire.HeaderOpOffset:]); got != h.Op {
 			t.Errorf("op bytes = %d, want %d", got, h.Op)
 		}
-		if got := le.Uint32(b[rdmo.HeaderFlagsOffset:]); got != h.Flags {
+		if got := le.Uint32(b[wire.HeaderFlagsOffset:]); got != h.Flags {
 			t.Errorf("flags bytes = %#x, want %#x", got, h.Flags)
 		}
 		// A user op's header may be exactly the common header.
 		if !rdmo.IsUserOp(h.Op) {
 			continue
 		}
-		got, err := rdmo.ParseHeader(b)
+		got, err := wire.ParseHeader(b)
 		if err != nil || got != h {
 			t.Errorf("ParseHeader = %+v, %v; want %+v", got, err, h)
 		}
@@ -103,11 +104,11 @@ func TestHeaderPutPanicsOnShortBuffer(t *testing.T) {
 			t.Fatal("Put into a 15-byte buffer did not panic")
 		}
 	}()
-	rdmo.Header{}.Put(make([]byte, rdmo.HeaderLen-1))
+	wire.Header{}.Put(make([]byte, wire.HeaderLen-1))
 }
 
 func TestHeaderFlagHelpers(t *testing.T) {
-	h := rdmo.Header{Flags: rdmo.FlagFence}
+	h := wire.Header{Flags: rdmo.FlagFence}
 	if !h.Fenced() || h.WantsAck() {
 		t.Errorf("FENCE only: Fenced=%v WantsAck=%v", h.Fenced(), h.WantsAck())
 	}
@@ -118,13 +119,13 @@ func TestHeaderFlagHelpers(t *testing.T) {
 }
 
 func TestRequestRoundTrip(t *testing.T) {
-	hdr := rdmo.Header{ClientID: 0x1122334455667788, Flags: rdmo.FlagFence | rdmo.FlagAck}
+	hdr := wire.Header{ClientID: 0x1122334455667788, Flags: rdmo.FlagFence | rdmo.FlagAck}
 	t.Run("flush", func(t *testing.T) {
-		b := rdmo.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF})
-		if len(b) != rdmo.FlushHeaderLen {
-			t.Fatalf("len = %d, want %d", len(b), rdmo.FlushHeaderLen)
+		b := wire.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF})
+		if len(b) != wire.FlushHeaderLen {
+			t.Fatalf("len = %d, want %d", len(b), wire.FlushHeaderLen)
 		}
-		r, err := rdmo.ParseRequest(b)
+		r, err := wire.ParseRequest(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,11 +138,11 @@ func TestRequestRoundTrip(t *testing.T) {
 	})
 	t.Run("append", func(t *testing.T) {
 		a := rdmo.AppendHeader{PtrAddr: 0x7fff00001000, PtrRkey: 0x55aa55aa55aa, DataRkey: math.MaxUint64}
-		b := rdmo.AppendAppendRequest(nil, hdr, a)
-		if len(b) != rdmo.AppendHeaderLen {
-			t.Fatalf("len = %d, want %d", len(b), rdmo.AppendHeaderLen)
+		b := wire.AppendAppendRequest(nil, hdr, a)
+		if len(b) != wire.AppendHeaderLen {
+			t.Fatalf("len = %d, want %d", len(b), wire.AppendHeaderLen)
 		}
-		r, err := rdmo.ParseRequest(b)
+		r, err := wire.ParseRequest(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,11 +153,11 @@ func TestRequestRoundTrip(t *testing.T) {
 	})
 	t.Run("scatter", func(t *testing.T) {
 		payload, _, _ := scatterPayload(t, 8, 8, 3)
-		b := rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 3})
-		if len(b) != rdmo.ScatterHeaderLen {
-			t.Fatalf("len = %d, want %d", len(b), rdmo.ScatterHeaderLen)
+		b := wire.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 3})
+		if len(b) != wire.ScatterHeaderLen {
+			t.Fatalf("len = %d, want %d", len(b), wire.ScatterHeaderLen)
 		}
-		r, err := rdmo.ParseRequest(b)
+		r, err := wire.ParseRequest(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,22 +167,22 @@ func TestRequestRoundTrip(t *testing.T) {
 		wantStatus(t, r.CheckPayload(payload), rdmo.StatusOK)
 	})
 	t.Run("user", func(t *testing.T) {
-		for _, n := range []int{0, 1, 7, rdmo.MaxHeaderLen - rdmo.HeaderLen} {
+		for _, n := range []int{0, 1, 7, wire.MaxHeaderLen - wire.HeaderLen} {
 			sub := bytes.Repeat([]byte{0x5C}, n)
 			h := hdr
 			h.Op = rdmo.OpUserBase + 3
-			b, err := rdmo.AppendUserRequest(nil, h, sub)
+			b, err := wire.AppendUserRequest(nil, h, sub)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := rdmo.ParseRequest(b)
+			r, err := wire.ParseRequest(b)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r.Header != h || !bytes.Equal(r.User, sub) || len(r.User) != n {
 				t.Fatalf("sub-header %d bytes: got %+v", n, r)
 			}
-			if n > 0 && &r.User[0] != &b[rdmo.SubHeaderOffset] {
+			if n > 0 && &r.User[0] != &b[wire.SubHeaderOffset] {
 				t.Fatal("User does not alias the input")
 			}
 			if cap(r.User) != len(r.User) {
@@ -193,13 +194,13 @@ func TestRequestRoundTrip(t *testing.T) {
 }
 
 func TestEncodersForceTheirOp(t *testing.T) {
-	wrong := rdmo.Header{ClientID: 1, Op: rdmo.OpScatter}
+	wrong := wire.Header{ClientID: 1, Op: rdmo.OpScatter}
 	for name, b := range map[string][]byte{
-		"flush":   rdmo.AppendFlushRequest(nil, rdmo.Header{Op: rdmo.OpAppend}, rdmo.FlushHeader{}),
-		"append":  rdmo.AppendAppendRequest(nil, wrong, rdmo.AppendHeader{}),
-		"scatter": rdmo.AppendScatterRequest(nil, rdmo.Header{Op: 99}, rdmo.ScatterHeader{}),
+		"flush":   wire.AppendFlushRequest(nil, wire.Header{Op: rdmo.OpAppend}, rdmo.FlushHeader{}),
+		"append":  wire.AppendAppendRequest(nil, wrong, rdmo.AppendHeader{}),
+		"scatter": wire.AppendScatterRequest(nil, wire.Header{Op: 99}, rdmo.ScatterHeader{}),
 	} {
-		r, err := rdmo.ParseRequest(b)
+		r, err := wire.ParseRequest(b)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -211,29 +212,29 @@ func TestEncodersForceTheirOp(t *testing.T) {
 
 func TestEncodersAppendToDst(t *testing.T) {
 	prefix := []byte("prefix")
-	h := rdmo.Header{ClientID: 9}
+	h := wire.Header{ClientID: 9}
 	check := func(name string, got []byte, wantLen int) {
 		t.Helper()
 		if !bytes.HasPrefix(got, prefix) || len(got) != len(prefix)+wantLen {
 			t.Errorf("%s: got %d bytes %q..., want prefix kept and %d bytes added", name, len(got), got[:min(len(got), 6)], wantLen)
 		}
 	}
-	check("flush", rdmo.AppendFlushRequest(bytes.Clone(prefix), h, rdmo.FlushHeader{}), rdmo.FlushHeaderLen)
-	check("append", rdmo.AppendAppendRequest(bytes.Clone(prefix), h, rdmo.AppendHeader{}), rdmo.AppendHeaderLen)
-	check("scatter", rdmo.AppendScatterRequest(bytes.Clone(prefix), h, rdmo.ScatterHeader{}), rdmo.ScatterHeaderLen)
-	user, err := rdmo.AppendUserRequest(bytes.Clone(prefix), rdmo.Header{Op: rdmo.OpUserBase}, []byte{1, 2})
+	check("flush", wire.AppendFlushRequest(bytes.Clone(prefix), h, rdmo.FlushHeader{}), wire.FlushHeaderLen)
+	check("append", wire.AppendAppendRequest(bytes.Clone(prefix), h, rdmo.AppendHeader{}), wire.AppendHeaderLen)
+	check("scatter", wire.AppendScatterRequest(bytes.Clone(prefix), h, rdmo.ScatterHeader{}), wire.ScatterHeaderLen)
+	user, err := wire.AppendUserRequest(bytes.Clone(prefix), wire.Header{Op: rdmo.OpUserBase}, []byte{1, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("user", user, rdmo.HeaderLen+2)
-	iov, err := rdmo.AppendIOV(bytes.Clone(prefix), rdmo.IOV{Len: 2}, []byte{1, 2})
+	check("user", user, wire.HeaderLen+2)
+	iov, err := wire.AppendIOV(bytes.Clone(prefix), wire.IOV{Len: 2}, []byte{1, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("iov", iov, rdmo.IOVDescLen+2)
-	check("flush response", rdmo.AppendFlushResponse(bytes.Clone(prefix), rdmo.FlushResponse{}), rdmo.FlushResponseLen)
-	check("reference flush response", rdmo.AppendReferenceFlushResponse(bytes.Clone(prefix), 1), rdmo.ReferenceFlushResponseLen)
-	check("ack", rdmo.AppendAck(bytes.Clone(prefix), rdmo.AckResponse{}), rdmo.AckResponseLen)
+	check("iov", iov, wire.IOVDescLen+2)
+	check("flush response", wire.AppendFlushResponse(bytes.Clone(prefix), wire.FlushResponse{}), wire.FlushResponseLen)
+	check("reference flush response", wire.AppendReferenceFlushResponse(bytes.Clone(prefix), 1), wire.ReferenceFlushResponseLen)
+	check("ack", wire.AppendAck(bytes.Clone(prefix), wire.AckResponse{}), wire.AckResponseLen)
 }
 
 func TestParseRequestErrors(t *testing.T) {
@@ -275,19 +276,19 @@ func TestParseRequestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := rdmo.ParseRequest(tt.hdr)
+			r, err := wire.ParseRequest(tt.hdr)
 			wantStatus(t, err, tt.want)
 			if err != nil && !strings.HasPrefix(err.Error(), "rdmo: ") {
 				t.Errorf("error text %q lacks the package prefix", err)
 			}
 			// The common header comes back even on error, so the worker can
 			// report the op that failed.
-			if len(tt.hdr) >= rdmo.HeaderLen {
-				if got := r.Header.Op; got != le.Uint32(tt.hdr[rdmo.HeaderOpOffset:]) {
+			if len(tt.hdr) >= wire.HeaderLen {
+				if got := r.Header.Op; got != le.Uint32(tt.hdr[wire.HeaderOpOffset:]) {
 					t.Errorf("Header.Op = %d after error, want it decoded", got)
 				}
 			}
-			_, herr := rdmo.ParseHeader(tt.hdr)
+			_, herr := wire.ParseHeader(tt.hdr)
 			if tt.want == rdmo.StatusOK && herr != nil {
 				t.Errorf("ParseHeader: %v", herr)
 			}
@@ -296,7 +297,7 @@ func TestParseRequestErrors(t *testing.T) {
 }
 
 func TestParseHeaderReturnsFieldsOnError(t *testing.T) {
-	h, err := rdmo.ParseHeader(rawHeader(16, 42, 4, 0))
+	h, err := wire.ParseHeader(rawHeader(16, 42, 4, 0))
 	wantStatus(t, err, rdmo.StatusUnknownOp)
 	if h.ClientID != 42 || h.Op != 4 {
 		t.Fatalf("got %+v", h)
@@ -328,7 +329,7 @@ func TestCheckPayload(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := rdmo.RequestHeader{Header: rdmo.Header{Op: tt.op}, Scatter: rdmo.ScatterHeader{Count: tt.count}}
+			r := wire.RequestHeader{Header: wire.Header{Op: tt.op}, Scatter: rdmo.ScatterHeader{Count: tt.count}}
 			wantStatus(t, r.CheckPayload(tt.payload), tt.want)
 		})
 	}
@@ -336,16 +337,16 @@ func TestCheckPayload(t *testing.T) {
 
 func TestScatterIterRoundTrip(t *testing.T) {
 	// Lengths that leave later descriptors unaligned, plus the extremes.
-	lens := []int{8, 0, 1, 5, rdmo.MaxIOVLen, 3}
+	lens := []int{8, 0, 1, 5, wire.MaxIOVLen, 3}
 	payload, iovs, datas := scatterPayload(t, lens...)
 	wantLen := 0
 	for _, n := range lens {
-		wantLen += rdmo.IOVDescLen + n
+		wantLen += wire.IOVDescLen + n
 	}
 	if len(payload) != wantLen {
 		t.Fatalf("payload is %d bytes, want %d", len(payload), wantLen)
 	}
-	it := rdmo.NewScatterIter(payload, uint64(len(lens)))
+	it := wire.NewScatterIter(payload, uint64(len(lens)))
 	i := 0
 	for it.Next() {
 		if it.IOV() != iovs[i] {
@@ -367,7 +368,7 @@ func TestScatterIterRoundTrip(t *testing.T) {
 	}
 
 	var seen int
-	err := rdmo.ForEachIOV(payload, uint64(len(lens)), func(iov rdmo.IOV, data []byte) error {
+	err := wire.ForEachIOV(payload, uint64(len(lens)), func(iov wire.IOV, data []byte) error {
 		if iov != iovs[seen] || !bytes.Equal(data, datas[seen]) {
 			t.Errorf("ForEachIOV element %d differs", seen)
 		}
@@ -381,14 +382,14 @@ func TestScatterIterRoundTrip(t *testing.T) {
 
 func TestScatterPaddingIsZeroAndIgnored(t *testing.T) {
 	payload, iovs, _ := scatterPayload(t, 4)
-	if !bytes.Equal(payload[rdmo.IOVLenOffset+2:rdmo.IOVDescLen], make([]byte, 6)) {
-		t.Fatalf("padding = %x, want zeros", payload[rdmo.IOVLenOffset+2:rdmo.IOVDescLen])
+	if !bytes.Equal(payload[wire.IOVLenOffset+2:wire.IOVDescLen], make([]byte, 6)) {
+		t.Fatalf("padding = %x, want zeros", payload[wire.IOVLenOffset+2:wire.IOVDescLen])
 	}
 	// C initiators may leave garbage in struct padding; decoders must not care.
-	for i := rdmo.IOVLenOffset + 2; i < rdmo.IOVDescLen; i++ {
+	for i := wire.IOVLenOffset + 2; i < wire.IOVDescLen; i++ {
 		payload[i] = 0xFF
 	}
-	it := rdmo.NewScatterIter(payload, 1)
+	it := wire.NewScatterIter(payload, 1)
 	if !it.Next() || it.IOV() != iovs[0] {
 		t.Fatalf("garbage padding changed decoding: %+v, %v", it.IOV(), it.Err())
 	}
@@ -398,7 +399,7 @@ func TestForEachIOVStopsOnCallbackError(t *testing.T) {
 	payload, _, _ := scatterPayload(t, 1, 1, 1)
 	stop := errors.New("stop")
 	calls := 0
-	err := rdmo.ForEachIOV(payload, 3, func(rdmo.IOV, []byte) error {
+	err := wire.ForEachIOV(payload, 3, func(wire.IOV, []byte) error {
 		calls++
 		return stop
 	})
@@ -410,10 +411,10 @@ func TestForEachIOVStopsOnCallbackError(t *testing.T) {
 func TestScatterIterErrors(t *testing.T) {
 	one, _, _ := scatterPayload(t, 30)     // 54 bytes
 	emptyIOV, _, _ := scatterPayload(t, 0) // 24 bytes
-	overflow := make([]byte, rdmo.IOVDescLen+10)
-	le.PutUint16(overflow[rdmo.IOVLenOffset:], 100)
-	maxLenShort := make([]byte, rdmo.IOVDescLen+rdmo.MaxIOVLen-1)
-	le.PutUint16(maxLenShort[rdmo.IOVLenOffset:], math.MaxUint16)
+	overflow := make([]byte, wire.IOVDescLen+10)
+	le.PutUint16(overflow[wire.IOVLenOffset:], 100)
+	maxLenShort := make([]byte, wire.IOVDescLen+wire.MaxIOVLen-1)
+	le.PutUint16(maxLenShort[wire.IOVLenOffset:], math.MaxUint16)
 
 	tests := []struct {
 		name    string
@@ -427,7 +428,7 @@ func TestScatterIterErrors(t *testing.T) {
 		{"one byte, count 0: leftover", []byte{0}, 0, 0, rdmo.StatusPayloadMismatch},
 		{"count needs more descriptors than fit", emptyIOV, 2, 0, rdmo.StatusPayloadMismatch},
 		{"huge count refused before walking", append(bytes.Clone(emptyIOV), emptyIOV...), math.MaxUint64, 0, rdmo.StatusPayloadMismatch},
-		{"count 2^64/24+1 does not overflow the check", make([]byte, 48), math.MaxUint64/rdmo.IOVDescLen + 1, 0, rdmo.StatusPayloadMismatch},
+		{"count 2^64/24+1 does not overflow the check", make([]byte, 48), math.MaxUint64/wire.IOVDescLen + 1, 0, rdmo.StatusPayloadMismatch},
 		{"payload ends after first", one, 2, 1, rdmo.StatusPayloadMismatch},
 		{"truncated second descriptor", append(bytes.Clone(one), make([]byte, 20)...), 2, 1, rdmo.StatusPayloadMismatch},
 		{"leftover after last", append(bytes.Clone(one), 1, 2, 3), 1, 1, rdmo.StatusPayloadMismatch},
@@ -438,7 +439,7 @@ func TestScatterIterErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			it := rdmo.NewScatterIter(tt.payload, tt.count)
+			it := wire.NewScatterIter(tt.payload, tt.count)
 			n := 0
 			for it.Next() {
 				n++
@@ -450,11 +451,11 @@ func TestScatterIterErrors(t *testing.T) {
 			if it.Next() {
 				t.Error("Next returned true after stopping")
 			}
-			if (it.IOV() != rdmo.IOV{}) || it.Data() != nil {
+			if (it.IOV() != wire.IOV{}) || it.Data() != nil {
 				t.Error("a stopped iterator still exposes an element")
 			}
-			wantStatus(t, rdmo.ForEachIOV(tt.payload, tt.count, func(rdmo.IOV, []byte) error { return nil }), tt.want)
-			r := rdmo.RequestHeader{Header: rdmo.Header{Op: rdmo.OpScatter}, Scatter: rdmo.ScatterHeader{Count: tt.count}}
+			wantStatus(t, wire.ForEachIOV(tt.payload, tt.count, func(wire.IOV, []byte) error { return nil }), tt.want)
+			r := wire.RequestHeader{Header: wire.Header{Op: rdmo.OpScatter}, Scatter: rdmo.ScatterHeader{Count: tt.count}}
 			wantStatus(t, r.CheckPayload(tt.payload), tt.want)
 		})
 	}
@@ -462,40 +463,40 @@ func TestScatterIterErrors(t *testing.T) {
 
 func TestAppendIOVErrors(t *testing.T) {
 	dst := []byte("keep")
-	got, err := rdmo.AppendIOV(dst, rdmo.IOV{Len: 0}, make([]byte, rdmo.MaxIOVLen+1))
+	got, err := wire.AppendIOV(dst, wire.IOV{Len: 0}, make([]byte, wire.MaxIOVLen+1))
 	wantStatus(t, err, rdmo.StatusLengthOverflow)
 	if string(got) != "keep" {
 		t.Errorf("dst changed on error: %q", got)
 	}
-	got, err = rdmo.AppendIOV(dst, rdmo.IOV{Len: 3}, []byte{1, 2})
+	got, err = wire.AppendIOV(dst, wire.IOV{Len: 3}, []byte{1, 2})
 	wantStatus(t, err, rdmo.StatusPayloadMismatch)
 	if string(got) != "keep" {
 		t.Errorf("dst changed on error: %q", got)
 	}
-	if _, err := rdmo.AppendIOV(nil, rdmo.IOV{Len: math.MaxUint16}, make([]byte, rdmo.MaxIOVLen)); err != nil {
+	if _, err := wire.AppendIOV(nil, wire.IOV{Len: math.MaxUint16}, make([]byte, wire.MaxIOVLen)); err != nil {
 		t.Errorf("a 65535-byte chunk must be accepted: %v", err)
 	}
 }
 
 func TestAppendUserRequestErrors(t *testing.T) {
-	_, err := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpAppend}, nil)
+	_, err := wire.AppendUserRequest(nil, wire.Header{Op: rdmo.OpAppend}, nil)
 	wantStatus(t, err, rdmo.StatusUnknownOp)
-	_, err = rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase - 1}, nil)
+	_, err = wire.AppendUserRequest(nil, wire.Header{Op: rdmo.OpUserBase - 1}, nil)
 	wantStatus(t, err, rdmo.StatusUnknownOp)
-	_, err = rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase}, make([]byte, rdmo.MaxHeaderLen-rdmo.HeaderLen+1))
+	_, err = wire.AppendUserRequest(nil, wire.Header{Op: rdmo.OpUserBase}, make([]byte, wire.MaxHeaderLen-wire.HeaderLen+1))
 	wantStatus(t, err, rdmo.StatusHeaderTooLong)
 }
 
 func TestIOVEnd(t *testing.T) {
 	for _, tt := range []struct {
-		iov    rdmo.IOV
+		iov    wire.IOV
 		end    uint64
 		wantOK bool
 	}{
-		{rdmo.IOV{Addr: 0x1000, Len: 16}, 0x1010, true},
-		{rdmo.IOV{Addr: math.MaxUint64 - 15, Len: 15}, math.MaxUint64, true},
-		{rdmo.IOV{Addr: math.MaxUint64 - 15, Len: 16}, 0, false},
-		{rdmo.IOV{Addr: math.MaxUint64, Len: math.MaxUint16}, math.MaxUint16 - 1, false},
+		{wire.IOV{Addr: 0x1000, Len: 16}, 0x1010, true},
+		{wire.IOV{Addr: math.MaxUint64 - 15, Len: 15}, math.MaxUint64, true},
+		{wire.IOV{Addr: math.MaxUint64 - 15, Len: 16}, 0, false},
+		{wire.IOV{Addr: math.MaxUint64, Len: math.MaxUint16}, math.MaxUint16 - 1, false},
 	} {
 		end, ok := tt.iov.End()
 		if end != tt.end || ok != tt.wantOK {
@@ -520,15 +521,15 @@ func TestOpNames(t *testing.T) {
 }
 
 func TestFlushResponseRoundTrip(t *testing.T) {
-	in := rdmo.FlushResponse{
+	in := wire.FlushResponse{
 		FlushID: 0xBEEF, Failed: 3, FirstOp: rdmo.OpAppend,
 		FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 1 << 40,
 	}
-	b := rdmo.AppendFlushResponse(nil, in)
-	if len(b) != rdmo.FlushResponseLen {
+	b := wire.AppendFlushResponse(nil, in)
+	if len(b) != wire.FlushResponseLen {
 		t.Fatalf("len = %d", len(b))
 	}
-	got, err := rdmo.ParseFlushResponse(b)
+	got, err := wire.ParseFlushResponse(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,11 +539,11 @@ func TestFlushResponseRoundTrip(t *testing.T) {
 	}
 	// A reference initiator reads only the first 12 bytes; they must be the
 	// reference response.
-	if ref := rdmo.AppendReferenceFlushResponse(nil, 0xBEEF); !bytes.Equal(b[:12], ref) {
+	if ref := wire.AppendReferenceFlushResponse(nil, 0xBEEF); !bytes.Equal(b[:12], ref) {
 		t.Fatalf("extended prefix %x != reference %x", b[:12], ref)
 	}
-	id, err := rdmo.ParseResponseID(b)
-	if err != nil || id != rdmo.RspFlush {
+	id, err := wire.ParseResponseID(b)
+	if err != nil || id != wire.RspFlush {
 		t.Fatalf("ParseResponseID = %d, %v", id, err)
 	}
 }
@@ -550,24 +551,24 @@ func TestFlushResponseRoundTrip(t *testing.T) {
 func TestReferenceFlushResponseDecodes(t *testing.T) {
 	// The exact bytes a DOCA 3.0 worker sends for the demo's flush id.
 	ref := []byte{0, 0, 0, 0, 0xEF, 0xBE, 0, 0, 0, 0, 0, 0}
-	got, err := rdmo.ParseFlushResponse(ref)
+	got, err := wire.ParseFlushResponse(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (rdmo.FlushResponse{FlushID: 0xBEEF}) || got.Extended {
+	if got != (wire.FlushResponse{FlushID: 0xBEEF}) || got.Extended {
 		t.Fatalf("got %+v", got)
 	}
 	if got.Err() != nil {
 		t.Fatalf("a reference response reports no failures, got %v", got.Err())
 	}
-	if enc := rdmo.AppendReferenceFlushResponse(nil, 0xBEEF); !bytes.Equal(enc, ref) {
+	if enc := wire.AppendReferenceFlushResponse(nil, 0xBEEF); !bytes.Equal(enc, ref) {
 		t.Fatalf("AppendReferenceFlushResponse = %x, want %x", enc, ref)
 	}
 }
 
 func TestFlushResponseErrors(t *testing.T) {
-	ext := rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1})
-	ack := rdmo.AppendAck(nil, rdmo.AckResponse{})
+	ext := wire.AppendFlushResponse(nil, wire.FlushResponse{FlushID: 1})
+	ack := wire.AppendAck(nil, wire.AckResponse{})
 	tests := []struct {
 		name string
 		b    []byte
@@ -587,14 +588,14 @@ func TestFlushResponseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := rdmo.ParseFlushResponse(tt.b)
+			_, err := wire.ParseFlushResponse(tt.b)
 			wantStatus(t, err, tt.want)
 		})
 	}
 }
 
 func TestFlushResponseErr(t *testing.T) {
-	r := rdmo.FlushResponse{FlushID: 0xBEEF, Failed: 2, FirstOp: rdmo.OpScatter, FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 5}
+	r := wire.FlushResponse{FlushID: 0xBEEF, Failed: 2, FirstOp: rdmo.OpScatter, FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 5}
 	err := r.Err()
 	wantStatus(t, err, rdmo.StatusOutOfBounds)
 	for _, part := range []string{"2 request(s)", "0xbeef", "scatter", "seq 5"} {
@@ -609,26 +610,26 @@ func TestFlushResponseErr(t *testing.T) {
 }
 
 func TestAckRoundTrip(t *testing.T) {
-	in := rdmo.AckResponse{Op: rdmo.OpUserBase + 1, Seq: math.MaxUint64, Status: rdmo.StatusHandlerFailed, Value: 0x0123456789ABCDEF}
-	b := rdmo.AppendAck(nil, in)
-	if len(b) != rdmo.AckResponseLen {
+	in := wire.AckResponse{Op: rdmo.OpUserBase + 1, Seq: math.MaxUint64, Status: rdmo.StatusHandlerFailed, Value: 0x0123456789ABCDEF}
+	b := wire.AppendAck(nil, in)
+	if len(b) != wire.AckResponseLen {
 		t.Fatalf("len = %d", len(b))
 	}
-	if le.Uint32(b[rdmo.AckReservedOffset:]) != 0 {
+	if le.Uint32(b[wire.AckReservedOffset:]) != 0 {
 		t.Fatal("reserved field not zero")
 	}
-	got, err := rdmo.ParseAck(b)
+	got, err := wire.ParseAck(b)
 	if err != nil || got != in {
 		t.Fatalf("got %+v, %v; want %+v", got, err, in)
 	}
-	id, err := rdmo.ParseResponseID(b)
-	if err != nil || id != rdmo.RspAck {
+	id, err := wire.ParseResponseID(b)
+	if err != nil || id != wire.RspAck {
 		t.Fatalf("ParseResponseID = %d, %v", id, err)
 	}
 	// Reserved bytes and a longer header are for later extensions: ignored.
-	le.PutUint32(b[rdmo.AckReservedOffset:], 0xFFFFFFFF)
+	le.PutUint32(b[wire.AckReservedOffset:], 0xFFFFFFFF)
 	b = append(b, 9, 9, 9)
-	if got, err := rdmo.ParseAck(b); err != nil || got != in {
+	if got, err := wire.ParseAck(b); err != nil || got != in {
 		t.Fatalf("with reserved set and trailing bytes: %+v, %v", got, err)
 	}
 	wantStatus(t, in.Err(), rdmo.StatusHandlerFailed)
@@ -640,7 +641,7 @@ func TestAckRoundTrip(t *testing.T) {
 }
 
 func TestAckErrors(t *testing.T) {
-	ack := rdmo.AppendAck(nil, rdmo.AckResponse{Op: 1})
+	ack := wire.AppendAck(nil, wire.AckResponse{Op: 1})
 	for _, tt := range []struct {
 		name string
 		b    []byte
@@ -649,20 +650,20 @@ func TestAckErrors(t *testing.T) {
 		{"empty", nil, rdmo.StatusShortHeader},
 		{"31 bytes", ack[:31], rdmo.StatusShortHeader},
 		{"12 bytes", ack[:12], rdmo.StatusShortHeader},
-		{"a flush response", rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{}), rdmo.StatusUnknownOp},
+		{"a flush response", wire.AppendFlushResponse(nil, wire.FlushResponse{}), rdmo.StatusUnknownOp},
 		{"rsp_id 2", append([]byte{2, 0, 0, 0}, ack[4:]...), rdmo.StatusUnknownOp},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := rdmo.ParseAck(tt.b)
+			_, err := wire.ParseAck(tt.b)
 			wantStatus(t, err, tt.want)
 		})
 	}
 }
 
 func TestParseResponseIDErrors(t *testing.T) {
-	_, err := rdmo.ParseResponseID([]byte{1, 0, 0})
+	_, err := wire.ParseResponseID([]byte{1, 0, 0})
 	wantStatus(t, err, rdmo.StatusShortHeader)
-	id, err := rdmo.ParseResponseID([]byte{0xFF, 0xFF, 0xFF, 0xFF})
+	id, err := wire.ParseResponseID([]byte{0xFF, 0xFF, 0xFF, 0xFF})
 	wantStatus(t, err, rdmo.StatusUnknownOp)
 	if id != math.MaxUint32 {
 		t.Errorf("id = %d, want it decoded even when unknown", id)
@@ -672,64 +673,64 @@ func TestParseResponseIDErrors(t *testing.T) {
 // TestHotPathDoesNotAllocate pins the zero-allocation promise outside of
 // benchmarks, which CI does not run.
 func TestHotPathDoesNotAllocate(t *testing.T) {
-	hdr := rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}
-	appendReq := rdmo.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})
-	scatterReq := rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 16})
-	userReq, _ := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase}, []byte{1, 2, 3})
+	hdr := wire.Header{ClientID: 1, Flags: rdmo.FlagFence}
+	appendReq := wire.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})
+	scatterReq := wire.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 16})
+	userReq, _ := wire.AppendUserRequest(nil, wire.Header{Op: rdmo.OpUserBase}, []byte{1, 2, 3})
 	lens := make([]int, 16)
 	for i := range lens {
 		lens[i] = 8
 	}
 	payload, _, _ := scatterPayload(t, lens...)
-	flushRsp := rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1})
-	ack := rdmo.AppendAck(nil, rdmo.AckResponse{})
+	flushRsp := wire.AppendFlushResponse(nil, wire.FlushResponse{FlushID: 1})
+	ack := wire.AppendAck(nil, wire.AckResponse{})
 	buf := make([]byte, 0, 4096)
 	data := make([]byte, 8)
 	var sink uint64
 
 	cases := map[string]func(){
 		"ParseRequest append": func() {
-			r, err := rdmo.ParseRequest(appendReq)
+			r, err := wire.ParseRequest(appendReq)
 			if err != nil {
 				panic(err)
 			}
 			sink += r.Append.PtrAddr
 		},
 		"ParseRequest user": func() {
-			r, _ := rdmo.ParseRequest(userReq)
+			r, _ := wire.ParseRequest(userReq)
 			sink += uint64(len(r.User))
 		},
 		"ParseRequest+CheckPayload scatter": func() {
-			r, _ := rdmo.ParseRequest(scatterReq)
+			r, _ := wire.ParseRequest(scatterReq)
 			if err := r.CheckPayload(payload); err != nil {
 				panic(err)
 			}
 		},
 		"ScatterIter": func() {
-			it := rdmo.NewScatterIter(payload, 16)
+			it := wire.NewScatterIter(payload, 16)
 			for it.Next() {
 				sink += it.IOV().Addr
 			}
 		},
 		"ForEachIOV": func() {
-			_ = rdmo.ForEachIOV(payload, 16, func(iov rdmo.IOV, d []byte) error {
+			_ = wire.ForEachIOV(payload, 16, func(iov wire.IOV, d []byte) error {
 				sink += iov.Addr + uint64(len(d))
 				return nil
 			})
 		},
 		"encoders": func() {
-			b := rdmo.AppendAppendRequest(buf[:0], hdr, rdmo.AppendHeader{})
-			b = rdmo.AppendFlushRequest(b, hdr, rdmo.FlushHeader{})
-			b = rdmo.AppendScatterRequest(b, hdr, rdmo.ScatterHeader{})
-			b, _ = rdmo.AppendIOV(b, rdmo.IOV{Len: 8}, data)
-			b, _ = rdmo.AppendUserRequest(b, rdmo.Header{Op: rdmo.OpUserBase}, data)
-			b = rdmo.AppendFlushResponse(b, rdmo.FlushResponse{})
-			b = rdmo.AppendAck(b, rdmo.AckResponse{})
+			b := wire.AppendAppendRequest(buf[:0], hdr, rdmo.AppendHeader{})
+			b = wire.AppendFlushRequest(b, hdr, rdmo.FlushHeader{})
+			b = wire.AppendScatterRequest(b, hdr, rdmo.ScatterHeader{})
+			b, _ = wire.AppendIOV(b, wire.IOV{Len: 8}, data)
+			b, _ = wire.AppendUserRequest(b, wire.Header{Op: rdmo.OpUserBase}, data)
+			b = wire.AppendFlushResponse(b, wire.FlushResponse{})
+			b = wire.AppendAck(b, wire.AckResponse{})
 			sink += uint64(len(b))
 		},
 		"responses": func() {
-			f, _ := rdmo.ParseFlushResponse(flushRsp)
-			a, _ := rdmo.ParseAck(ack)
+			f, _ := wire.ParseFlushResponse(flushRsp)
+			a, _ := wire.ParseAck(ack)
 			sink += f.FlushID + a.Seq
 		},
 		"Status.Err": func() {
@@ -747,22 +748,22 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkParseRequest(b *testing.B) {
-	hdr := rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}
-	user, _ := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase}, make([]byte, 24))
+	hdr := wire.Header{ClientID: 1, Flags: rdmo.FlagFence}
+	user, _ := wire.AppendUserRequest(nil, wire.Header{Op: rdmo.OpUserBase}, make([]byte, 24))
 	for _, bc := range []struct {
 		name string
 		req  []byte
 	}{
-		{"flush", rdmo.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF})},
-		{"append", rdmo.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})},
-		{"scatter", rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 16})},
+		{"flush", wire.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF})},
+		{"append", wire.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})},
+		{"scatter", wire.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 16})},
 		{"user", user},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var sink uint32
 			for b.Loop() {
-				r, err := rdmo.ParseRequest(bc.req)
+				r, err := wire.ParseRequest(bc.req)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -784,7 +785,7 @@ func BenchmarkScatterIter(b *testing.B) {
 			b.ReportAllocs()
 			var sink uint64
 			for b.Loop() {
-				it := rdmo.NewScatterIter(payload, uint64(shape.count))
+				it := wire.NewScatterIter(payload, uint64(shape.count))
 				for it.Next() {
 					sink += it.IOV().Addr + uint64(len(it.Data()))
 				}
@@ -803,7 +804,7 @@ func BenchmarkCheckPayloadScatter(b *testing.B) {
 		lens[i] = 8
 	}
 	payload, _, _ := scatterPayload(b, lens...)
-	r := rdmo.RequestHeader{Header: rdmo.Header{Op: rdmo.OpScatter}, Scatter: rdmo.ScatterHeader{Count: 16}}
+	r := wire.RequestHeader{Header: wire.Header{Op: rdmo.OpScatter}, Scatter: rdmo.ScatterHeader{Count: 16}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := r.CheckPayload(payload); err != nil {
@@ -813,35 +814,35 @@ func BenchmarkCheckPayloadScatter(b *testing.B) {
 }
 
 func BenchmarkEncodeAppendRequest(b *testing.B) {
-	buf := make([]byte, 0, rdmo.AppendHeaderLen)
-	h := rdmo.Header{ClientID: 1}
+	buf := make([]byte, 0, wire.AppendHeaderLen)
+	h := wire.Header{ClientID: 1}
 	a := rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1}
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = rdmo.AppendAppendRequest(buf[:0], h, a)
+		buf = wire.AppendAppendRequest(buf[:0], h, a)
 	}
 }
 
 func BenchmarkEncodeScatterPayload(b *testing.B) {
 	data := make([]byte, 8)
-	buf := make([]byte, 0, 16*(rdmo.IOVDescLen+8))
+	buf := make([]byte, 0, 16*(wire.IOVDescLen+8))
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = buf[:0]
 		for i := range 16 {
-			buf, _ = rdmo.AppendIOV(buf, rdmo.IOV{Addr: uint64(i) * 8, Rkey: 1, Len: 8}, data)
+			buf, _ = wire.AppendIOV(buf, wire.IOV{Addr: uint64(i) * 8, Rkey: 1, Len: 8}, data)
 		}
 	}
 }
 
 func BenchmarkParseResponses(b *testing.B) {
-	flush := rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1})
-	ack := rdmo.AppendAck(nil, rdmo.AckResponse{Seq: 1})
+	flush := wire.AppendFlushResponse(nil, wire.FlushResponse{FlushID: 1})
+	ack := wire.AppendAck(nil, wire.AckResponse{Seq: 1})
 	b.ReportAllocs()
 	var sink uint64
 	for b.Loop() {
-		f, _ := rdmo.ParseFlushResponse(flush)
-		a, _ := rdmo.ParseAck(ack)
+		f, _ := wire.ParseFlushResponse(flush)
+		a, _ := wire.ParseAck(ack)
 		sink += f.FlushID + a.Seq
 	}
 	_ = sink
@@ -861,13 +862,13 @@ func checkDecodeError(t *testing.T, err error) {
 }
 
 func FuzzParseRequest(f *testing.F) {
-	hdr := rdmo.Header{ClientID: 3, Flags: rdmo.FlagFence}
+	hdr := wire.Header{ClientID: 3, Flags: rdmo.FlagFence}
 	scatter, _, _ := scatterPayload(f, 8, 0, 3)
-	user, _ := rdmo.AppendUserRequest(nil, rdmo.Header{Op: rdmo.OpUserBase + 2, Flags: rdmo.FlagAck}, []byte("plugin"))
-	f.Add(rdmo.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF}), []byte(nil))
-	f.Add(rdmo.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 7, DataRkey: 7}), bytes.Repeat([]byte{0x33}, 8))
-	f.Add(rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 3}), scatter)
-	f.Add(rdmo.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: math.MaxUint64}), scatter)
+	user, _ := wire.AppendUserRequest(nil, wire.Header{Op: rdmo.OpUserBase + 2, Flags: rdmo.FlagAck}, []byte("plugin"))
+	f.Add(wire.AppendFlushRequest(nil, hdr, rdmo.FlushHeader{FlushID: 0xBEEF}), []byte(nil))
+	f.Add(wire.AppendAppendRequest(nil, hdr, rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 7, DataRkey: 7}), bytes.Repeat([]byte{0x33}, 8))
+	f.Add(wire.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: 3}), scatter)
+	f.Add(wire.AppendScatterRequest(nil, hdr, rdmo.ScatterHeader{Count: math.MaxUint64}), scatter)
 	f.Add(user, []byte{1, 2, 3})
 	f.Add(rawHeader(16, 0, rdmo.OpBatch, 0), []byte(nil))
 	f.Add(rawHeader(24, 0, rdmo.OpFlush, 1<<5), []byte{0})
@@ -875,7 +876,7 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte{1, 2, 3}, []byte(nil))
 
 	f.Fuzz(func(t *testing.T, b, payload []byte) {
-		r, err := rdmo.ParseRequest(b)
+		r, err := wire.ParseRequest(b)
 		if err != nil {
 			checkDecodeError(t, err)
 			return
@@ -884,25 +885,25 @@ func FuzzParseRequest(f *testing.F) {
 		var enc []byte
 		switch r.Header.Op {
 		case rdmo.OpFlush:
-			enc = rdmo.AppendFlushRequest(nil, r.Header, r.Flush)
+			enc = wire.AppendFlushRequest(nil, r.Header, r.Flush)
 		case rdmo.OpAppend:
-			enc = rdmo.AppendAppendRequest(nil, r.Header, r.Append)
+			enc = wire.AppendAppendRequest(nil, r.Header, r.Append)
 		case rdmo.OpScatter:
-			enc = rdmo.AppendScatterRequest(nil, r.Header, r.Scatter)
+			enc = wire.AppendScatterRequest(nil, r.Header, r.Scatter)
 		case rdmo.OpBatch:
-			enc = rdmo.AppendBatchRequest(nil, r.Header, r.Batch)
+			enc = wire.AppendBatchRequest(nil, r.Header, r.Batch)
 		default:
 			if !rdmo.IsUserOp(r.Header.Op) {
 				t.Fatalf("accepted op %d", r.Header.Op)
 			}
-			if enc, err = rdmo.AppendUserRequest(nil, r.Header, r.User); err != nil {
+			if enc, err = wire.AppendUserRequest(nil, r.Header, r.User); err != nil {
 				t.Fatalf("re-encoding an accepted user request: %v", err)
 			}
 		}
 		if !bytes.Equal(enc, b) {
 			t.Fatalf("re-encoded %x, input %x", enc, b)
 		}
-		if h, err := rdmo.ParseHeader(b); err != nil || h != r.Header {
+		if h, err := wire.ParseHeader(b); err != nil || h != r.Header {
 			t.Fatalf("ParseHeader disagrees with ParseRequest: %+v, %v", h, err)
 		}
 		if err := r.CheckPayload(payload); err != nil {
@@ -923,7 +924,7 @@ func FuzzScatterIter(f *testing.F) {
 	f.Add(make([]byte, 48), uint64(2))
 
 	f.Fuzz(func(t *testing.T, payload []byte, count uint64) {
-		it := rdmo.NewScatterIter(payload, count)
+		it := wire.NewScatterIter(payload, count)
 		var reenc []byte
 		var padding []int // offsets of padding bytes, which decoders ignore
 		var n uint64
@@ -932,17 +933,17 @@ func FuzzScatterIter(f *testing.F) {
 			if len(data) != int(iov.Len) {
 				t.Fatalf("iov %d: Len %d but %d data bytes", n, iov.Len, len(data))
 			}
-			for i := rdmo.IOVLenOffset + 2; i < rdmo.IOVDescLen; i++ {
+			for i := wire.IOVLenOffset + 2; i < wire.IOVDescLen; i++ {
 				padding = append(padding, len(reenc)+i)
 			}
 			var err error
-			if reenc, err = rdmo.AppendIOV(reenc, iov, data); err != nil {
+			if reenc, err = wire.AppendIOV(reenc, iov, data); err != nil {
 				t.Fatalf("re-encoding a decoded iov: %v", err)
 			}
 			n++
 		}
 		err := it.Err()
-		forEachErr := rdmo.ForEachIOV(payload, count, func(rdmo.IOV, []byte) error { return nil })
+		forEachErr := wire.ForEachIOV(payload, count, func(wire.IOV, []byte) error { return nil })
 		if (err == nil) != (forEachErr == nil) {
 			t.Fatalf("iterator error %v, ForEachIOV error %v", err, forEachErr)
 		}
@@ -966,26 +967,26 @@ func FuzzScatterIter(f *testing.F) {
 }
 
 func FuzzParseFlushResponse(f *testing.F) {
-	f.Add(rdmo.AppendReferenceFlushResponse(nil, 0xBEEF))
-	f.Add(rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{FlushID: 1, Failed: 2, FirstOp: 1, FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 9}))
-	f.Add(append(rdmo.AppendFlushResponse(nil, rdmo.FlushResponse{}), 0xFF))
-	f.Add(rdmo.AppendAck(nil, rdmo.AckResponse{}))
+	f.Add(wire.AppendReferenceFlushResponse(nil, 0xBEEF))
+	f.Add(wire.AppendFlushResponse(nil, wire.FlushResponse{FlushID: 1, Failed: 2, FirstOp: 1, FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 9}))
+	f.Add(append(wire.AppendFlushResponse(nil, wire.FlushResponse{}), 0xFF))
+	f.Add(wire.AppendAck(nil, wire.AckResponse{}))
 	f.Add([]byte{0, 0, 0, 0, 1})
 
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := rdmo.ParseFlushResponse(b)
+		r, err := wire.ParseFlushResponse(b)
 		if err != nil {
 			checkDecodeError(t, err)
 			return
 		}
 		var enc []byte
 		if r.Extended {
-			enc = rdmo.AppendFlushResponse(nil, r)
+			enc = wire.AppendFlushResponse(nil, r)
 		} else {
 			if r.Failed != 0 || r.FirstOp != 0 || r.FirstStatus != 0 || r.FirstSeq != 0 {
 				t.Fatalf("reference response with extension fields: %+v", r)
 			}
-			enc = rdmo.AppendReferenceFlushResponse(nil, r.FlushID)
+			enc = wire.AppendReferenceFlushResponse(nil, r.FlushID)
 		}
 		if !bytes.HasPrefix(b, enc) {
 			t.Fatalf("re-encoded %x is not a prefix of %x", enc, b)
@@ -997,20 +998,20 @@ func FuzzParseFlushResponse(f *testing.F) {
 }
 
 func FuzzParseAck(f *testing.F) {
-	f.Add(rdmo.AppendAck(nil, rdmo.AckResponse{Op: 1, Seq: 2, Status: rdmo.StatusQueueOverflow, Value: 3}))
-	f.Add(append(rdmo.AppendAck(nil, rdmo.AckResponse{}), 1, 2, 3))
-	f.Add(rdmo.AppendReferenceFlushResponse(nil, 1))
+	f.Add(wire.AppendAck(nil, wire.AckResponse{Op: 1, Seq: 2, Status: rdmo.StatusQueueOverflow, Value: 3}))
+	f.Add(append(wire.AppendAck(nil, wire.AckResponse{}), 1, 2, 3))
+	f.Add(wire.AppendReferenceFlushResponse(nil, 1))
 	f.Add([]byte{1, 0, 0, 0})
 
 	f.Fuzz(func(t *testing.T, b []byte) {
-		a, err := rdmo.ParseAck(b)
+		a, err := wire.ParseAck(b)
 		if err != nil {
 			checkDecodeError(t, err)
 			return
 		}
-		want := bytes.Clone(b[:rdmo.AckResponseLen])
-		clear(want[rdmo.AckReservedOffset : rdmo.AckReservedOffset+4])
-		if enc := rdmo.AppendAck(nil, a); !bytes.Equal(enc, want) {
+		want := bytes.Clone(b[:wire.AckResponseLen])
+		clear(want[wire.AckReservedOffset : wire.AckReservedOffset+4])
+		if enc := wire.AppendAck(nil, a); !bytes.Equal(enc, want) {
 			t.Fatalf("re-encoded %x, want %x", enc, want)
 		}
 		if (a.Status == rdmo.StatusOK) != (a.Err() == nil) {

@@ -1,4 +1,4 @@
-package rdmo_test
+package wire_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // batchEntry is one inner request for the batch tests.
@@ -17,18 +18,18 @@ type batchEntry struct {
 // header and payload lengths that exercise the padding.
 func sampleEntries(t testing.TB) []batchEntry {
 	t.Helper()
-	h := rdmo.Header{ClientID: 0x1122334455667788}
+	h := wire.Header{ClientID: 0x1122334455667788}
 	scatter, _, _ := scatterPayload(t, 3, 0, 9)
-	user5, _ := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: h.ClientID, Op: rdmo.OpUserBase + 1, Flags: rdmo.FlagAck}, []byte{1, 2, 3, 4, 5})
-	user48, _ := rdmo.AppendUserRequest(nil, rdmo.Header{ClientID: h.ClientID, Op: rdmo.OpUserBase}, bytes.Repeat([]byte{7}, 48))
+	user5, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: h.ClientID, Op: rdmo.OpUserBase + 1, Flags: rdmo.FlagAck}, []byte{1, 2, 3, 4, 5})
+	user48, _ := wire.AppendUserRequest(nil, wire.Header{ClientID: h.ClientID, Op: rdmo.OpUserBase}, bytes.Repeat([]byte{7}, 48))
 	return []batchEntry{
-		{rdmo.AppendAppendRequest(nil, h, rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 1, DataRkey: 2}), []byte("0123456789")},
-		{rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: h.ClientID, Flags: rdmo.FlagFence | rdmo.FlagAck},
+		{wire.AppendAppendRequest(nil, h, rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 1, DataRkey: 2}), []byte("0123456789")},
+		{wire.AppendAppendRequest(nil, wire.Header{ClientID: h.ClientID, Flags: rdmo.FlagFence | rdmo.FlagAck},
 			rdmo.AppendHeader{PtrAddr: 0x2000, PtrRkey: 3, DataRkey: 3}), bytes.Repeat([]byte{0x33}, 64)},
-		{rdmo.AppendScatterRequest(nil, h, rdmo.ScatterHeader{Count: 3}), scatter},
+		{wire.AppendScatterRequest(nil, h, rdmo.ScatterHeader{Count: 3}), scatter},
 		{user5, []byte{9}},
 		{user48, nil},
-		{rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: h.ClientID, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBEEF}), nil},
+		{wire.AppendFlushRequest(nil, wire.Header{ClientID: h.ClientID, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 0xBEEF}), nil},
 	}
 }
 
@@ -37,7 +38,7 @@ func encodeBatch(t testing.TB, ents []batchEntry) []byte {
 	var data []byte
 	for i, e := range ents {
 		var err error
-		if data, err = rdmo.AppendBatchEntry(data, e.hdr, e.payload); err != nil {
+		if data, err = wire.AppendBatchEntry(data, e.hdr, e.payload); err != nil {
 			t.Fatalf("AppendBatchEntry(%d): %v", i, err)
 		}
 	}
@@ -46,56 +47,56 @@ func encodeBatch(t testing.TB, ents []batchEntry) []byte {
 
 func TestBatchRoundTrip(t *testing.T) {
 	ents := sampleEntries(t)
-	hdr := rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: 5, Op: rdmo.OpAppend}, rdmo.BatchHeader{Count: uint64(len(ents))})
-	if len(hdr) != rdmo.BatchHeaderLen {
-		t.Fatalf("container header is %d bytes, want %d", len(hdr), rdmo.BatchHeaderLen)
+	hdr := wire.AppendBatchRequest(nil, wire.Header{ClientID: 5, Op: rdmo.OpAppend}, wire.BatchHeader{Count: uint64(len(ents))})
+	if len(hdr) != wire.BatchHeaderLen {
+		t.Fatalf("container header is %d bytes, want %d", len(hdr), wire.BatchHeaderLen)
 	}
-	r, err := rdmo.ParseRequest(hdr)
+	r, err := wire.ParseRequest(hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Header != (rdmo.Header{ClientID: 5, Op: rdmo.OpBatch}) || r.Batch.Count != uint64(len(ents)) {
+	if r.Header != (wire.Header{ClientID: 5, Op: rdmo.OpBatch}) || r.Batch.Count != uint64(len(ents)) {
 		t.Fatalf("container header decoded as %+v", r)
 	}
 	data := encodeBatch(t, ents)
-	if len(data)%rdmo.BatchAlign != 0 {
+	if len(data)%wire.BatchAlign != 0 {
 		t.Fatalf("container data is %d bytes, not a multiple of 8", len(data))
 	}
 	want := 0
 	for _, e := range ents {
-		want += rdmo.BatchEntrySize(len(e.hdr), len(e.payload))
+		want += wire.BatchEntrySize(len(e.hdr), len(e.payload))
 	}
 	if len(data) != want {
 		t.Fatalf("container data is %d bytes, BatchEntrySize sums to %d", len(data), want)
 	}
 	wantStatus(t, r.CheckPayload(data), rdmo.StatusOK)
 
-	it := rdmo.NewBatchIter(data, r.Batch.Count)
+	it := wire.NewBatchIter(data, r.Batch.Count)
 	off := 0
 	for i := 0; it.Next(); i++ {
 		e := ents[i]
 		if !bytes.Equal(it.Header(), e.hdr) || !bytes.Equal(it.Payload(), e.payload) {
 			t.Fatalf("entry %d: header %x payload %x, want %x %x", i, it.Header(), it.Payload(), e.hdr, e.payload)
 		}
-		if off%rdmo.BatchAlign != 0 {
+		if off%wire.BatchAlign != 0 {
 			t.Fatalf("entry %d starts at offset %d", i, off)
 		}
 		// The entry header's fields, read by hand at their offsets.
-		if got := le.Uint16(data[off+rdmo.BatchEntryHdrLenOffset:]); int(got) != len(e.hdr) {
+		if got := le.Uint16(data[off+wire.BatchEntryHdrLenOffset:]); int(got) != len(e.hdr) {
 			t.Fatalf("entry %d: hdr_len %d", i, got)
 		}
-		if got := le.Uint32(data[off+rdmo.BatchEntryPayloadLenOffset:]); int(got) != len(e.payload) {
+		if got := le.Uint32(data[off+wire.BatchEntryPayloadLenOffset:]); int(got) != len(e.payload) {
 			t.Fatalf("entry %d: payload_len %d", i, got)
 		}
-		if got := le.Uint16(data[off+rdmo.BatchEntryFlagsOffset:]); got != 0 || it.EntryFlags() != 0 {
+		if got := le.Uint16(data[off+wire.BatchEntryFlagsOffset:]); got != 0 || it.EntryFlags() != 0 {
 			t.Fatalf("entry %d: flags %d", i, got)
 		}
-		poff := off + rdmo.BatchEntryHeaderLen + len(e.hdr)
+		poff := off + wire.BatchEntryHeaderLen + len(e.hdr)
 		if it.PayloadOffset() != poff {
 			t.Fatalf("entry %d: PayloadOffset %d, want %d", i, it.PayloadOffset(), poff)
 		}
 		// Padding is zero.
-		end := off + rdmo.BatchEntrySize(len(e.hdr), len(e.payload))
+		end := off + wire.BatchEntrySize(len(e.hdr), len(e.payload))
 		if !bytes.Equal(data[poff+len(e.payload):end], make([]byte, end-poff-len(e.payload))) {
 			t.Fatalf("entry %d: padding not zero", i)
 		}
@@ -107,7 +108,7 @@ func TestBatchRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
-		want, _ := rdmo.ParseRequest(e.hdr)
+		want, _ := wire.ParseRequest(e.hdr)
 		if inner.Header != want.Header || inner.Append != want.Append || inner.Flush != want.Flush ||
 			inner.Scatter != want.Scatter || !bytes.Equal(inner.User, want.User) {
 			t.Fatalf("entry %d: decoded %+v, want %+v", i, inner, want)
@@ -124,15 +125,15 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 
 	// An empty container is valid and does nothing.
-	empty := rdmo.NewBatchIter(nil, 0)
+	empty := wire.NewBatchIter(nil, 0)
 	if empty.Next() || empty.Err() != nil {
 		t.Fatalf("empty container: %v", empty.Err())
 	}
 }
 
 func TestAppendBatchEntryErrors(t *testing.T) {
-	good := rdmo.AppendFlushRequest(nil, rdmo.Header{}, rdmo.FlushHeader{})
-	nested := rdmo.AppendBatchRequest(nil, rdmo.Header{}, rdmo.BatchHeader{})
+	good := wire.AppendFlushRequest(nil, wire.Header{}, rdmo.FlushHeader{})
+	nested := wire.AppendBatchRequest(nil, wire.Header{}, wire.BatchHeader{})
 	dst := []byte{1, 2, 3, 4, 5, 6, 7, 8}
 	for _, tt := range []struct {
 		name string
@@ -143,7 +144,7 @@ func TestAppendBatchEntryErrors(t *testing.T) {
 		{"long", make([]byte, 65), rdmo.StatusHeaderTooLong},
 		{"nested", nested, rdmo.StatusUnknownOp},
 	} {
-		out, err := rdmo.AppendBatchEntry(dst, tt.hdr, nil)
+		out, err := wire.AppendBatchEntry(dst, tt.hdr, nil)
 		wantStatus(t, err, tt.want)
 		if !bytes.Equal(out, dst) {
 			t.Errorf("%s: dst changed on error", tt.name)
@@ -161,8 +162,8 @@ func entryBytes(hdrLen uint16, flags uint16, payloadLen uint32, body []byte, pad
 }
 
 func TestBatchIterFramingErrors(t *testing.T) {
-	flush := rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 1})
-	one, err := rdmo.AppendBatchEntry(nil, flush, nil) // 32 bytes
+	flush := wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: 1})
+	one, err := wire.AppendBatchEntry(nil, flush, nil) // 32 bytes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestBatchIterFramingErrors(t *testing.T) {
 	tests[12].data[len(tests[12].data)-1] = 0xFF
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			it := rdmo.NewBatchIter(tt.data, tt.count)
+			it := wire.NewBatchIter(tt.data, tt.count)
 			n := 0
 			for it.Next() {
 				n++
@@ -203,8 +204,8 @@ func TestBatchIterFramingErrors(t *testing.T) {
 				t.Errorf("decoded %d entries, want %d", n, tt.walk)
 			}
 			wantStatus(t, it.Err(), tt.want)
-			wantStatus(t, rdmo.CheckBatchPayload(tt.data, tt.count), tt.want)
-			r := rdmo.RequestHeader{Header: rdmo.Header{Op: rdmo.OpBatch}, Batch: rdmo.BatchHeader{Count: tt.count}}
+			wantStatus(t, wire.CheckBatchPayload(tt.data, tt.count), tt.want)
+			r := wire.RequestHeader{Header: wire.Header{Op: rdmo.OpBatch}, Batch: wire.BatchHeader{Count: tt.count}}
 			wantStatus(t, r.CheckPayload(tt.data), tt.want)
 			if it.Next() {
 				t.Error("Next true after the end")
@@ -214,10 +215,10 @@ func TestBatchIterFramingErrors(t *testing.T) {
 			}
 		})
 	}
-	if !rdmo.CountPlausible(two, 8) || rdmo.CountPlausible(two, 9) {
+	if !wire.CountPlausible(two, 8) || wire.CountPlausible(two, 9) {
 		t.Error("CountPlausible: 64 bytes hold at most 8 entries")
 	}
-	if rdmo.CountPlausible(two, 0) || !rdmo.CountPlausible(nil, 0) {
+	if wire.CountPlausible(two, 0) || !wire.CountPlausible(nil, 0) {
 		t.Error("CountPlausible: a count of 0 comes with no data")
 	}
 }
@@ -225,8 +226,8 @@ func TestBatchIterFramingErrors(t *testing.T) {
 // Malformed inner requests fail on their own; the framing around them is
 // intact and the walk goes on.
 func TestBatchInnerRequestErrors(t *testing.T) {
-	flush := rdmo.AppendFlushRequest(nil, rdmo.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{FlushID: 1})
-	nested := rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: 1}, rdmo.BatchHeader{})
+	flush := wire.AppendFlushRequest(nil, wire.Header{ClientID: 1, Flags: rdmo.FlagAck}, rdmo.FlushHeader{FlushID: 1})
+	nested := wire.AppendBatchRequest(nil, wire.Header{ClientID: 1}, wire.BatchHeader{})
 	var data []byte
 	add := func(e []byte) { data = append(data, e...) }
 	add(entryBytes(24, 0, 0, flush, 0))                                                            // 0: ok
@@ -243,13 +244,13 @@ func TestBatchInnerRequestErrors(t *testing.T) {
 	want := []rdmo.Status{rdmo.StatusOK, rdmo.StatusShortHeader, rdmo.StatusHeaderTooLong, rdmo.StatusUnknownOp,
 		rdmo.StatusUnknownFlags, rdmo.StatusUnknownOp, rdmo.StatusUnknownFlags, rdmo.StatusShortHeader,
 		rdmo.StatusShortHeader, rdmo.StatusUnknownFlags, rdmo.StatusOK}
-	it := rdmo.NewBatchIter(data, uint64(len(want)))
+	it := wire.NewBatchIter(data, uint64(len(want)))
 	i := 0
 	for ; it.Next(); i++ {
 		r, err := it.Request()
 		wantStatus(t, err, want[i])
 		// The common header comes back whenever it is there.
-		if len(it.Header()) >= rdmo.HeaderLen && r.Header.Op != le.Uint32(it.Header()[rdmo.HeaderOpOffset:]) {
+		if len(it.Header()) >= wire.HeaderLen && r.Header.Op != le.Uint32(it.Header()[wire.HeaderOpOffset:]) {
 			t.Errorf("entry %d: op %d not decoded", i, r.Header.Op)
 		}
 	}
@@ -259,28 +260,28 @@ func TestBatchInnerRequestErrors(t *testing.T) {
 	}
 	// The entry flags are reported over the inner header's own errors,
 	// but not over a header too short to name an op.
-	_, err := rdmo.ParseBatchEntry(rawHeader(70, 1, rdmo.OpFlush, 0), 2)
+	_, err := wire.ParseBatchEntry(rawHeader(70, 1, rdmo.OpFlush, 0), 2)
 	wantStatus(t, err, rdmo.StatusUnknownFlags)
-	_, err = rdmo.ParseBatchEntry(make([]byte, 3), 2)
+	_, err = wire.ParseBatchEntry(make([]byte, 3), 2)
 	wantStatus(t, err, rdmo.StatusShortHeader)
 }
 
 func TestBatchDoesNotAllocate(t *testing.T) {
 	ents := sampleEntries(t)
 	data := encodeBatch(t, ents)
-	hdr := rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: 1}, rdmo.BatchHeader{Count: uint64(len(ents))})
+	hdr := wire.AppendBatchRequest(nil, wire.Header{ClientID: 1}, wire.BatchHeader{Count: uint64(len(ents))})
 	buf := make([]byte, 0, 4096)
 	var sink uint64
 	for name, fn := range map[string]func(){
 		"walk": func() {
-			r, err := rdmo.ParseRequest(hdr)
+			r, err := wire.ParseRequest(hdr)
 			if err != nil {
 				panic(err)
 			}
 			if err := r.CheckPayload(data); err != nil {
 				panic(err)
 			}
-			it := rdmo.NewBatchIter(data, r.Batch.Count)
+			it := wire.NewBatchIter(data, r.Batch.Count)
 			for it.Next() {
 				inner, err := it.Request()
 				if err != nil {
@@ -293,9 +294,9 @@ func TestBatchDoesNotAllocate(t *testing.T) {
 			}
 		},
 		"encode": func() {
-			b := rdmo.AppendBatchRequest(buf[:0], rdmo.Header{ClientID: 1}, rdmo.BatchHeader{Count: 6})
+			b := wire.AppendBatchRequest(buf[:0], wire.Header{ClientID: 1}, wire.BatchHeader{Count: 6})
 			for _, e := range ents {
-				b, _ = rdmo.AppendBatchEntry(b, e.hdr, e.payload)
+				b, _ = wire.AppendBatchEntry(b, e.hdr, e.payload)
 			}
 			sink += uint64(len(b))
 		},
@@ -309,7 +310,7 @@ func TestBatchDoesNotAllocate(t *testing.T) {
 
 func BenchmarkBatchIter(b *testing.B) {
 	var ents []batchEntry
-	h := rdmo.AppendAppendRequest(nil, rdmo.Header{ClientID: 1}, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})
+	h := wire.AppendAppendRequest(nil, wire.Header{ClientID: 1}, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1})
 	for range 64 {
 		ents = append(ents, batchEntry{h, make([]byte, 64)})
 	}
@@ -317,7 +318,7 @@ func BenchmarkBatchIter(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		it := rdmo.NewBatchIter(data, 64)
+		it := wire.NewBatchIter(data, 64)
 		for it.Next() {
 			if _, err := it.Request(); err != nil {
 				b.Fatal(err)
@@ -339,12 +340,12 @@ func FuzzBatchIter(f *testing.F) {
 	f.Add(append(bytes.Clone(good), 0), uint64(len(ents)))
 	f.Add([]byte(nil), uint64(0))
 	f.Add([]byte(nil), uint64(math.MaxUint64))
-	f.Add(entryBytes(24, 3, 0, rdmo.AppendBatchRequest(nil, rdmo.Header{}, rdmo.BatchHeader{Count: 1}), 0), uint64(1))
+	f.Add(entryBytes(24, 3, 0, wire.AppendBatchRequest(nil, wire.Header{}, wire.BatchHeader{Count: 1}), 0), uint64(1))
 	f.Add(entryBytes(0xFFFF, 0, 0xFFFFFFFF, nil, 0), uint64(1))
 	f.Add(make([]byte, 64), uint64(8))
 
 	f.Fuzz(func(t *testing.T, data []byte, count uint64) {
-		it := rdmo.NewBatchIter(data, count)
+		it := wire.NewBatchIter(data, count)
 		var reenc []byte
 		var ignored []int // offsets of padding bytes, which decoders ignore
 		var n uint64
@@ -371,12 +372,12 @@ func FuzzBatchIter(f *testing.F) {
 			reenc = le.AppendUint32(reenc, uint32(len(payload)))
 			reenc = append(reenc, hdr...)
 			reenc = append(reenc, payload...)
-			for len(reenc)%rdmo.BatchAlign != 0 {
+			for len(reenc)%wire.BatchAlign != 0 {
 				ignored = append(ignored, len(reenc))
 				reenc = append(reenc, 0)
 			}
 			if err == nil && it.EntryFlags() == 0 {
-				enc, eerr := rdmo.AppendBatchEntry(nil, hdr, payload)
+				enc, eerr := wire.AppendBatchEntry(nil, hdr, payload)
 				if eerr != nil || !bytes.Equal(enc, reenc[start:]) {
 					t.Fatalf("entry %d: AppendBatchEntry gives %x, %v; want %x", n, enc, eerr, reenc[start:])
 				}
@@ -384,7 +385,7 @@ func FuzzBatchIter(f *testing.F) {
 			n++
 		}
 		err := it.Err()
-		if cerr := rdmo.CheckBatchPayload(data, count); (err == nil) != (cerr == nil) {
+		if cerr := wire.CheckBatchPayload(data, count); (err == nil) != (cerr == nil) {
 			t.Fatalf("iterator error %v, CheckBatchPayload error %v", err, cerr)
 		}
 		if err != nil {

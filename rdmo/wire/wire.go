@@ -1,8 +1,12 @@
-package rdmo
+// Package wire is the RDMO wire codec: request headers, the BATCH container,
+// scatter iovs and responses, in the byte layout of docs/PROTOCOL.md.
+package wire
 
 import (
 	"encoding/binary"
 	"strconv"
+
+	"github.com/openrdmo/rdmo/rdmo"
 )
 
 // The wire is little-endian and follows the C structs of NVIDIA DOCA 3.0's
@@ -82,37 +86,12 @@ const (
 	_ = uint(MaxHeaderLen - AppendHeaderLen)
 )
 
-// Operation ids (op_id).
-const (
-	OpFlush   uint32 = 0 // reference: write back cached state, then answer with a flush response
-	OpAppend  uint32 = 1 // reference: append the payload to a queue in target memory
-	OpScatter uint32 = 2 // reference: put each iov's data at its address
-
-	// OpBatch (extension) is a container: several complete requests in
-	// one AM (batch.go). Only a worker that advertises CapabilityBatch
-	// understands it; a container carries no flags of its own.
-	OpBatch uint32 = 3
-
-	// OpUserBase is the first op id for plugin-defined operations. Ids from
-	// 4 to OpUserBase-1 are reserved for future reference-style ops.
-	OpUserBase uint32 = 16
-)
-
-// Request flags.
-const (
-	// FlagFence (reference): every earlier request on the connection has
-	// completed before this one runs.
-	FlagFence uint32 = 1 << 0
-	// FlagAck (extension): the worker answers this request with its own
-	// AckResponse when it completes, successfully or not.
-	FlagAck uint32 = 1 << 1
-
-	knownFlags = FlagFence | FlagAck
-)
+// knownFlags are the request flags a worker accepts.
+const knownFlags = rdmo.FlagFence | rdmo.FlagAck
 
 // DefaultMaxInFlightPerRQ is how many requests of one request queue our
 // worker accepts before they complete, unless configured otherwise
-// (dpu.Config.MaxInFlightPerRQ); more fail with StatusTooManyInFlight. An
+// (dpu.Config.MaxInFlightPerRQ); more fail with rdmo.StatusTooManyInFlight. An
 // initiator keeps its unconfirmed requests below it (host/initiator
 // Options.Credits).
 const DefaultMaxInFlightPerRQ = 1024
@@ -120,30 +99,10 @@ const DefaultMaxInFlightPerRQ = 1024
 // Response ids (rsp_id).
 const (
 	RspFlush uint32 = 0 // reference: the answer to a FLUSH
-	RspAck   uint32 = 1 // extension: the answer to a request sent with FlagAck
+	RspAck   uint32 = 1 // extension: the answer to a request sent with rdmo.FlagAck
 )
 
 var le = binary.LittleEndian
-
-// IsUserOp reports whether op belongs to the plugin-defined range.
-func IsUserOp(op uint32) bool { return op >= OpUserBase }
-
-// OpName names an op id for logs and errors.
-func OpName(op uint32) string {
-	switch {
-	case op == OpFlush:
-		return "flush"
-	case op == OpAppend:
-		return "append"
-	case op == OpScatter:
-		return "scatter"
-	case op == OpBatch:
-		return "batch"
-	case IsUserOp(op):
-		return "user(" + strconv.FormatUint(uint64(op), 10) + ")"
-	}
-	return "reserved(" + strconv.FormatUint(uint64(op), 10) + ")"
-}
 
 // Header is the common request header, struct urom_rdmo_hdr.
 type Header struct {
@@ -152,11 +111,11 @@ type Header struct {
 	Flags    uint32
 }
 
-// Fenced reports whether FlagFence is set.
-func (h Header) Fenced() bool { return h.Flags&FlagFence != 0 }
+// Fenced reports whether rdmo.FlagFence is set.
+func (h Header) Fenced() bool { return h.Flags&rdmo.FlagFence != 0 }
 
-// WantsAck reports whether FlagAck is set.
-func (h Header) WantsAck() bool { return h.Flags&FlagAck != 0 }
+// WantsAck reports whether rdmo.FlagAck is set.
+func (h Header) WantsAck() bool { return h.Flags&rdmo.FlagAck != 0 }
 
 // Put writes the 16 header bytes to b[0:16]. It panics if b is shorter,
 // like binary.LittleEndian.PutUint64: a short buffer is a caller bug.
@@ -167,28 +126,11 @@ func (h Header) Put(b []byte) {
 	le.PutUint32(b[HeaderFlagsOffset:], h.Flags)
 }
 
-// FlushHeader is the FLUSH sub-header, struct urom_rdmo_flush_hdr.
-type FlushHeader struct {
-	FlushID uint64 // echoed in the flush response so the initiator can match it
-}
-
-// AppendHeader is the APPEND sub-header, struct urom_rdmo_append_hdr.
-type AppendHeader struct {
-	PtrAddr  uint64 // target address of the queue's u64 tail pointer
-	PtrRkey  uint64 // region id holding the tail pointer
-	DataRkey uint64 // region id the data is written into
-}
-
-// ScatterHeader is the SCATTER sub-header, struct urom_rdmo_scatter_hdr.
-type ScatterHeader struct {
-	Count uint64 // number of iovs in the payload
-}
-
 // IOV is one scatter descriptor, struct urom_rdmo_scatter_iov.
 type IOV struct {
-	Addr uint64 // target address of the chunk
-	Rkey uint64 // region id of the chunk
-	Len  uint16 // chunk length; the data follows the descriptor
+	Addr uint64        // target address of the chunk
+	Rkey rdmo.RegionID // region id of the chunk
+	Len  uint16        // chunk length; the data follows the descriptor
 }
 
 // End returns Addr+Len and false if that sum wraps around 2^64, so a bounds
@@ -203,9 +145,9 @@ func (v IOV) End() (uint64, bool) {
 // User aliases the input bytes and is set only for user ops.
 type RequestHeader struct {
 	Header  Header
-	Flush   FlushHeader
-	Append  AppendHeader
-	Scatter ScatterHeader
+	Flush   rdmo.FlushHeader
+	Append  rdmo.AppendHeader
+	Scatter rdmo.ScatterHeader
 	Batch   BatchHeader
 	// User is the opaque sub-header of a plugin op: the header bytes after
 	// offset 16 (possibly empty). It aliases the slice given to ParseRequest.
@@ -219,7 +161,7 @@ type RequestHeader struct {
 // even with an error, so a worker can report which op and client failed.
 func ParseHeader(b []byte) (Header, error) {
 	if len(b) < HeaderLen {
-		return Header{}, wireErr(StatusShortHeader,
+		return Header{}, wireErr(rdmo.StatusShortHeader,
 			"request header is "+itoa(len(b))+" bytes, at least 16 needed")
 	}
 	h := Header{
@@ -228,14 +170,14 @@ func ParseHeader(b []byte) (Header, error) {
 		Flags:    le.Uint32(b[HeaderFlagsOffset:]),
 	}
 	if len(b) > MaxHeaderLen {
-		return h, wireErr(StatusHeaderTooLong,
+		return h, wireErr(rdmo.StatusHeaderTooLong,
 			"request header is "+itoa(len(b))+" bytes, at most 64 allowed")
 	}
-	if h.Op > OpBatch && !IsUserOp(h.Op) {
-		return h, wireErr(StatusUnknownOp, "op id "+utoa(uint64(h.Op))+" is reserved")
+	if h.Op > rdmo.OpBatch && !rdmo.IsUserOp(h.Op) {
+		return h, wireErr(rdmo.StatusUnknownOp, "op id "+utoa(uint64(h.Op))+" is reserved")
 	}
 	if unknown := h.Flags &^ knownFlags; unknown != 0 {
-		return h, wireErr(StatusUnknownFlags, "flags "+hex32(unknown)+" are not defined")
+		return h, wireErr(rdmo.StatusUnknownFlags, "flags "+hex32(unknown)+" are not defined")
 	}
 	return h, nil
 }
@@ -255,40 +197,40 @@ func ParseRequest(b []byte) (RequestHeader, error) {
 	}
 	var want int
 	switch h.Op {
-	case OpFlush:
+	case rdmo.OpFlush:
 		want = FlushHeaderLen
-	case OpAppend:
+	case rdmo.OpAppend:
 		want = AppendHeaderLen
-	case OpScatter:
+	case rdmo.OpScatter:
 		want = ScatterHeaderLen
-	case OpBatch:
+	case rdmo.OpBatch:
 		want = BatchHeaderLen
 	default:
 		r.User = b[SubHeaderOffset:len(b):len(b)]
 		return r, nil
 	}
 	if len(b) != want {
-		s := StatusShortHeader
+		s := rdmo.StatusShortHeader
 		if len(b) > want {
-			s = StatusHeaderTooLong
+			s = rdmo.StatusHeaderTooLong
 		}
-		return r, wireErr(s, OpName(h.Op)+" header is "+itoa(len(b))+" bytes, exactly "+itoa(want)+" required")
+		return r, wireErr(s, rdmo.OpName(h.Op)+" header is "+itoa(len(b))+" bytes, exactly "+itoa(want)+" required")
 	}
 	switch h.Op {
-	case OpFlush:
+	case rdmo.OpFlush:
 		r.Flush.FlushID = le.Uint64(b[FlushIDOffset:])
-	case OpAppend:
-		r.Append = AppendHeader{
+	case rdmo.OpAppend:
+		r.Append = rdmo.AppendHeader{
 			PtrAddr:  le.Uint64(b[AppendPtrAddrOffset:]),
-			PtrRkey:  le.Uint64(b[AppendPtrRkeyOffset:]),
-			DataRkey: le.Uint64(b[AppendDataRkeyOffset:]),
+			PtrRkey:  rdmo.RegionID(le.Uint64(b[AppendPtrRkeyOffset:])),
+			DataRkey: rdmo.RegionID(le.Uint64(b[AppendDataRkeyOffset:])),
 		}
-	case OpScatter:
+	case rdmo.OpScatter:
 		r.Scatter.Count = le.Uint64(b[ScatterCountOffset:])
-	case OpBatch:
+	case rdmo.OpBatch:
 		r.Batch.Count = le.Uint64(b[BatchCountOffset:])
 		if h.Flags != 0 {
-			return r, wireErr(StatusUnknownFlags, "a batch container carries no flags of its own (flags "+
+			return r, wireErr(rdmo.StatusUnknownFlags, "a batch container carries no flags of its own (flags "+
 				hex32(h.Flags)+"); FENCE and ACK go on its inner requests")
 		}
 	}
@@ -305,48 +247,93 @@ func ParseRequest(b []byte) (RequestHeader, error) {
 // return an error.
 func (r *RequestHeader) CheckPayload(payload []byte) error {
 	switch r.Header.Op {
-	case OpFlush:
+	case rdmo.OpFlush:
 		if len(payload) != 0 {
-			return wireErr(StatusPayloadMismatch, "flush carries "+itoa(len(payload))+" payload bytes, none allowed")
+			return wireErr(rdmo.StatusPayloadMismatch, "flush carries "+itoa(len(payload))+" payload bytes, none allowed")
 		}
-	case OpAppend:
+	case rdmo.OpAppend:
 		if len(payload) == 0 {
-			return ErrEmptyAppend
+			return rdmo.ErrEmptyAppend
 		}
-	case OpScatter:
+	case rdmo.OpScatter:
 		it := NewScatterIter(payload, r.Scatter.Count)
 		for it.Next() {
 		}
 		return it.Err()
-	case OpBatch:
+	case rdmo.OpBatch:
 		return CheckBatchPayload(payload, r.Batch.Count)
 	}
 	return nil
 }
 
+// Request returns the rdmo.Request a worker hands to a handler for a
+// request with this decoded header, arriving as number seq on a connection
+// of client, with the raw header hdr (what ParseRequest decoded) and its
+// eager payload. The checks are the caller's (ParseRequest, the client,
+// CheckPayload); Request only copies what they decoded.
+func (r *RequestHeader) Request(seq uint64, client rdmo.ClientID, hdr, payload []byte) rdmo.Request {
+	req := rdmo.Request{Seq: seq, Client: client, Op: r.Header.Op, Flags: r.Header.Flags,
+		Payload: payload, Length: uint64(len(payload))}
+	if len(hdr) > SubHeaderOffset {
+		req.Sub = hdr[SubHeaderOffset:len(hdr):len(hdr)]
+	}
+	req.Flush, req.Append, req.Scatter = r.Flush, r.Append, r.Scatter
+	return req
+}
+
+// DecodeSub sets the decoded sub-header of req (Flush, Append or Scatter,
+// by req.Op) from req.Sub, for a request whose header a worker has already
+// checked and that crossed a process boundary as raw bytes (rdmo/plugin).
+// It reports false, changing nothing, when Sub does not have its op's size.
+func DecodeSub(req *rdmo.Request) bool {
+	b := req.Sub
+	switch req.Op {
+	case rdmo.OpFlush:
+		if len(b) != FlushHeaderLen-HeaderLen {
+			return false
+		}
+		req.Flush.FlushID = le.Uint64(b[FlushIDOffset-HeaderLen:])
+	case rdmo.OpAppend:
+		if len(b) != AppendHeaderLen-HeaderLen {
+			return false
+		}
+		req.Append = rdmo.AppendHeader{
+			PtrAddr:  le.Uint64(b[AppendPtrAddrOffset-HeaderLen:]),
+			PtrRkey:  rdmo.RegionID(le.Uint64(b[AppendPtrRkeyOffset-HeaderLen:])),
+			DataRkey: rdmo.RegionID(le.Uint64(b[AppendDataRkeyOffset-HeaderLen:])),
+		}
+	case rdmo.OpScatter:
+		if len(b) != ScatterHeaderLen-HeaderLen {
+			return false
+		}
+		req.Scatter.Count = le.Uint64(b[ScatterCountOffset-HeaderLen:])
+	}
+	return true
+}
+
 // AppendFlushRequest appends a FLUSH request header to dst. h.Op is
-// replaced by OpFlush so the op id always matches the sub-header written.
-func AppendFlushRequest(dst []byte, h Header, f FlushHeader) []byte {
-	h.Op = OpFlush
+// replaced by rdmo.OpFlush so the op id always matches the sub-header written.
+func AppendFlushRequest(dst []byte, h Header, f rdmo.FlushHeader) []byte {
+	h.Op = rdmo.OpFlush
 	dst = appendHeader(dst, h)
 	return le.AppendUint64(dst, f.FlushID)
 }
 
 // AppendAppendRequest appends an APPEND request header to dst. h.Op is
-// replaced by OpAppend so the op id always matches the sub-header written.
-func AppendAppendRequest(dst []byte, h Header, a AppendHeader) []byte {
-	h.Op = OpAppend
+// replaced by rdmo.OpAppend so the op id always matches the sub-header written.
+func AppendAppendRequest(dst []byte, h Header, a rdmo.AppendHeader) []byte {
+	h.Op = rdmo.OpAppend
 	dst = appendHeader(dst, h)
 	dst = le.AppendUint64(dst, a.PtrAddr)
-	dst = le.AppendUint64(dst, a.PtrRkey)
-	return le.AppendUint64(dst, a.DataRkey)
+	dst = le.AppendUint64(dst, uint64(a.PtrRkey))
+	return le.AppendUint64(dst, uint64(a.DataRkey))
 }
 
 // AppendScatterRequest appends a SCATTER request header to dst. h.Op is
-// replaced by OpScatter so the op id always matches the sub-header written.
+// replaced by rdmo.OpScatter so the op id always matches the sub-header written.
 // The iovs go in the AM data, built with AppendIOV.
-func AppendScatterRequest(dst []byte, h Header, s ScatterHeader) []byte {
-	h.Op = OpScatter
+func AppendScatterRequest(dst []byte, h Header, s rdmo.ScatterHeader) []byte {
+	h.Op = rdmo.OpScatter
 	dst = appendHeader(dst, h)
 	return le.AppendUint64(dst, s.Count)
 }
@@ -355,11 +342,11 @@ func AppendScatterRequest(dst []byte, h Header, s ScatterHeader) []byte {
 // then sub verbatim. h.Op must be a user op and the whole header must fit
 // in MaxHeaderLen, because a worker would reject anything else.
 func AppendUserRequest(dst []byte, h Header, sub []byte) ([]byte, error) {
-	if !IsUserOp(h.Op) {
-		return dst, wireErr(StatusUnknownOp, "op id "+utoa(uint64(h.Op))+" is not a user op (>= 16)")
+	if !rdmo.IsUserOp(h.Op) {
+		return dst, wireErr(rdmo.StatusUnknownOp, "op id "+utoa(uint64(h.Op))+" is not a user op (>= 16)")
 	}
 	if HeaderLen+len(sub) > MaxHeaderLen {
-		return dst, wireErr(StatusHeaderTooLong,
+		return dst, wireErr(rdmo.StatusHeaderTooLong,
 			"user sub-header is "+itoa(len(sub))+" bytes, at most 48 allowed")
 	}
 	dst = appendHeader(dst, h)
@@ -380,15 +367,15 @@ var iovPadding [IOVDescLen - IOVLenOffset - 2]byte
 // here rather than at the target. Padding bytes are written as zero.
 func AppendIOV(dst []byte, iov IOV, data []byte) ([]byte, error) {
 	if len(data) > MaxIOVLen {
-		return dst, wireErr(StatusLengthOverflow,
+		return dst, wireErr(rdmo.StatusLengthOverflow,
 			"iov data is "+itoa(len(data))+" bytes, at most 65535 allowed")
 	}
 	if int(iov.Len) != len(data) {
-		return dst, wireErr(StatusPayloadMismatch,
+		return dst, wireErr(rdmo.StatusPayloadMismatch,
 			"iov.Len is "+itoa(int(iov.Len))+" but "+itoa(len(data))+" data bytes were given")
 	}
 	dst = le.AppendUint64(dst, iov.Addr)
-	dst = le.AppendUint64(dst, iov.Rkey)
+	dst = le.AppendUint64(dst, uint64(iov.Rkey))
 	dst = le.AppendUint16(dst, iov.Len)
 	dst = append(dst, iovPadding[:]...)
 	return append(dst, data...), nil
@@ -397,7 +384,7 @@ func AppendIOV(dst []byte, iov IOV, data []byte) ([]byte, error) {
 // ScatterIter walks a SCATTER payload without allocating, in the manner of
 // bufio.Scanner:
 //
-//	it := rdmo.NewScatterIter(payload, req.Scatter.Count)
+//	it := wire.NewScatterIter(payload, req.Scatter.Count)
 //	for it.Next() {
 //		put(it.IOV(), it.Data())
 //	}
@@ -423,7 +410,7 @@ func NewScatterIter(payload []byte, count uint64) ScatterIter {
 	// refused up front instead of after walking part of the payload; this
 	// also bounds the walk when count comes from an untrusted 2^64 field.
 	if count > uint64(len(payload))/IOVDescLen {
-		it.err = wireErr(StatusPayloadMismatch, "count "+utoa(count)+" iovs need at least "+
+		it.err = wireErr(rdmo.StatusPayloadMismatch, "count "+utoa(count)+" iovs need at least "+
 			mulDesc(count)+" bytes, payload has "+itoa(len(payload)))
 		it.remaining = 0
 	}
@@ -438,7 +425,7 @@ func (it *ScatterIter) Next() bool {
 	}
 	if it.remaining == 0 {
 		if len(it.rest) != 0 {
-			it.err = wireErr(StatusPayloadMismatch, itoa(len(it.rest))+" bytes left after the last of "+
+			it.err = wireErr(rdmo.StatusPayloadMismatch, itoa(len(it.rest))+" bytes left after the last of "+
 				utoa(it.index)+" iovs")
 		}
 		return false
@@ -448,17 +435,17 @@ func (it *ScatterIter) Next() bool {
 		if len(it.rest) != 0 {
 			detail = "iov " + utoa(it.index) + ": descriptor truncated to " + itoa(len(it.rest)) + " of 24 bytes"
 		}
-		it.err = wireErr(StatusPayloadMismatch, detail)
+		it.err = wireErr(rdmo.StatusPayloadMismatch, detail)
 		return false
 	}
 	iov := IOV{
 		Addr: le.Uint64(it.rest[IOVAddrOffset:]),
-		Rkey: le.Uint64(it.rest[IOVRkeyOffset:]),
+		Rkey: rdmo.RegionID(le.Uint64(it.rest[IOVRkeyOffset:])),
 		Len:  le.Uint16(it.rest[IOVLenOffset:]),
 	}
 	body := it.rest[IOVDescLen:]
 	if int(iov.Len) > len(body) {
-		it.err = wireErr(StatusLengthOverflow, "iov "+utoa(it.index)+": len "+itoa(int(iov.Len))+
+		it.err = wireErr(rdmo.StatusLengthOverflow, "iov "+utoa(it.index)+": len "+itoa(int(iov.Len))+
 			" but only "+itoa(len(body))+" bytes follow the descriptor")
 		return false
 	}
@@ -502,25 +489,25 @@ type FlushResponse struct {
 	// describe the earliest of them and are zero when Failed is zero.
 	Failed      uint32
 	FirstOp     uint32
-	FirstStatus Status
+	FirstStatus rdmo.Status
 	FirstSeq    uint64
 	// Extended reports, after parsing, whether the response carried the
 	// extension; false means a reference worker sent it. Encoders ignore it.
 	Extended bool
 }
 
-// Err returns nil when no request failed, otherwise a *WireError matching
+// Err returns nil when no request failed, otherwise a *rdmo.WireError matching
 // the first failure's status, with the count, op and sequence in its detail.
 func (r FlushResponse) Err() error {
 	if r.Failed == 0 {
 		return nil
 	}
 	s := r.FirstStatus
-	if s == StatusOK {
-		s = StatusInternal // a failure reported without a cause is still a failure
+	if s == rdmo.StatusOK {
+		s = rdmo.StatusInternal // a failure reported without a cause is still a failure
 	}
 	return wireErr(s, utoa(uint64(r.Failed))+" request(s) failed before flush "+hex64(r.FlushID)+
-		"; first: "+OpName(r.FirstOp)+" seq "+utoa(r.FirstSeq))
+		"; first: "+rdmo.OpName(r.FirstOp)+" seq "+utoa(r.FirstSeq))
 }
 
 // AppendFlushResponse appends the 32-byte extended flush response. Its
@@ -542,14 +529,14 @@ func AppendReferenceFlushResponse(dst []byte, flushID uint64) []byte {
 }
 
 // ParseResponseID returns the rsp_id of a response so the initiator can
-// pick the decoder. Ids other than RspFlush and RspAck are ErrUnknownOp.
+// pick the decoder. Ids other than RspFlush and RspAck are rdmo.ErrUnknownOp.
 func ParseResponseID(b []byte) (uint32, error) {
 	if len(b) < 4 {
-		return 0, wireErr(StatusShortHeader, "response is "+itoa(len(b))+" bytes, at least 4 needed")
+		return 0, wireErr(rdmo.StatusShortHeader, "response is "+itoa(len(b))+" bytes, at least 4 needed")
 	}
 	id := le.Uint32(b[ResponseIDOffset:])
 	if id != RspFlush && id != RspAck {
-		return id, wireErr(StatusUnknownOp, "response id "+utoa(uint64(id))+" is not defined")
+		return id, wireErr(rdmo.StatusUnknownOp, "response id "+utoa(uint64(id))+" is not defined")
 	}
 	return id, nil
 }
@@ -564,13 +551,13 @@ func ParseFlushResponse(b []byte) (FlushResponse, error) {
 		return FlushResponse{}, err
 	}
 	if id != RspFlush {
-		return FlushResponse{}, wireErr(StatusUnknownOp, "response id "+utoa(uint64(id))+" is not a flush response")
+		return FlushResponse{}, wireErr(rdmo.StatusUnknownOp, "response id "+utoa(uint64(id))+" is not a flush response")
 	}
 	switch {
 	case len(b) < ReferenceFlushResponseLen:
-		return FlushResponse{}, wireErr(StatusShortHeader, "flush response is "+itoa(len(b))+" bytes, at least 12 needed")
+		return FlushResponse{}, wireErr(rdmo.StatusShortHeader, "flush response is "+itoa(len(b))+" bytes, at least 12 needed")
 	case len(b) > ReferenceFlushResponseLen && len(b) < FlushResponseLen:
-		return FlushResponse{}, wireErr(StatusShortHeader, "flush response is "+itoa(len(b))+
+		return FlushResponse{}, wireErr(rdmo.StatusShortHeader, "flush response is "+itoa(len(b))+
 			" bytes: 12 (reference) or at least 32 (extended) expected")
 	}
 	r := FlushResponse{FlushID: le.Uint64(b[FlushResponseFlushIDOffset:])}
@@ -578,18 +565,18 @@ func ParseFlushResponse(b []byte) (FlushResponse, error) {
 		r.Extended = true
 		r.Failed = le.Uint32(b[FlushResponseFailedOffset:])
 		r.FirstOp = le.Uint32(b[FlushResponseFirstOpOffset:])
-		r.FirstStatus = Status(le.Uint32(b[FlushResponseFirstStatusOffset:]))
+		r.FirstStatus = rdmo.Status(le.Uint32(b[FlushResponseFirstStatusOffset:]))
 		r.FirstSeq = le.Uint64(b[FlushResponseFirstSeqOffset:])
 	}
 	return r, nil
 }
 
-// AckResponse is the worker's answer to a request sent with FlagAck. An
+// AckResponse is the worker's answer to a request sent with rdmo.FlagAck. An
 // optional payload (for plugin ops that return data) travels as AM data.
 type AckResponse struct {
 	Op     uint32 // op id of the acknowledged request
 	Seq    uint64 // the request's arrival sequence number on its connection
-	Status Status
+	Status rdmo.Status
 	// Value is an op-specific result: for APPEND the target address where
 	// the payload starts; for plugin ops whatever the plugin returns.
 	Value uint64
@@ -597,10 +584,10 @@ type AckResponse struct {
 
 // Err returns Status.Err(), with the op and sequence in the detail.
 func (a AckResponse) Err() error {
-	if a.Status == StatusOK {
+	if a.Status == rdmo.StatusOK {
 		return nil
 	}
-	return wireErr(a.Status, OpName(a.Op)+" seq "+utoa(a.Seq))
+	return wireErr(a.Status, rdmo.OpName(a.Op)+" seq "+utoa(a.Seq))
 }
 
 // AppendAck appends the 32-byte ack response; the reserved field is zero.
@@ -622,17 +609,21 @@ func ParseAck(b []byte) (AckResponse, error) {
 		return AckResponse{}, err
 	}
 	if id != RspAck {
-		return AckResponse{}, wireErr(StatusUnknownOp, "response id "+utoa(uint64(id))+" is not an ack")
+		return AckResponse{}, wireErr(rdmo.StatusUnknownOp, "response id "+utoa(uint64(id))+" is not an ack")
 	}
 	if len(b) < AckResponseLen {
-		return AckResponse{}, wireErr(StatusShortHeader, "ack is "+itoa(len(b))+" bytes, at least 32 needed")
+		return AckResponse{}, wireErr(rdmo.StatusShortHeader, "ack is "+itoa(len(b))+" bytes, at least 32 needed")
 	}
 	return AckResponse{
 		Op:     le.Uint32(b[AckOpOffset:]),
 		Seq:    le.Uint64(b[AckSeqOffset:]),
-		Status: Status(le.Uint32(b[AckStatusOffset:])),
+		Status: rdmo.Status(le.Uint32(b[AckStatusOffset:])),
 		Value:  le.Uint64(b[AckValueOffset:]),
 	}, nil
+}
+
+func wireErr(s rdmo.Status, detail string) *rdmo.WireError {
+	return &rdmo.WireError{Status: s, Detail: detail}
 }
 
 func itoa(n int) string    { return strconv.Itoa(n) }

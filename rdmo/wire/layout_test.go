@@ -1,4 +1,4 @@
-package rdmo_test
+package wire_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"text/template"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // The layout test lets a C compiler, not our reading of the C headers, decide
@@ -27,20 +28,20 @@ import (
 // Sample values, shared by the C program and the Go encoders. Every byte of
 // each field differs, so a misplaced or misordered field shows in the hex.
 var (
-	sampleFlushHdr   = rdmo.Header{ClientID: 0x1122334455667788, Op: rdmo.OpFlush, Flags: rdmo.FlagFence}
+	sampleFlushHdr   = wire.Header{ClientID: 0x1122334455667788, Op: rdmo.OpFlush, Flags: rdmo.FlagFence}
 	sampleFlush      = rdmo.FlushHeader{FlushID: 0xBEEF0000BEEF}
-	sampleAppendHdr  = rdmo.Header{ClientID: 0x0102030405060708, Op: rdmo.OpAppend, Flags: rdmo.FlagFence | rdmo.FlagAck}
+	sampleAppendHdr  = wire.Header{ClientID: 0x0102030405060708, Op: rdmo.OpAppend, Flags: rdmo.FlagFence | rdmo.FlagAck}
 	sampleAppend     = rdmo.AppendHeader{PtrAddr: 0x00007FFFABCD0008, PtrRkey: 0x55AA55AA66BB66BB, DataRkey: 0xFEDCBA9876543210}
-	sampleScatterHdr = rdmo.Header{ClientID: 9, Op: rdmo.OpScatter}
+	sampleScatterHdr = wire.Header{ClientID: 9, Op: rdmo.OpScatter}
 	sampleScatter    = rdmo.ScatterHeader{Count: 2}
-	sampleIOVs       = []rdmo.IOV{
+	sampleIOVs       = []wire.IOV{
 		{Addr: 0x1112131415161718, Rkey: 0x2122232425262728, Len: 5},
 		{Addr: 0x3132333435363738, Rkey: 0x4142434445464748, Len: 3},
 	}
 	sampleIOVData  = []string{"ABCDE", "xyz"}
-	sampleFlushRsp = rdmo.FlushResponse{FlushID: 0xBEEF, Failed: 3, FirstOp: rdmo.OpScatter,
+	sampleFlushRsp = wire.FlushResponse{FlushID: 0xBEEF, Failed: 3, FirstOp: rdmo.OpScatter,
 		FirstStatus: rdmo.StatusOutOfBounds, FirstSeq: 0x0123456789ABCDEF}
-	sampleAck = rdmo.AckResponse{Op: rdmo.OpUserBase + 1, Seq: 0x1020304050607080,
+	sampleAck = wire.AckResponse{Op: rdmo.OpUserBase + 1, Seq: 0x1020304050607080,
 		Status: rdmo.StatusHandlerFailed, Value: 0xDEADBEEFCAFEF00D}
 )
 
@@ -331,7 +332,7 @@ func runLayoutProgram(t *testing.T) (map[string]uint64, map[string][]byte) {
 
 func renderLayoutProgram() ([]byte, error) {
 	type iovSample struct {
-		IOV  rdmo.IOV
+		IOV  wire.IOV
 		Data string
 	}
 	var iovs []iovSample
@@ -379,54 +380,54 @@ func checkLayout(t *testing.T, c map[string]uint64) {
 		c      int
 		goSide int
 	}{
-		{"sizeof(urom_rdmo_hdr)", hdr, rdmo.HeaderLen},
-		{"urom_rdmo_hdr.id", get("off urom_rdmo_hdr.id"), rdmo.HeaderClientIDOffset},
-		{"urom_rdmo_hdr.op_id", get("off urom_rdmo_hdr.op_id"), rdmo.HeaderOpOffset},
-		{"urom_rdmo_hdr.flags", get("off urom_rdmo_hdr.flags"), rdmo.HeaderFlagsOffset},
-		{"sub-header offset", hdr, rdmo.SubHeaderOffset},
+		{"sizeof(urom_rdmo_hdr)", hdr, wire.HeaderLen},
+		{"urom_rdmo_hdr.id", get("off urom_rdmo_hdr.id"), wire.HeaderClientIDOffset},
+		{"urom_rdmo_hdr.op_id", get("off urom_rdmo_hdr.op_id"), wire.HeaderOpOffset},
+		{"urom_rdmo_hdr.flags", get("off urom_rdmo_hdr.flags"), wire.HeaderFlagsOffset},
+		{"sub-header offset", hdr, wire.SubHeaderOffset},
 
-		{"flush header length", hdr + get("size urom_rdmo_flush_hdr"), rdmo.FlushHeaderLen},
-		{"flush_id", hdr + get("off urom_rdmo_flush_hdr.flush_id"), rdmo.FlushIDOffset},
+		{"flush header length", hdr + get("size urom_rdmo_flush_hdr"), wire.FlushHeaderLen},
+		{"flush_id", hdr + get("off urom_rdmo_flush_hdr.flush_id"), wire.FlushIDOffset},
 
-		{"append header length", hdr + get("size urom_rdmo_append_hdr"), rdmo.AppendHeaderLen},
-		{"ptr_addr", hdr + get("off urom_rdmo_append_hdr.ptr_addr"), rdmo.AppendPtrAddrOffset},
-		{"ptr_rkey", hdr + get("off urom_rdmo_append_hdr.ptr_rkey"), rdmo.AppendPtrRkeyOffset},
-		{"data_rkey", hdr + get("off urom_rdmo_append_hdr.data_rkey"), rdmo.AppendDataRkeyOffset},
+		{"append header length", hdr + get("size urom_rdmo_append_hdr"), wire.AppendHeaderLen},
+		{"ptr_addr", hdr + get("off urom_rdmo_append_hdr.ptr_addr"), wire.AppendPtrAddrOffset},
+		{"ptr_rkey", hdr + get("off urom_rdmo_append_hdr.ptr_rkey"), wire.AppendPtrRkeyOffset},
+		{"data_rkey", hdr + get("off urom_rdmo_append_hdr.data_rkey"), wire.AppendDataRkeyOffset},
 
-		{"scatter header length", hdr + get("size urom_rdmo_scatter_hdr"), rdmo.ScatterHeaderLen},
-		{"count", hdr + get("off urom_rdmo_scatter_hdr.count"), rdmo.ScatterCountOffset},
+		{"scatter header length", hdr + get("size urom_rdmo_scatter_hdr"), wire.ScatterHeaderLen},
+		{"count", hdr + get("off urom_rdmo_scatter_hdr.count"), wire.ScatterCountOffset},
 
-		{"sizeof(urom_rdmo_scatter_iov)", get("size urom_rdmo_scatter_iov"), rdmo.IOVDescLen},
-		{"iov.addr", get("off urom_rdmo_scatter_iov.addr"), rdmo.IOVAddrOffset},
-		{"iov.rkey", get("off urom_rdmo_scatter_iov.rkey"), rdmo.IOVRkeyOffset},
-		{"iov.len", get("off urom_rdmo_scatter_iov.len"), rdmo.IOVLenOffset},
+		{"sizeof(urom_rdmo_scatter_iov)", get("size urom_rdmo_scatter_iov"), wire.IOVDescLen},
+		{"iov.addr", get("off urom_rdmo_scatter_iov.addr"), wire.IOVAddrOffset},
+		{"iov.rkey", get("off urom_rdmo_scatter_iov.rkey"), wire.IOVRkeyOffset},
+		{"iov.len", get("off urom_rdmo_scatter_iov.len"), wire.IOVLenOffset},
 
-		{"rsp_id", get("off urom_rdmo_rsp_hdr.rsp_id"), rdmo.ResponseIDOffset},
-		{"reference flush response length", rsp + get("size urom_rdmo_flush_rsp_hdr"), rdmo.ReferenceFlushResponseLen},
-		{"reference flush_id (rsp_hdr + 1)", rsp + get("off urom_rdmo_flush_rsp_hdr.flush_id"), rdmo.FlushResponseFlushIDOffset},
+		{"rsp_id", get("off urom_rdmo_rsp_hdr.rsp_id"), wire.ResponseIDOffset},
+		{"reference flush response length", rsp + get("size urom_rdmo_flush_rsp_hdr"), wire.ReferenceFlushResponseLen},
+		{"reference flush_id (rsp_hdr + 1)", rsp + get("off urom_rdmo_flush_rsp_hdr.flush_id"), wire.FlushResponseFlushIDOffset},
 
-		{"sizeof(rdmo_flush_rsp_ext)", get("size rdmo_flush_rsp_ext"), rdmo.FlushResponseLen},
-		{"ext rsp_id", get("off rdmo_flush_rsp_ext.rsp_id"), rdmo.ResponseIDOffset},
-		{"ext flush_id", get("off rdmo_flush_rsp_ext.flush_id"), rdmo.FlushResponseFlushIDOffset},
-		{"ext failed", get("off rdmo_flush_rsp_ext.failed"), rdmo.FlushResponseFailedOffset},
-		{"ext first_op", get("off rdmo_flush_rsp_ext.first_op"), rdmo.FlushResponseFirstOpOffset},
-		{"ext first_status", get("off rdmo_flush_rsp_ext.first_status"), rdmo.FlushResponseFirstStatusOffset},
-		{"ext first_seq", get("off rdmo_flush_rsp_ext.first_seq"), rdmo.FlushResponseFirstSeqOffset},
+		{"sizeof(rdmo_flush_rsp_ext)", get("size rdmo_flush_rsp_ext"), wire.FlushResponseLen},
+		{"ext rsp_id", get("off rdmo_flush_rsp_ext.rsp_id"), wire.ResponseIDOffset},
+		{"ext flush_id", get("off rdmo_flush_rsp_ext.flush_id"), wire.FlushResponseFlushIDOffset},
+		{"ext failed", get("off rdmo_flush_rsp_ext.failed"), wire.FlushResponseFailedOffset},
+		{"ext first_op", get("off rdmo_flush_rsp_ext.first_op"), wire.FlushResponseFirstOpOffset},
+		{"ext first_status", get("off rdmo_flush_rsp_ext.first_status"), wire.FlushResponseFirstStatusOffset},
+		{"ext first_seq", get("off rdmo_flush_rsp_ext.first_seq"), wire.FlushResponseFirstSeqOffset},
 
-		{"sizeof(rdmo_ack_rsp)", get("size rdmo_ack_rsp"), rdmo.AckResponseLen},
-		{"ack rsp_id", get("off rdmo_ack_rsp.rsp_id"), rdmo.ResponseIDOffset},
-		{"ack op_id", get("off rdmo_ack_rsp.op_id"), rdmo.AckOpOffset},
-		{"ack seq", get("off rdmo_ack_rsp.seq"), rdmo.AckSeqOffset},
-		{"ack status", get("off rdmo_ack_rsp.status"), rdmo.AckStatusOffset},
-		{"ack reserved", get("off rdmo_ack_rsp.reserved"), rdmo.AckReservedOffset},
-		{"ack value", get("off rdmo_ack_rsp.value"), rdmo.AckValueOffset},
+		{"sizeof(rdmo_ack_rsp)", get("size rdmo_ack_rsp"), wire.AckResponseLen},
+		{"ack rsp_id", get("off rdmo_ack_rsp.rsp_id"), wire.ResponseIDOffset},
+		{"ack op_id", get("off rdmo_ack_rsp.op_id"), wire.AckOpOffset},
+		{"ack seq", get("off rdmo_ack_rsp.seq"), wire.AckSeqOffset},
+		{"ack status", get("off rdmo_ack_rsp.status"), wire.AckStatusOffset},
+		{"ack reserved", get("off rdmo_ack_rsp.reserved"), wire.AckReservedOffset},
+		{"ack value", get("off rdmo_ack_rsp.value"), wire.AckValueOffset},
 
-		{"batch header length", hdr + get("size rdmo_batch_hdr"), rdmo.BatchHeaderLen},
-		{"batch count", hdr + get("off rdmo_batch_hdr.count"), rdmo.BatchCountOffset},
-		{"sizeof(rdmo_batch_entry)", get("size rdmo_batch_entry"), rdmo.BatchEntryHeaderLen},
-		{"entry hdr_len", get("off rdmo_batch_entry.hdr_len"), rdmo.BatchEntryHdrLenOffset},
-		{"entry flags", get("off rdmo_batch_entry.flags"), rdmo.BatchEntryFlagsOffset},
-		{"entry payload_len", get("off rdmo_batch_entry.payload_len"), rdmo.BatchEntryPayloadLenOffset},
+		{"batch header length", hdr + get("size rdmo_batch_hdr"), wire.BatchHeaderLen},
+		{"batch count", hdr + get("off rdmo_batch_hdr.count"), wire.BatchCountOffset},
+		{"sizeof(rdmo_batch_entry)", get("size rdmo_batch_entry"), wire.BatchEntryHeaderLen},
+		{"entry hdr_len", get("off rdmo_batch_entry.hdr_len"), wire.BatchEntryHdrLenOffset},
+		{"entry flags", get("off rdmo_batch_entry.flags"), wire.BatchEntryFlagsOffset},
+		{"entry payload_len", get("off rdmo_batch_entry.payload_len"), wire.BatchEntryPayloadLenOffset},
 	}
 	for _, tt := range tests {
 		if tt.c != tt.goSide {
@@ -434,10 +435,10 @@ func checkLayout(t *testing.T, c map[string]uint64) {
 		}
 	}
 	// The extension must not disturb what a reference initiator reads.
-	if get("off rdmo_flush_rsp_ext.failed") != rdmo.ReferenceFlushResponseLen {
+	if get("off rdmo_flush_rsp_ext.failed") != wire.ReferenceFlushResponseLen {
 		t.Error("the flush extension does not start right after the reference 12 bytes")
 	}
-	if rdmo.FlushResponseFirstSeqOffset%8 != 0 || rdmo.AckSeqOffset%8 != 0 || rdmo.AckValueOffset%8 != 0 {
+	if wire.FlushResponseFirstSeqOffset%8 != 0 || wire.AckSeqOffset%8 != 0 || wire.AckValueOffset%8 != 0 {
 		t.Error("an extension u64 is not naturally aligned")
 	}
 }
@@ -450,28 +451,28 @@ func checkEncodings(t *testing.T, c map[string][]byte) {
 	var payload []byte
 	for i, iov := range sampleIOVs {
 		var err error
-		if payload, err = rdmo.AppendIOV(payload, iov, []byte(sampleIOVData[i])); err != nil {
+		if payload, err = wire.AppendIOV(payload, iov, []byte(sampleIOVData[i])); err != nil {
 			t.Fatal(err)
 		}
 	}
-	appendReq := rdmo.AppendAppendRequest(nil, sampleAppendHdr, sampleAppend)
-	batchData, err := rdmo.AppendBatchEntry(nil, appendReq, []byte("HELLO"))
+	appendReq := wire.AppendAppendRequest(nil, sampleAppendHdr, sampleAppend)
+	batchData, err := wire.AppendBatchEntry(nil, appendReq, []byte("HELLO"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if batchData, err = rdmo.AppendBatchEntry(batchData, rdmo.AppendFlushRequest(nil, sampleFlushHdr, sampleFlush), nil); err != nil {
+	if batchData, err = wire.AppendBatchEntry(batchData, wire.AppendFlushRequest(nil, sampleFlushHdr, sampleFlush), nil); err != nil {
 		t.Fatal(err)
 	}
 	goSide := map[string][]byte{
-		"batch_request":            rdmo.AppendBatchRequest(nil, rdmo.Header{ClientID: sampleAppendHdr.ClientID}, rdmo.BatchHeader{Count: 2}),
+		"batch_request":            wire.AppendBatchRequest(nil, wire.Header{ClientID: sampleAppendHdr.ClientID}, wire.BatchHeader{Count: 2}),
 		"batch_payload":            batchData,
-		"flush_request":            rdmo.AppendFlushRequest(nil, sampleFlushHdr, sampleFlush),
-		"append_request":           rdmo.AppendAppendRequest(nil, sampleAppendHdr, sampleAppend),
-		"scatter_request":          rdmo.AppendScatterRequest(nil, sampleScatterHdr, sampleScatter),
+		"flush_request":            wire.AppendFlushRequest(nil, sampleFlushHdr, sampleFlush),
+		"append_request":           wire.AppendAppendRequest(nil, sampleAppendHdr, sampleAppend),
+		"scatter_request":          wire.AppendScatterRequest(nil, sampleScatterHdr, sampleScatter),
 		"scatter_payload":          payload,
-		"reference_flush_response": rdmo.AppendReferenceFlushResponse(nil, sampleFlushRsp.FlushID),
-		"flush_response":           rdmo.AppendFlushResponse(nil, sampleFlushRsp),
-		"ack":                      rdmo.AppendAck(nil, sampleAck),
+		"reference_flush_response": wire.AppendReferenceFlushResponse(nil, sampleFlushRsp.FlushID),
+		"flush_response":           wire.AppendFlushResponse(nil, sampleFlushRsp),
+		"ack":                      wire.AppendAck(nil, sampleAck),
 	}
 	for name, want := range goSide {
 		got, ok := c[name]
@@ -486,13 +487,13 @@ func checkEncodings(t *testing.T, c map[string][]byte) {
 
 	// And the other direction: the Go decoders read the C bytes back to the
 	// sample values.
-	if r, err := rdmo.ParseRequest(c["flush_request"]); err != nil || r.Header != sampleFlushHdr || r.Flush != sampleFlush {
+	if r, err := wire.ParseRequest(c["flush_request"]); err != nil || r.Header != sampleFlushHdr || r.Flush != sampleFlush {
 		t.Errorf("flush request from C: %+v, %v", r, err)
 	}
-	if r, err := rdmo.ParseRequest(c["append_request"]); err != nil || r.Header != sampleAppendHdr || r.Append != sampleAppend {
+	if r, err := wire.ParseRequest(c["append_request"]); err != nil || r.Header != sampleAppendHdr || r.Append != sampleAppend {
 		t.Errorf("append request from C: %+v, %v", r, err)
 	}
-	scatter, err := rdmo.ParseRequest(c["scatter_request"])
+	scatter, err := wire.ParseRequest(c["scatter_request"])
 	if err != nil || scatter.Header != sampleScatterHdr || scatter.Scatter != sampleScatter {
 		t.Errorf("scatter request from C: %+v, %v", scatter, err)
 	}
@@ -500,7 +501,7 @@ func checkEncodings(t *testing.T, c map[string][]byte) {
 		t.Errorf("scatter payload from C: %v", err)
 	}
 	i := 0
-	err = rdmo.ForEachIOV(c["scatter_payload"], sampleScatter.Count, func(iov rdmo.IOV, data []byte) error {
+	err = wire.ForEachIOV(c["scatter_payload"], sampleScatter.Count, func(iov wire.IOV, data []byte) error {
 		if iov != sampleIOVs[i] || string(data) != sampleIOVData[i] {
 			t.Errorf("iov %d from C: %+v %q", i, iov, data)
 		}
@@ -510,23 +511,23 @@ func checkEncodings(t *testing.T, c map[string][]byte) {
 	if err != nil {
 		t.Errorf("scatter payload from C: %v", err)
 	}
-	if r, err := rdmo.ParseFlushResponse(c["reference_flush_response"]); err != nil || r.FlushID != sampleFlushRsp.FlushID || r.Extended {
+	if r, err := wire.ParseFlushResponse(c["reference_flush_response"]); err != nil || r.FlushID != sampleFlushRsp.FlushID || r.Extended {
 		t.Errorf("reference flush response from C: %+v, %v", r, err)
 	}
 	want := sampleFlushRsp
 	want.Extended = true
-	if r, err := rdmo.ParseFlushResponse(c["flush_response"]); err != nil || r != want {
+	if r, err := wire.ParseFlushResponse(c["flush_response"]); err != nil || r != want {
 		t.Errorf("flush response from C: %+v, %v", r, err)
 	}
-	if a, err := rdmo.ParseAck(c["ack"]); err != nil || a != sampleAck {
+	if a, err := wire.ParseAck(c["ack"]); err != nil || a != sampleAck {
 		t.Errorf("ack from C: %+v, %v", a, err)
 	}
-	br, err := rdmo.ParseRequest(c["batch_request"])
+	br, err := wire.ParseRequest(c["batch_request"])
 	if err != nil || br.Header.Op != rdmo.OpBatch || br.Batch.Count != 2 {
 		t.Fatalf("batch request from C: %+v, %v", br, err)
 	}
-	it := rdmo.NewBatchIter(c["batch_payload"], br.Batch.Count)
-	var inner []rdmo.RequestHeader
+	it := wire.NewBatchIter(c["batch_payload"], br.Batch.Count)
+	var inner []wire.RequestHeader
 	for it.Next() {
 		r, err := it.Request()
 		if err != nil {

@@ -1,0 +1,74 @@
+package rdmo
+
+import "strconv"
+
+// Operation ids (op_id in the common request header, docs/PROTOCOL.md).
+const (
+	OpFlush   uint32 = 0 // reference: write back cached state, then answer with a flush response
+	OpAppend  uint32 = 1 // reference: append the payload to a queue in target memory
+	OpScatter uint32 = 2 // reference: put each iov's data at its address
+
+	// OpBatch (extension) is a container of several complete requests in
+	// one AM (rdmo/wire, docs/PROTOCOL.md section 11). Handlers never see
+	// it: the worker unpacks it and hands over the inner requests.
+	OpBatch uint32 = 3
+
+	// OpUserBase is the first op id for plugin-defined operations. Ids from
+	// 4 to OpUserBase-1 are reserved for future reference-style ops.
+	OpUserBase uint32 = 16
+)
+
+// Request flags.
+const (
+	// FlagFence (reference): every earlier request on the connection has
+	// completed before this one runs. The worker enforces it; a handler
+	// only sees it.
+	FlagFence uint32 = 1 << 0
+	// FlagAck (extension): the worker answers this request with its own
+	// ack, carrying Result.Value, when it completes.
+	FlagAck uint32 = 1 << 1
+)
+
+// IsUserOp reports whether op belongs to the plugin-defined range.
+func IsUserOp(op uint32) bool { return op >= OpUserBase }
+
+// OpName names an op id for logs and errors.
+func OpName(op uint32) string {
+	switch {
+	case op == OpFlush:
+		return "flush"
+	case op == OpAppend:
+		return "append"
+	case op == OpScatter:
+		return "scatter"
+	case op == OpBatch:
+		return "batch"
+	case IsUserOp(op):
+		return "user(" + strconv.FormatUint(uint64(op), 10) + ")"
+	}
+	return "reserved(" + strconv.FormatUint(uint64(op), 10) + ")"
+}
+
+// ClientID names a client: one target process of the worker. Its own type
+// keeps it from being passed where a region id or an address is expected.
+type ClientID uint64
+
+// RegionID names a registered region of target memory (the wire's "rkey").
+type RegionID uint64
+
+// FlushHeader is the FLUSH sub-header, struct urom_rdmo_flush_hdr.
+type FlushHeader struct {
+	FlushID uint64 // echoed in the flush response so the initiator can match it
+}
+
+// AppendHeader is the APPEND sub-header, struct urom_rdmo_append_hdr.
+type AppendHeader struct {
+	PtrAddr  uint64   // target address of the queue's u64 tail pointer
+	PtrRkey  RegionID // region holding the tail pointer
+	DataRkey RegionID // region the data is written into
+}
+
+// ScatterHeader is the SCATTER sub-header, struct urom_rdmo_scatter_hdr.
+type ScatterHeader struct {
+	Count uint64 // number of iovs in the payload
+}
