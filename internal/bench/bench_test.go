@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -403,5 +404,32 @@ func TestSpreadAndCPU(t *testing.T) {
 	}
 	if c.total() == 0 || readCPU(-1).total() != 0 {
 		t.Errorf("readCPU: %+v", c)
+	}
+}
+
+// rdmo bench refuses, in one line with the usage exit status, the common
+// flags it has no use for; the results file has its own flag.
+func TestCLIRefusesOtherModesFlags(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*cli.Config)
+		flag string
+	}{
+		{func(c *cli.Config) { c.Mode = cli.ModeServer }, "-m/--mode"},
+		{func(c *cli.Config) { c.ServerName = "host" }, "-s/--server-name"},
+		{func(c *cli.Config) { c.Device = "mlx5_0" }, "-d/--device"},
+		{func(c *cli.Config) { c.OOBPort = 1 }, "--oob-port"},
+		{func(c *cli.Config) { c.AppendStrategy = cli.AppendShared }, "--append-strategy"},
+		{func(c *cli.Config) { c.SecretFile = "s" }, "--secret-file"},
+	} {
+		cfg := cli.DefaultConfig()
+		c.set(&cfg)
+		err := runCLI(context.Background(), cfg, nil)
+		if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), c.flag) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v (exit %d)", c.flag, err, cli.ExitCode(err))
+		}
+	}
+	err := runCLI(context.Background(), cli.DefaultConfig(), []string{"--json=out.json"})
+	if cli.ExitCode(err) != cli.ExitUsage {
+		t.Errorf("--json as a bench flag: %v", err)
 	}
 }
