@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -188,7 +189,13 @@ func (lp *loop) run() {
 			continue
 		}
 		lp.idle++
-		if lp.fatal || lp.idle >= idleSpins && (lp.sendsOut == 0 || lp.idle >= pendingSpins) {
+		// An answer is due soon while sends are out or a flush waits
+		// for its answer: a flush's round trip is far shorter than a
+		// sleep's wake-up through the kernel, so the loop keeps polling
+		// for a bounded number of rounds before it sleeps. With nothing
+		// outstanding it sleeps after idleSpins.
+		awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0
+		if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.idle >= pendingSpins) {
 			lp.idle = 0
 			lp.sleep()
 			continue
@@ -196,10 +203,26 @@ func (lp *loop) run() {
 		if lp.idle >= idleSpins {
 			// Sends wait in UCX for room at the receiver (a full
 			// shared-memory FIFO), which no wake-up event announces:
-			// keep progressing, but let other goroutines run.
-			runtime.Gosched()
+			// keep progressing, but let other threads run.
+			yieldCPU()
 		}
 	}
+}
+
+// yieldCPU lets other threads have the CPU while the loop polls. The loop
+// is locked to its thread (UCX binds the worker to it), and a locked
+// goroutine's runtime.Gosched hands its P to another thread and parks its
+// own on a futex until it gets a P back: two context switches per yield,
+// which profiles of a polling initiator showed as its largest cost. With
+// more than one P the loop needs no Go-level yield (other goroutines run
+// on the other Ps), only an OS-level one; with one P, other goroutines
+// can run only if the loop gives the P up.
+func yieldCPU() {
+	if runtime.GOMAXPROCS(0) > 1 {
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
+	runtime.Gosched()
 }
 
 // sleep waits in Worker.Wait unless a request arrived meanwhile. The flag
