@@ -201,28 +201,23 @@ func (lp *loop) run() {
 			continue
 		}
 		if lp.idle >= idleSpins {
+			if lp.sendsOut == 0 && runtime.GOMAXPROCS(0) > 1 {
+				// Only a flush's answer is awaited: yield the CPU to
+				// other threads but keep the P. The loop is locked to
+				// its thread (UCX binds the worker to it), and a locked
+				// goroutine's Gosched parks its thread on a futex and
+				// wakes another: two context switches per yield, over
+				// a millisecond of them per flush.
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+				continue
+			}
 			// Sends wait in UCX for room at the receiver (a full
 			// shared-memory FIFO), which no wake-up event announces:
-			// keep progressing, but let other threads run.
-			yieldCPU()
+			// keep progressing, but let other goroutines run (the
+			// receiver may be one of this process).
+			runtime.Gosched()
 		}
 	}
-}
-
-// yieldCPU lets other threads have the CPU while the loop polls. The loop
-// is locked to its thread (UCX binds the worker to it), and a locked
-// goroutine's runtime.Gosched hands its P to another thread and parks its
-// own on a futex until it gets a P back: two context switches per yield,
-// which profiles of a polling initiator showed as its largest cost. With
-// more than one P the loop needs no Go-level yield (other goroutines run
-// on the other Ps), only an OS-level one; with one P, other goroutines
-// can run only if the loop gives the P up.
-func yieldCPU() {
-	if runtime.GOMAXPROCS(0) > 1 {
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-		return
-	}
-	runtime.Gosched()
 }
 
 // sleep waits in Worker.Wait unless a request arrived meanwhile. The flag
