@@ -23,6 +23,10 @@ const (
 	CmdRQDestroy  CommandType = 2
 	CmdMRReg      CommandType = 3
 	CmdMRDereg    CommandType = 4
+	// CmdRQFlushWait is rdmo's: Worker.WaitFlush, answered on the command
+	// channel when a FLUSH of a queue completed (not a Command: it does
+	// not go through the loop).
+	CmdRQFlushWait CommandType = 16
 )
 
 func (t CommandType) String() string {
@@ -37,6 +41,8 @@ func (t CommandType) String() string {
 		return "MR_REG"
 	case CmdMRDereg:
 		return "MR_DEREG"
+	case CmdRQFlushWait:
+		return "RQ_FLUSH_WAIT"
 	}
 	return "CommandType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -60,9 +66,49 @@ type ClientInit struct {
 // RQCreate creates a request queue: the worker connects to the initiator's
 // UCP worker address Addr, and requests arriving on that connection are
 // Client's. The answer carries the queue id (Notification.RQ).
+//
+// ErrorHandling and ZeroClientID are rdmo extensions (docs/PROTOCOL.md,
+// "Extensions for reference peers"), for initiators written like the
+// reference's client; the zero values are what rdmo's own initiators need.
 type RQCreate struct {
 	Client uint64 `msgpack:"client"`
 	Addr   []byte `msgpack:"addr"`
+	// ErrorHandling is the error-handling mode of the worker's endpoint to
+	// the initiator. UCX requires both ends of a connection to use the same
+	// mode, so it must be the initiator's: RQErrorsPeer for rdmo's
+	// initiators, RQErrorsNone for one that asks for none (the reference
+	// client).
+	ErrorHandling RQErrorHandling `msgpack:"err_mode,omitempty"`
+	// ZeroClientID makes the queue accept client id 0 in request headers
+	// as its own client's id, as well as that id (the reference client
+	// writes 0 in every header). Requests on other queues still have to
+	// name their queue's client exactly.
+	ZeroClientID bool `msgpack:"zero_client_id,omitempty"`
+}
+
+// RQErrorHandling is the error-handling mode of a request queue's endpoint.
+type RQErrorHandling uint8
+
+const (
+	// RQErrorsPeer asks UCX for peer-failure detection where a transport
+	// to the initiator can detect it, and connects without it otherwise
+	// (ucp.ErrorHandlingPrefer): what rdmo's initiators do.
+	RQErrorsPeer RQErrorHandling = 0
+	// RQErrorsNone asks for no detection (ucp.ErrorHandlingNone): what the
+	// reference client does. The worker then learns that such an
+	// initiator is gone only from its target (RQ_DESTROY, or the target's
+	// removal); see docs/SECURITY.md.
+	RQErrorsNone RQErrorHandling = 1
+)
+
+func (m RQErrorHandling) String() string {
+	switch m {
+	case RQErrorsPeer:
+		return "peer"
+	case RQErrorsNone:
+		return "none"
+	}
+	return "RQErrorHandling(" + strconv.Itoa(int(m)) + ")"
 }
 
 // RQDestroy stops a request queue: no new requests are accepted, in-flight
@@ -273,6 +319,23 @@ func (w *Worker) clientInit(c *command, cmd ClientInit) *CommandError {
 	return nil
 }
 
+// plausibleAddress rejects what would make UCX abort the worker process
+// instead of failing: UCX 1.13 asserts that a packed worker address's
+// header names a version it knows (the low 4 bits of its first byte: 0 or
+// 1). An initiator address comes from an unauthenticated peer when the
+// out-of-band channel has no secret (the reference exchange never has
+// one). It cannot check the rest: UCX does not even take the length;
+// docs/SECURITY.md, "Reference initiators".
+func plausibleAddress(addr []byte) string {
+	if len(addr) < 2 {
+		return "too short for a UCP worker address"
+	}
+	if v := addr[0] & 0x0f; v > 1 {
+		return "not a UCP worker address (header version " + strconv.Itoa(int(v)) + ")"
+	}
+	return ""
+}
+
 func (w *Worker) onHostError(c *client, err error) {
 	c.hostFailed.Store(true)
 	w.log.Warn("target endpoint failed: the client's requests fail with TargetUnreachable", zap.Uint64("client", c.id), zap.Error(err))
@@ -290,14 +353,29 @@ func (w *Worker) rqCreate(c *command, cmd RQCreate) *CommandError {
 	if len(cmd.Addr) == 0 {
 		return cmdErr(t, ErrInvalidCommand, "empty initiator address")
 	}
+	if err := plausibleAddress(cmd.Addr); err != "" {
+		return cmdErr(t, ErrInvalidCommand, "initiator address: "+err)
+	}
+	mode := ucp.ErrorHandlingPrefer
+	switch cmd.ErrorHandling {
+	case RQErrorsPeer:
+	case RQErrorsNone:
+		// One attempt, no fallback: see docs/PROTOCOL.md ("Extensions for
+		// reference peers") for why a fallback would break the match of
+		// the two endpoints over shared memory.
+		mode = ucp.ErrorHandlingNone
+	default:
+		return cmdErr(t, ErrInvalidCommand, "unknown error-handling mode "+cmd.ErrorHandling.String())
+	}
 	key := string(cmd.Addr)
 	if q := w.rqAddr[key]; q != nil {
 		return cmdErr(t, ErrRQExists, "request queue "+utoa(q.id)+" of client "+utoa(q.c.id))
 	}
-	q := &rq{id: w.nextRQ + 1, c: cl, addrKey: key}
+	q := &rq{id: w.nextRQ + 1, c: cl, addrKey: key, zeroID: cmd.ZeroClientID, watch: new(flushWatch)}
 	ep, err := w.uw.Connect(cmd.Addr, ucp.EndpointOptions{
-		Name:    "rq/" + utoa(q.id),
-		OnError: func(_ *ucp.Endpoint, err error) { w.onRQError(q, err) },
+		Name:          "rq/" + utoa(q.id),
+		OnError:       func(_ *ucp.Endpoint, err error) { w.onRQError(q, err) },
+		ErrorHandling: mode,
 	})
 	if err != nil {
 		e := cmdErr(t, ErrConnect, err.Error())
@@ -312,7 +390,9 @@ func (w *Worker) rqCreate(c *command, cmd RQCreate) *CommandError {
 	w.regMu.Lock()
 	w.rqByID[q.id] = q
 	w.regMu.Unlock()
-	w.log.Debug("request queue created", zap.Uint64("client", cl.id), zap.Uint64("rq", q.id))
+	w.log.Debug("request queue created", zap.Uint64("client", cl.id), zap.Uint64("rq", q.id),
+		zap.Stringer("error_handling", cmd.ErrorHandling), zap.Bool("peer_failure_detection", ep.PeerFailureDetection()),
+		zap.Bool("zero_client_id", cmd.ZeroClientID))
 	c.answer(Notification{Type: t, Client: cl.id, RQ: q.id}, nil)
 	return nil
 }

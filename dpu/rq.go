@@ -25,6 +25,8 @@ type rq struct {
 	c       *client
 	ep      *ucp.Endpoint
 	addrKey string
+	zeroID  bool        // client id 0 in a header means this queue's client (RQCreate.ZeroClientID)
+	watch   *flushWatch // completed FLUSHes, for WaitFlush
 
 	nextSeq  uint64
 	queue    []*pending // accepted, not yet dispatched; queue[head:]
@@ -77,6 +79,8 @@ type pending struct {
 	consumed bool
 	// moved: executor-owned, Place or Fetch already used the payload.
 	moved bool
+	// arrived is when the request's message arrived (Worker.clock).
+	arrived int64
 }
 
 func (p *pending) fenced() bool {
@@ -103,6 +107,12 @@ func (q *rq) putPending(p *pending, max int) {
 	}
 }
 
+// clientOK reports whether a header's client id names the queue's client:
+// its id, or 0 on a queue made for a reference initiator.
+func (q *rq) clientOK(id uint64) bool {
+	return id == q.c.id || (id == 0 && q.zeroID)
+}
+
 func (q *rq) queued() int { return len(q.queue) - q.head }
 
 func (q *rq) popFront() *pending {
@@ -123,6 +133,7 @@ func (q *rq) popFront() *pending {
 
 // handleMessages is the AM handler for AM id 0, on the loop.
 func (w *Worker) handleMessages(_ *ucp.Worker, msgs []ucp.Message) {
+	w.now = w.clock()
 	for i := range msgs {
 		w.handleMessage(&msgs[i])
 	}
@@ -139,8 +150,14 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		return
 	}
 	if q.closing || w.shutdown {
+		// What an initiator had in flight when its queue was
+		// destroyed: a normal teardown, not worth a warning (Stats
+		// still counts it).
 		q.nextSeq++
-		w.drop(m, "request queue is closing")
+		w.stats.dropped.Add(1)
+		if ce := w.reqLog.Check(zap.DebugLevel, "rdmo message dropped"); ce != nil {
+			ce.Write(zap.String("reason", "request queue is closing"), zap.Int("header_len", len(m.Header)), zap.Int("length", m.Length))
+		}
 		return
 	}
 	if len(m.Header) >= wire.HeaderLen && binary.LittleEndian.Uint32(m.Header[wire.HeaderOpOffset:]) == rdmo.OpBatch {
@@ -213,7 +230,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	switch {
 	case err != nil:
 		st, detail = rdmo.StatusOf(err), err.Error()
-	case rh.Header.ClientID != q.c.id:
+	case !q.clientOK(rh.Header.ClientID):
 		st, detail = rdmo.StatusClientMismatch, "batch container names client "+utoa(rh.Header.ClientID)+
 			", the queue is client "+utoa(q.c.id)
 	case m.Rendezvous:
@@ -274,7 +291,7 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, p
 		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(perr), perr.Error())
 		return
 	}
-	if rh.Header.ClientID != q.c.id {
+	if !q.clientOK(rh.Header.ClientID) {
 		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusClientMismatch,
 			"header names client "+utoa(rh.Header.ClientID)+", the queue is client "+utoa(q.c.id))
 		return
@@ -307,7 +324,13 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, p
 	p := q.getPending()
 	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
 	p.app, p.count = rh.Append, rh.Scatter.Count // decoded once, here, for the handler
+	p.arrived = w.now
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
+	if rh.Header.ClientID != q.c.id {
+		// Client id 0 on a reference initiator's queue (clientOK): the
+		// handlers, which check the id again, see the client it binds to.
+		binary.LittleEndian.PutUint64(p.hdr[wire.HeaderClientIDOffset:], q.c.id)
+	}
 	p.length = uint64(length)
 	switch {
 	case rndv:
@@ -445,7 +468,9 @@ func (w *Worker) dispatch(c *client, q *rq) {
 // every operation it issued finished.
 func (w *Worker) completeBatch(b *batch) {
 	q := b.rq
+	now := w.clock()
 	for i, p := range b.ents {
+		w.stats.observe(p.op, now-p.arrived)
 		res := b.results[i]
 		st, detail := res.Status, res.Detail
 		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
@@ -500,6 +525,7 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 		wire.AppendFlushResponse(msg[:0], r)
 		w.stats.flushRsp.Add(1)
 		w.reply(q, msg[:])
+		q.watch.flushed(r)
 	case flags&rdmo.FlagAck != 0:
 		var msg [wire.AckResponseLen]byte
 		wire.AppendAck(msg[:0], wire.AckResponse{Op: op, Seq: seq, Status: st, Value: value})
@@ -635,6 +661,7 @@ func (w *Worker) closeRQ(q *rq) {
 		q.arena.reset()
 		q.free = nil
 	}
+	q.watch.close()
 	w.log.Debug("request queue closed", zap.Uint64("client", c.id), zap.Uint64("rq", q.id))
 	for _, cmd := range q.waiters {
 		cmd.answer(Notification{Type: CmdRQDestroy, Client: c.id, RQ: q.id}, nil)

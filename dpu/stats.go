@@ -1,7 +1,9 @@
 package dpu
 
 import (
+	"math/bits"
 	"sync/atomic"
+	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
 )
@@ -52,12 +54,70 @@ type Stats struct {
 	// Failures counts failed requests by status.
 	Failures map[rdmo.Status]uint64 `msgpack:"failures"`
 
+	// Latency is, by op id (OtherOp: user ops no handler serves), how
+	// long requests that ran took from their message's arrival to their
+	// completion (requests refused before they ran are not timed).
+	Latency map[uint32]OpLatency `msgpack:"latency"`
+
 	// Gauges.
 	InFlight map[uint64]int64 `msgpack:"in_flight"` // accepted, not completed, by request queue
 	Clients  int              `msgpack:"clients"`
 	RQs      int              `msgpack:"rqs"`
 	Regions  int              `msgpack:"regions"`
 }
+
+// LatencyBuckets is the number of buckets of an OpLatency: bucket 0
+// counts requests that took less than 1 µs, bucket i (0 < i <
+// LatencyBuckets-1) those from 2^(i-1) µs to less than 2^i µs, the last
+// one everything slower (2^22 µs, about 4.2 s, and more).
+const LatencyBuckets = 24
+
+// OpLatency is one op's request latency histogram.
+type OpLatency struct {
+	Buckets [LatencyBuckets]uint64 `msgpack:"buckets"` // not cumulative
+	SumNs   uint64                 `msgpack:"sum_ns"`
+}
+
+// Count is the number of requests timed.
+func (l OpLatency) Count() uint64 {
+	var n uint64
+	for _, b := range l.Buckets {
+		n += b
+	}
+	return n
+}
+
+// latency is an OpLatency of atomics: the loop adds, Stats reads.
+type latency struct {
+	buckets [LatencyBuckets]atomic.Uint64
+	sumNs   atomic.Uint64
+}
+
+func (l *latency) observe(ns int64) {
+	if ns < 0 {
+		ns = 0
+	}
+	b := bits.Len64(uint64(ns) / 1000)
+	if b > LatencyBuckets-1 {
+		b = LatencyBuckets - 1
+	}
+	l.buckets[b].Add(1)
+	l.sumNs.Add(uint64(ns))
+}
+
+func (l *latency) snapshot() (OpLatency, bool) {
+	var o OpLatency
+	var n uint64
+	for i := range l.buckets {
+		o.Buckets[i] = l.buckets[i].Load()
+		n += o.Buckets[i]
+	}
+	o.SumNs = l.sumNs.Load()
+	return o, n > 0
+}
+
+// clock is the time since the worker started, for request latencies.
+func (w *Worker) clock() int64 { return int64(time.Since(w.epoch)) }
 
 type counters struct {
 	reqOps    [rdmo.OpUserBase]atomic.Uint64
@@ -83,6 +143,23 @@ type counters struct {
 	flushRsp  atomic.Uint64
 	acks      atomic.Uint64
 	failures  [32]atomic.Uint64 // by status; the last counts codes >= 31
+	lat       [rdmo.OpUserBase]latency
+	latUser   map[uint32]*latency // registered user ops; fixed after New
+	latOther  latency
+}
+
+// observe times a completed request of op.
+func (c *counters) observe(op uint32, ns int64) {
+	switch {
+	case op < rdmo.OpUserBase:
+		c.lat[op].observe(ns)
+	default:
+		if l := c.latUser[op]; l != nil {
+			l.observe(ns)
+		} else {
+			c.latOther.observe(ns)
+		}
+	}
 }
 
 func (c *counters) request(op uint32, n int) {
@@ -147,7 +224,21 @@ func (w *Worker) Stats() Stats {
 		FlushResponses:    c.flushRsp.Load(),
 		Acks:              c.acks.Load(),
 		Failures:          map[rdmo.Status]uint64{},
+		Latency:           map[uint32]OpLatency{},
 		InFlight:          map[uint64]int64{},
+	}
+	for op := range c.lat {
+		if l, ok := c.lat[op].snapshot(); ok {
+			s.Latency[uint32(op)] = l
+		}
+	}
+	for op, p := range c.latUser {
+		if l, ok := p.snapshot(); ok {
+			s.Latency[op] = l
+		}
+	}
+	if l, ok := c.latOther.snapshot(); ok {
+		s.Latency[OtherOp] = l
 	}
 	for op := range c.reqOps {
 		if n := c.reqOps[op].Load(); n != 0 {

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/openrdmo/rdmo/internal/coalesce"
+	"github.com/openrdmo/rdmo/internal/logsample"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
@@ -36,6 +36,10 @@ type Worker struct {
 	userOps  map[uint32]*handlerEntry // fixed after New
 
 	stats counters
+	// epoch and now time requests for Stats.Latency: now is read once per
+	// round of arriving messages (loop-owned), not once per request.
+	epoch time.Time
+	now   int64
 
 	// Inbox: Do callers queue commands and executors their messages; the
 	// first item into an empty queue wakes the loop (wake). Close closes
@@ -128,10 +132,10 @@ type inboxItem struct {
 // sampled logs the first 20 lines of each message per second and every
 // 1000th after that: a flood of bad requests (or a peer that died with
 // thousands in flight) cannot flood the log; Stats counts every one.
+// A line written after some were left out says how many
+// (logsample.SuppressedKey).
 func sampled(log *zap.Logger) *zap.Logger {
-	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, time.Second, 20, 1000)
-	}))
+	return logsample.Sampled(log, time.Second, 20, 1000)
 }
 
 // New creates the worker's UCP context and worker and starts the goroutine
@@ -154,6 +158,8 @@ func New(cfg Config) (*Worker, error) {
 	w.stats.reqUser = map[uint32]*atomic.Uint64{}
 	w.cmds.Init(w.wake)
 	w.inbox.Init(w.wake)
+	w.stats.latUser = map[uint32]*latency{}
+	w.epoch = time.Now()
 	w.comp = &completer{w}
 	if err := w.register(cfg.Handlers); err != nil {
 		return nil, err
@@ -188,6 +194,7 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 			} else {
 				w.userOps[op] = e
 				w.stats.reqUser[op] = new(atomic.Uint64)
+				w.stats.latUser[op] = new(latency)
 			}
 		}
 		w.handlers = append(w.handlers, e)

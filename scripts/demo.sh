@@ -19,9 +19,18 @@ case "$OPS" in
   '' | *[!0-9]* | 0) echo "demo: DEMO_OPS must be a whole number of at least 1, got '$OPS'" >&2; exit 2 ;;
 esac
 
-echo "demo: building $BIN"
+# The version and commit `rdmo -v` prints (internal/cli.Version, Commit).
+pkg=github.com/openrdmo/rdmo/internal/cli
+version="$(git describe --tags --always --dirty 2>/dev/null || echo devel)"
+commit="$(git rev-parse --short=12 HEAD 2>/dev/null || true)"
+ldflags="-X $pkg.Version=$version -X $pkg.Commit=$commit -X $pkg.BuildDate=$(date -u +%Y-%m-%d)"
+if [ -x "$BIN" ]; then
+  echo "demo: building $BIN"
+else
+  echo "demo: building $BIN (the first build compiles every dependency: about a minute; later builds take seconds)"
+fi
 mkdir -p bin
-if ! CGO_ENABLED=1 "$GO" build -o "$BIN" ./cmd/rdmo; then
+if ! CGO_ENABLED=1 "$GO" build -ldflags "$ldflags" -o "$BIN" ./cmd/rdmo; then
   echo "demo: build failed (did 'make deps' run?)" >&2
   exit 1
 fi

@@ -67,18 +67,20 @@ func (ss *session) handshake() error {
 			case errors.As(err, &ne) && ne.Timeout():
 				err = fmt.Errorf("no %s message within the handshake deadline (%v)", kind, s.cfg.HandshakeTimeout)
 			}
+			s.stats.inc(s.stats.refused, "dropped")
 			s.hsLog.Warn("host dropped during the handshake", peer, zap.Error(err))
 		}
 		return env, err
 	}
 	refuse := func(req *envelope, e *Error) error {
-		msg := "host refused"
+		msg, why := "host refused", "bad_request"
 		switch e.Code {
 		case codeAuth:
-			msg = "host refused: authentication failed"
+			msg, why = "host refused: authentication failed", "auth"
 		case codeVersion:
-			msg = "host refused: incompatible version"
+			msg, why = "host refused: incompatible version", "version"
 		}
+		s.stats.inc(s.stats.refused, why)
 		// Logged before the answer, so that the line is there when the
 		// host learns of its refusal.
 		s.hsLog.Warn(msg, peer, zap.String("reason", e.Message))

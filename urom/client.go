@@ -43,6 +43,8 @@ type Client struct {
 	workers map[uint64]*WorkerProcess
 	err     error
 	done    chan struct{}
+	// shutdown: the service said it is shutting down (ShutdownNotice).
+	shutdown bool
 }
 
 // Dial connects to the service at addr, checks versions and, with a
@@ -98,10 +100,24 @@ func (c *Client) readLoop() {
 			for _, ch := range pending {
 				ch <- nil
 			}
+			reason := "connection to the service lost"
+			if c.ShuttingDown() {
+				reason = ReasonShuttingDown
+			}
 			for _, w := range workers {
-				w.died("connection to the service lost")
+				w.died(reason)
 			}
 			return
+		}
+		if env.Kind == kindShutdown && env.Cookie == 0 {
+			var n ShutdownNotice
+			decodeBody(env.Body, &n)
+			c.mu.Lock()
+			c.shutdown = true
+			c.mu.Unlock()
+			c.log.Warn("the UROM service is shutting down: it accepts no new workers and stops this host's workers after its drain timeout",
+				zap.Duration("drain_timeout", n.Drain))
+			continue
 		}
 		if env.Kind == kindWorkerDied && env.Cookie == 0 {
 			var ev WorkerDied
@@ -211,6 +227,13 @@ func (c *Client) Spawn(ctx context.Context, opts SpawnOptions) (*WorkerProcess, 
 	return w, nil
 }
 
+// ShuttingDown reports whether the service said it is shutting down.
+func (c *Client) ShuttingDown() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shutdown
+}
+
 // Close ends the session; the service stops this host's workers.
 func (c *Client) Close() error {
 	err := c.c.Close()
@@ -250,16 +273,29 @@ func (w *WorkerProcess) Reason() string {
 	}
 }
 
+// Err says why the worker is gone, nil while it runs: an error matching
+// ErrShuttingDown when the service stopped it on its way down,
+// ErrWorkerDied otherwise.
+func (w *WorkerProcess) Err() error {
+	select {
+	case <-w.gone:
+	default:
+		return nil
+	}
+	if w.reason == ReasonShuttingDown {
+		return errorf(codeShuttingDown, "%s", ReasonShuttingDown)
+	}
+	return errorf(codeWorkerDied, "worker %d is gone: %s", w.ID, w.reason)
+}
+
 // Call sends a command of the given kind to the worker and decodes its
 // answer into resp. A command to a dead worker fails with ErrWorkerDied.
 func (w *WorkerProcess) Call(ctx context.Context, kind string, req, resp any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	select {
-	case <-w.gone:
-		return errorf(codeWorkerDied, "worker %d is gone: %s", w.ID, w.reason)
-	default:
+	if err := w.Err(); err != nil {
+		return err
 	}
 	body, err := encodeBody(req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -193,6 +194,10 @@ type metricsCollector struct {
 
 	up, rss, anon, shmem, info   *prometheus.Desc
 	workers, maxWorkers, plugins *prometheus.Desc
+
+	hosts, ready, draining, build               *prometheus.Desc
+	spawns, spawnFailures, exits                *prometheus.Desc
+	pluginFailures, pluginRestarts, hostRefused *prometheus.Desc
 }
 
 func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
@@ -200,8 +205,8 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(metricNamespace, "worker", name), help,
 			append([]string{"worker"}, labels...), nil)
 	}
-	svc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(metricNamespace, "urom", name), help, nil, nil)
+	svc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metricNamespace, "urom", name), help, labels, nil)
 	}
 	return &metricsCollector{
 		s:       s,
@@ -217,6 +222,19 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 		workers:    svc("workers", "Worker processes the service runs."),
 		maxWorkers: svc("max_workers", "Most worker processes the service may run at once."),
 		plugins:    svc("plugins", "Plugins the service offers (built-in and found on the plugin path)."),
+
+		hosts:    svc("hosts", "Hosts connected to the service (past their handshake)."),
+		ready:    svc("ready", "1 when the service can take hosts and spawn workers (what /readyz answers 200 for), else 0."),
+		draining: svc("draining", "1 while the service shuts down: it accepts no host or worker and waits for its workers' hosts."),
+		build: prometheus.NewDesc("rdmo_build_info", "The running rdmo binary: version, commit, Go and UCX versions as labels; the value is always 1.",
+			[]string{"version", "commit", "go_version", "ucx_version"}, nil),
+
+		spawns:         svc("worker_spawns_total", "Worker processes started (spawned and ready)."),
+		spawnFailures:  svc("worker_spawn_failures_total", "Spawn requests that started no worker, by reason: limit, bad_request, shutting_down, start (the process did not start or refused its spec).", "reason"),
+		exits:          svc("worker_exits_total", "Worker processes that ended, by reason: stopped (by their host or the service), exited (on their own, status 0), failed (another status), killed (a signal the service did not send).", "reason"),
+		pluginFailures: svc("plugin_failures_total", "Plugin processes of workers that died or stopped answering, by plugin.", "plugin"),
+		pluginRestarts: svc("plugin_restarts_total", "Plugin processes restarted by their worker, by plugin.", "plugin"),
+		hostRefused:    svc("hosts_refused_total", "Connections refused or dropped before they became a host session, by reason: auth, version, bad_request, dropped.", "reason"),
 	}
 }
 
@@ -224,6 +242,8 @@ func newMetricsCollector(s *Service, timeout time.Duration) *metricsCollector {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.up, c.rss, c.anon, c.shmem, c.info, c.workers, c.maxWorkers, c.plugins,
+		c.hosts, c.ready, c.draining, c.build, c.spawns, c.spawnFailures, c.exits,
+		c.pluginFailures, c.pluginRestarts, c.hostRefused,
 	} {
 		ch <- d
 	}
@@ -247,6 +267,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.workers, float64(len(answers)))
 	gauge(c.maxWorkers, float64(c.s.cfg.MaxWorkers))
 	gauge(c.plugins, float64(len(c.s.plugins)))
+	c.collectService(ch)
 	for i := range answers {
 		a := &answers[i]
 		id := strconv.FormatUint(a.ID, 10)
@@ -266,6 +287,58 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.up, 1, id)
 	}
+}
+
+// collectService sends the service's own series: its state and the
+// counters that outlive the workers they count.
+func (c *metricsCollector) collectService(ch chan<- prometheus.Metric) {
+	s := c.s
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	s.mu.Lock()
+	hosts := 0
+	for ss := range s.sessions {
+		ss.mu.Lock()
+		if ss.welcomed {
+			hosts++
+		}
+		ss.mu.Unlock()
+	}
+	draining := s.draining
+	s.mu.Unlock()
+	gauge(c.hosts, float64(hosts))
+	gauge(c.ready, b(s.Ready() == nil))
+	gauge(c.draining, b(draining))
+	bi := s.cfg.Build
+	gauge(c.build, 1, bi.Version, bi.Commit, runtime.Version(), bi.UCX)
+
+	counters := func(d *prometheus.Desc, m map[string]uint64) {
+		for k, v := range s.stats.snapshot(m) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), k)
+		}
+	}
+	s.stats.mu.Lock()
+	spawns := s.stats.spawns
+	s.stats.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.spawns, prometheus.CounterValue, float64(spawns))
+	counters(c.spawnFailures, s.stats.spawnFailures)
+	counters(c.exits, s.stats.exits)
+	counters(c.pluginFailures, s.stats.pluginFailures)
+	counters(c.pluginRestarts, s.stats.pluginRestarts)
+	counters(c.hostRefused, s.stats.refused)
+}
+
+// MetricsCollector is the service's collector (what MetricsHandler serves
+// apart from the Go and process metrics), for a registry of the caller's.
+func MetricsCollector(s *Service) prometheus.Collector {
+	return newMetricsCollector(s, MetricsScrapeTimeout)
 }
 
 // MetricsHandler returns an http.Handler that serves the service's
@@ -288,7 +361,9 @@ func MetricsHandler(s *Service, log *zap.Logger) http.Handler {
 }
 
 // ServeMetrics serves the service's metrics over HTTP on addr (host:port;
-// port 0 picks a free one) at /metrics until ctx ends. It binds before it
+// port 0 picks a free one) at /metrics, with /healthz (the process is
+// alive: always 200) and /readyz (200 when Service.Ready, else 503 with
+// the reason), until ctx ends. It binds before it
 // returns, so an unusable address is an error at once, and returns the
 // address it listens on.
 //
@@ -304,17 +379,37 @@ func ServeMetrics(ctx context.Context, s *Service, addr string, log *zap.Logger)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", MetricsHandler(s, log))
+	// Liveness: the process answers HTTP.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	// Readiness: hosts can be served (Service.Ready).
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprintln(w, "rdmo UROM service: metrics at /metrics")
+		fmt.Fprintln(w, "rdmo UROM service: metrics at /metrics, liveness at /healthz, readiness at /readyz")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	bound := ln.Addr().String()
 	go func() {
 		<-ctx.Done()
+		// A service that serves drains first: its health and metrics
+		// stay up until it stopped.
+		s.mu.Lock()
+		serving := s.serving
+		s.mu.Unlock()
+		if serving {
+			<-s.stopped
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
@@ -324,6 +419,6 @@ func ServeMetrics(ctx context.Context, s *Service, addr string, log *zap.Logger)
 			log.Warn("metrics server stopped", zap.Error(err))
 		}
 	}()
-	log.Info("serving metrics", zap.String("addr", bound), zap.String("path", "/metrics"))
+	log.Info("serving metrics", zap.String("url", "http://"+bound+"/metrics"))
 	return bound, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -19,6 +20,8 @@ const (
 	kindWorkers    = "workers"
 	kindCommand    = "cmd"
 	kindWorkerDied = "worker-died" // event, cookie 0
+	kindShutdown   = "shutdown"    // event, cookie 0: ShutdownNotice
+	kindEvent      = "event"       // worker process -> service, cookie 0: workerEvent
 	kindReady      = "ready"       // worker process -> service, at start
 )
 
@@ -97,9 +100,26 @@ type StopRequest struct {
 
 // WorkerInfo describes a running worker.
 type WorkerInfo struct {
-	ID      uint64   `msgpack:"id"`
-	PID     int      `msgpack:"pid"`
-	Plugins []string `msgpack:"plugins"`
+	ID      uint64   `msgpack:"id" json:"id"`
+	PID     int      `msgpack:"pid" json:"pid"`
+	Plugins []string `msgpack:"plugins" json:"plugins"`
+	// Host is the address of the host that spawned the worker.
+	Host string `msgpack:"host,omitempty" json:"host"`
+	// State is starting, running, stopping or exited.
+	State string `msgpack:"state,omitempty" json:"state"`
+	// Uptime is how long ago the service started the worker.
+	Uptime time.Duration `msgpack:"uptime,omitempty" json:"uptime_ns"`
+	// Clients and RequestQueues are the worker's own counts, in answers
+	// to Client.Workers when the component reports them
+	// (WorkerSummarizer); -1 when the worker did not answer.
+	Clients       int `msgpack:"clients,omitempty" json:"clients"`
+	RequestQueues int `msgpack:"rqs,omitempty" json:"request_queues"`
+}
+
+// BuildInfo is what rdmo_build_info labels (Config.Build); the Go version
+// is the running binary's.
+type BuildInfo struct {
+	Version, Commit, UCX string
 }
 
 // commandRequest carries one worker command through the service.
@@ -128,6 +148,7 @@ const (
 	codeNotFound      = "not-found"
 	codeCommand       = "command"
 	codeInternal      = "internal"
+	codeShuttingDown  = "shutting-down"
 )
 
 // Error is an error the service or a worker answered with.
@@ -156,6 +177,7 @@ var (
 	ErrNotFound      = &Error{Code: codeNotFound}      // unknown plugin
 	ErrCommand       = &Error{Code: codeCommand}       // the worker refused the command
 	ErrInternal      = &Error{Code: codeInternal}
+	ErrShuttingDown  = &Error{Code: codeShuttingDown} // the service is shutting down (ReasonShuttingDown)
 )
 
 func errorf(code, format string, args ...any) *Error {

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/openrdmo/rdmo/internal/hmacauth"
+	"github.com/openrdmo/rdmo/internal/logsample"
 )
 
 // Config configures a Service.
@@ -68,7 +68,14 @@ type Config struct {
 	// HandshakeTimeout bounds a host's whole hello (and authentication),
 	// from the accepted connection on (default DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration
-	Logger           *zap.Logger
+	// DrainTimeout is how long Serve, once its context ends, keeps
+	// serving the hosts that have workers (accepting no new host or
+	// worker; each host is told, ShutdownNotice) before it stops the
+	// workers left. 0: stop them at once.
+	DrainTimeout time.Duration
+	// Build labels rdmo_build_info (MetricsHandler).
+	Build  BuildInfo
+	Logger *zap.Logger
 }
 
 // MinSecretLen is the shortest accepted Config.Secret and
@@ -88,7 +95,14 @@ type Service struct {
 	sessions map[*session]struct{}
 	nextID   uint64
 	closed   bool
+	serving  bool // Serve accepts hosts
+	draining bool // Serve's context ended: no new hosts or workers
 	wg       sync.WaitGroup
+
+	stats     *serviceStats
+	stopped   chan struct{} // closed when Close is done
+	hurry     chan struct{} // closed by Hurry
+	hurryOnce sync.Once
 }
 
 // NewService discovers plugins and prepares the service; Serve runs it.
@@ -118,11 +132,11 @@ func NewService(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	// Whoever reaches the port can make the service log: the first 20
 	// lines of each message per second, then every 1000th.
-	hsLog := cfg.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
-		return zapcore.NewSamplerWithOptions(c, time.Second, 20, 1000)
-	}))
-	s := &Service{cfg: cfg, log: cfg.Logger, hsLog: hsLog, workers: map[uint64]*workerProc{}, sessions: map[*session]struct{}{}}
+	hsLog := logsample.Sampled(cfg.Logger, time.Second, 20, 1000)
+	s := &Service{cfg: cfg, log: cfg.Logger, hsLog: hsLog, workers: map[uint64]*workerProc{}, sessions: map[*session]struct{}{},
+		hurry: make(chan struct{}), stopped: make(chan struct{})}
 	s.plugins = s.discover(ctx)
+	s.stats = newServiceStats(s.plugins)
 	return s, nil
 }
 
@@ -183,7 +197,8 @@ func (s *Service) Listen() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// Serve accepts hosts until ctx ends, then stops every worker.
+// Serve accepts hosts until ctx ends, then drains (Config.DrainTimeout,
+// Hurry) and stops every worker.
 func (s *Service) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	ln := s.ln
@@ -196,17 +211,24 @@ func (s *Service) Serve(ctx context.Context) error {
 	}
 	s.log.Info("UROM service listening", zap.String("addr", ln.Addr().String()), zap.Int("plugins", len(s.plugins)), zap.Int("max_workers", s.cfg.MaxWorkers),
 		zap.Bool("authenticates_hosts", len(s.cfg.Secret) > 0))
-	go func() {
-		<-ctx.Done()
-		ln.Close()
-	}()
+	// Sessions outlive ctx while the service drains: their hosts still
+	// command and stop their workers.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, s.beginDrain)
+	defer stop()
+	s.mu.Lock()
+	s.serving = true
+	s.mu.Unlock()
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			s.Close()
 			if ctx.Err() != nil {
+				s.waitDrained(s.cfg.DrainTimeout, s.hurry)
+				s.Close()
 				return nil
 			}
+			s.Close()
 			return err
 		}
 		sess := &session{s: s, c: newConn(nc, 10*time.Second), workers: map[uint64]*workerProc{}}
@@ -216,7 +238,7 @@ func (s *Service) Serve(ctx context.Context) error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			sess.run(ctx)
+			sess.run(sctx)
 		}()
 	}
 }
@@ -229,6 +251,7 @@ func (s *Service) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.serving = false
 	if s.ln != nil {
 		s.ln.Close()
 	}
@@ -236,14 +259,29 @@ func (s *Service) Close() error {
 	for _, w := range s.workers {
 		workers = append(workers, w)
 	}
+	var sessions []*session
 	for sess := range s.sessions {
-		sess.c.Close()
+		sessions = append(sessions, sess)
 	}
 	s.mu.Unlock()
+	// Workers first, so that each host learns why its workers ended
+	// before its connection closes.
+	var wg sync.WaitGroup
 	for _, w := range workers {
-		w.stop(5 * time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A worker drains its request queues as it exits (up to
+			// the drain timeout) before it is killed.
+			w.stopFor(5*time.Second+s.cfg.DrainTimeout, ReasonShuttingDown)
+		}()
+	}
+	wg.Wait()
+	for _, sess := range sessions {
+		sess.c.Close()
 	}
 	s.wg.Wait()
+	close(s.stopped)
 	return nil
 }
 
@@ -309,10 +347,12 @@ func (s *Service) pluginNames() string {
 
 // session is one host connection.
 type session struct {
-	s       *Service
-	c       *conn
-	mu      sync.Mutex
-	workers map[uint64]*workerProc
+	s        *Service
+	c        *conn
+	mu       sync.Mutex
+	workers  map[uint64]*workerProc
+	welcomed bool // the handshake succeeded
+	notified bool // the host was told the service is shutting down
 }
 
 func (ss *session) run(ctx context.Context) {
@@ -335,6 +375,15 @@ func (ss *session) run(ctx context.Context) {
 	if ss.handshake() != nil {
 		return
 	}
+	ss.mu.Lock()
+	ss.welcomed = true
+	ss.mu.Unlock()
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		ss.notifyShutdown()
+	}
 	for {
 		env, err := ss.c.read(0)
 		if err != nil {
@@ -356,7 +405,7 @@ func (ss *session) handle(ctx context.Context, env *envelope) {
 	case kindPlugins:
 		resp = s.Plugins()
 	case kindWorkers:
-		resp = s.Workers()
+		resp = s.describeWorkers(ctx)
 	case kindSpawn:
 		var opts SpawnOptions
 		if err = decodeBody(env.Body, &opts); err != nil {
@@ -415,7 +464,16 @@ func (ss *session) worker(id uint64) *workerProc {
 }
 
 // spawn starts a worker process for the session.
-func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) (*workerProc, error) {
+func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) (_ *workerProc, err error) {
+	defer func() {
+		if err != nil {
+			s.stats.inc(s.stats.spawnFailures, spawnFailureReason(err))
+		} else {
+			s.stats.mu.Lock()
+			s.stats.spawns++
+			s.stats.mu.Unlock()
+		}
+	}()
 	if err := checkSpawnEnv(opts.Env); err != nil {
 		return nil, err
 	}
@@ -424,16 +482,16 @@ func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) 
 		return nil, err
 	}
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.draining {
 		s.mu.Unlock()
-		return nil, errorf(codeInternal, "service is shutting down")
+		return nil, errorf(codeShuttingDown, "%s", ReasonShuttingDown)
 	}
 	if len(s.workers) >= s.cfg.MaxWorkers {
 		s.mu.Unlock()
 		return nil, errorf(codeLimit, "worker limit reached (%d)", s.cfg.MaxWorkers)
 	}
 	s.nextID++
-	w := &workerProc{id: s.nextID, s: s, owner: owner, pending: map[uint64]chan *envelope{}, done: make(chan struct{})}
+	w := &workerProc{id: s.nextID, s: s, owner: owner, pending: map[uint64]chan *envelope{}, done: make(chan struct{}), started: time.Now()}
 	s.workers[w.id] = w
 	s.mu.Unlock()
 	for _, p := range plugins {
@@ -491,10 +549,32 @@ type workerProc struct {
 	done    chan struct{}
 	reason  string
 	stopped bool
+	// stopReason is what the host is told when the service stops the
+	// worker ("" : "stopped").
+	stopReason string
+	// running: the worker took its spec; its exit counts in
+	// rdmo_urom_worker_exits_total (before, it is a failed spawn).
+	running bool
+	started time.Time
 }
 
 func (w *workerProc) info() WorkerInfo {
-	return WorkerInfo{ID: w.id, PID: w.procID(), Plugins: w.plugins}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	state := "running"
+	switch {
+	case w.reason != "":
+		state = "exited"
+	case w.stopped:
+		state = "stopping"
+	case !w.running:
+		state = "starting"
+	}
+	host := ""
+	if w.owner != nil {
+		host = w.owner.c.c.RemoteAddr().String()
+	}
+	return WorkerInfo{ID: w.id, PID: w.pid, Plugins: w.plugins, Host: host, State: state, Uptime: nowSince(w.started)}
 }
 
 func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptions) error {
@@ -564,6 +644,9 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 		w.kill()
 		return fmt.Errorf("urom: worker %d refused its spec: %w", w.id, err)
 	}
+	w.mu.Lock()
+	w.running = true
+	w.mu.Unlock()
 	go w.readLoop()
 	return nil
 }
@@ -576,6 +659,13 @@ func (w *workerProc) readLoop() {
 			// make sure it is, so its exit is reported.
 			w.kill()
 			return
+		}
+		if env.Kind == kindEvent && env.Cookie == 0 {
+			var ev workerEvent
+			if decodeBody(env.Body, &ev) == nil {
+				w.s.event(ev)
+			}
+			continue
 		}
 		w.mu.Lock()
 		ch := w.pending[env.Cookie]
@@ -641,10 +731,15 @@ func (w *workerProc) exited(err error) {
 		reason = err.Error()
 	}
 	w.mu.Lock()
+	kind := exitReason(w.stopped, err)
 	if w.stopped {
 		reason = "stopped"
+		if w.stopReason != "" {
+			reason = w.stopReason
+		}
 	}
 	w.reason = reason
+	running := w.running
 	pending := w.pending
 	w.pending = map[uint64]chan *envelope{}
 	w.mu.Unlock()
@@ -665,7 +760,10 @@ func (w *workerProc) exited(err error) {
 		body, _ := encodeBody(WorkerDied{Worker: w.id, Reason: reason})
 		w.owner.c.write(&envelope{Kind: kindWorkerDied, Body: body})
 	}
-	if reason == "stopped" {
+	if running {
+		s.stats.inc(s.stats.exits, kind)
+	}
+	if kind == "stopped" {
 		s.log.Info("worker stopped", zap.Uint64("worker", w.id))
 	} else {
 		s.log.Warn("worker died", zap.Uint64("worker", w.id), zap.Int("pid", w.procID()), zap.String("reason", reason))
@@ -698,8 +796,15 @@ func (w *workerProc) kill() {
 
 // stop asks the worker to exit by closing its control socket, and kills
 // its process group if it has not exited within grace.
-func (w *workerProc) stop(grace time.Duration) {
+func (w *workerProc) stop(grace time.Duration) { w.stopFor(grace, "") }
+
+// stopFor is stop telling the host why (WorkerDied.Reason; "" is
+// "stopped").
+func (w *workerProc) stopFor(grace time.Duration, why string) {
 	w.mu.Lock()
+	if !w.stopped {
+		w.stopReason = why
+	}
 	w.stopped = true
 	ctl := w.ctl
 	w.mu.Unlock()

@@ -57,6 +57,12 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 	log = log.With(zap.Uint64("worker", spec.ID))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// What the component reports on its own (ReportPluginFailed, ...)
+	// goes to the service, which counts it beyond this process's life.
+	ctx = context.WithValue(ctx, eventsKey{}, func(ev workerEvent) {
+		body, _ := encodeBody(ev)
+		c.write(&envelope{Kind: kindEvent, Body: body})
+	})
 	h, err := factory(ctx, spec, log)
 	ready := &envelope{Cookie: env.Cookie, Kind: kindReady}
 	if err != nil {

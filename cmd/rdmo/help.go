@@ -25,9 +25,9 @@ var groupOrder = []string{
 var flagOrder = []string{
 	"help", "version", "log-level", "sdk-log-level", "json",
 	"device", "server-name", "mode",
-	"oob-port", "urom", "append-strategy", "ops",
+	"oob-port", "oob-protocol", "urom", "append-strategy", "ops",
 	"config", "listen", "plugin-path", "max-workers", "metrics-addr",
-	"secret-file", "log-format",
+	"secret-file", "output", "log-format",
 	"worker-max-in-flight-per-rq", "worker-max-clients", "worker-max-rqs-per-client",
 	"worker-max-regions-per-client", "worker-max-rendezvous-fetch", "worker-max-eager-payload",
 	"worker-max-batch", "worker-drain-timeout",

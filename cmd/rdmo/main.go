@@ -23,11 +23,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/internal/bench"
 	"github.com/openrdmo/rdmo/internal/cli"
@@ -59,6 +62,7 @@ func rdmoApp(benchMode func(context.Context, cli.Config) error) cli.App {
 		Bench:   benchMode,
 		DPU:     dpucmd.RunDPU,
 		Plugins: dpucmd.RunPlugins,
+		Workers: dpucmd.RunWorkers,
 		Worker:  dpucmd.RunWorker,
 		UCX: cli.UCX{
 			ValidateDevice: ucxflag.ValidateDevice,
@@ -77,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, modes cli
 
 	a := newApp(stdout, stderr, modes)
 	root := a.rootCommand()
-	root.SetArgs(args)
+	root.SetArgs(helpFirst(args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
@@ -141,6 +145,49 @@ func withSignals(parent context.Context) (context.Context, func() os.Signal, fun
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// helpFirst makes -h/--help win over every other flag and its errors
+// (`rdmo -h -m foo` prints the help): when the command line asks for help,
+// it becomes "[command] -h", the command being the first argument if it
+// names one.
+func helpFirst(args []string) []string {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" || a == "--help=true" {
+			if len(args) > 0 && (slices.Contains(commandNames, args[0]) || args[0] == "help") {
+				if args[0] == "help" {
+					return []string{"-h"}
+				}
+				return []string{args[0], "-h"}
+			}
+			return []string{"-h"}
+		}
+	}
+	return args
+}
+
+// ignoredFlags lists the flags given on the command line that the root
+// command's mode does not use.
+func ignoredFlags(fs *pflag.FlagSet, given map[string]bool, mode cli.Mode) []string {
+	var names []string
+	switch mode {
+	case cli.ModeClient:
+		// The client reaches the worker the server started; the server
+		// chooses the workload.
+		names = []string{"urom", "append-strategy", "ops"}
+	case cli.ModeServer:
+		names = []string{"server-name"}
+	}
+	var out []string
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil && given[n] {
+			out = append(out, cli.FlagName(f))
+		}
+	}
+	return out
+}
+
 // app holds the configuration the flags are bound to.
 type app struct {
 	stdout, stderr io.Writer
@@ -152,6 +199,7 @@ type app struct {
 	bench       cli.Config
 	dpu         cli.DPUConfig
 	plugins     cli.PluginsConfig
+	workers     cli.WorkersConfig
 }
 
 func newApp(stdout, stderr io.Writer, modes cli.App) *app {
@@ -164,6 +212,7 @@ func newApp(stdout, stderr io.Writer, modes cli.App) *app {
 		bench:   cli.DefaultConfig(),
 		dpu:     cli.DefaultDPUConfig(),
 		plugins: cli.DefaultPluginsConfig(),
+		workers: cli.DefaultWorkersConfig(),
 	}
 }
 
@@ -206,7 +255,7 @@ func (a *app) rootCommand() *cobra.Command {
 		},
 	})
 
-	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.benchCommand(), a.uromWorkerCommand())
+	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.workersCommand(), a.benchCommand(), a.uromWorkerCommand())
 	return root
 }
 
@@ -216,7 +265,9 @@ func (a *app) dpuCommand() *cobra.Command {
 		Short: "Run the UROM service daemon (the DPU side) that spawns RDMO workers",
 		Long: "Runs the UROM service: it finds plugins on the plugin path, accepts hosts on\n" +
 			"--listen, and spawns worker processes running the plugins they ask for.\n" +
-			"It stops on SIGINT or SIGTERM.\n\n" +
+			"On SIGINT or SIGTERM it drains: it accepts no new host, tells the connected\n" +
+			"ones, and lets their workers serve for up to --worker-drain-timeout before it\n" +
+			"stops them; a second signal stops it at once (docs/OPERATIONS.md).\n\n" +
 			"With --secret-file (at least 16 bytes; `openssl rand -hex 32`), every host must\n" +
 			"prove it holds the same secret, and the service proves it back, before anything\n" +
 			"is served (rdmo -m server --urom ... --secret-file, rdmo plugins --urom ...\n" +
@@ -284,6 +335,40 @@ func (a *app) pluginsCommand() *cobra.Command {
 	return cmd
 }
 
+func (a *app) workersCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "List the worker processes a UROM service runs",
+		Long: "Lists the worker processes of the UROM service at --urom: id, pid, state, uptime,\n" +
+			"clients and request queues, plugins, and the host that spawned each.\n" +
+			"--output json prints one JSON array for scripts.\n" +
+			"A service started with --secret-file needs the same --secret-file here.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.showVersion {
+				return a.printVersion()
+			}
+			cfg := a.workers
+			cfg.Log = a.log
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if a.modes.Workers == nil {
+				return cli.NotBuilt("workers")
+			}
+			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			cfg.Logger = log
+			return a.modes.Workers(cmd.Context(), cfg)
+		},
+	}
+	a.workers.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
 func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -321,6 +406,11 @@ func (a *app) runRoot(cmd *cobra.Command, _ []string) error {
 	if a.showVersion {
 		return a.printVersion()
 	}
+	// Flags given on the command line, before the params file sets more
+	// (DOCA's params file holds the flags of both modes: those are not
+	// worth a warning).
+	given := map[string]bool{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { given[f.Name] = true })
 	if err := cli.LoadParams(cmd.Flags(), "json"); err != nil {
 		return err
 	}
@@ -333,11 +423,13 @@ func (a *app) runRoot(cmd *cobra.Command, _ []string) error {
 	if cfg.Mode == cli.ModeClient {
 		mode = a.modes.Client
 	}
-	return a.start(cmd.Context(), string(cfg.Mode), mode, cfg)
+	return a.start(cmd.Context(), string(cfg.Mode), mode, cfg, ignoredFlags(cmd.Flags(), given, cfg.Mode)...)
 }
 
-// start runs a mode with a logger, or reports that it is not built.
-func (a *app) start(ctx context.Context, name string, mode func(context.Context, cli.Config) error, cfg cli.Config) error {
+// start runs a mode with a logger, or reports that it is not built. It
+// warns about the flags given that the mode ignores (a DOCA params file
+// holds the flags of both modes, so they are not refused).
+func (a *app) start(ctx context.Context, name string, mode func(context.Context, cli.Config) error, cfg cli.Config, ignored ...string) error {
 	if mode == nil {
 		return cli.NotBuilt(name)
 	}
@@ -346,6 +438,9 @@ func (a *app) start(ctx context.Context, name string, mode func(context.Context,
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if len(ignored) > 0 {
+		log.Warn("flags ignored in "+name+" mode", zap.Strings("flags", ignored))
+	}
 	cfg.Logger = log
 	return mode(ctx, cfg)
 }
@@ -378,7 +473,7 @@ func (a *app) printVersion() error {
 	return err
 }
 
-var commandNames = []string{"dpu", "plugins", "bench"}
+var commandNames = []string{"dpu", "plugins", "workers", "bench"}
 
 func rootArgs(_ *cobra.Command, args []string) error {
 	if len(args) == 0 {

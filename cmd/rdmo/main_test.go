@@ -140,6 +140,7 @@ func TestBinary(t *testing.T) {
 			{"-j", shipped, "-m", "client", "-s", "host1"},
 			{"--json", shipped, "--mode", "client", "--server-name", "host1"},
 			{"-m", "client", "-s", "h", "--oob-port", "20000", "--urom", "dpu:18516", "--append-strategy", "shared", "--ops", "10", "--log-format", "json"},
+			{"-m", "client", "-s", "h", "--oob-protocol", "doca"},
 		} {
 			r := runBinary(t, bin, args...)
 			if r.code != cli.ExitNotBuilt || r.stderr != "rdmo: error: client: not built into this binary yet\n" || r.stdout != "" {
@@ -203,6 +204,8 @@ func TestBinary(t *testing.T) {
 			{[]string{"-j", badLevel}, badLevel + `:3:3: key "log-level": invalid log level "15"`},
 			{[]string{}, "no mode given: use -m/--mode {server, client}"},
 			{[]string{"-m", "client"}, "client mode needs -s/--server-name"},
+			{[]string{"-m", "client", "-s", "h", "--oob-protocol", "urom"}, `--oob-protocol: invalid out-of-band protocol "urom"; valid protocols: rdmo, doca`},
+			{[]string{"-m", "server", "--oob-protocol", "doca"}, "--oob-protocol doca is for -m client"},
 			{[]string{"-m", "server", "-d", ""}, "-d/--device: empty name"},
 			{[]string{"-m", "server", "--oob-port", "0"}, `--oob-port: invalid port "0"`},
 			{[]string{"-m", "server", "--urom", "nohost"}, `--urom: invalid address "nohost"; want host:port`},
@@ -210,7 +213,7 @@ func TestBinary(t *testing.T) {
 			{[]string{"-m", "server", "--bogus"}, "unknown flag: --bogus"},
 			{[]string{"-x"}, `unknown shorthand flag: 'x' in -x`},
 			{[]string{"-j"}, "-j/--json needs a value"},
-			{[]string{"serve"}, `unknown command "serve"; commands: dpu, plugins, bench`},
+			{[]string{"serve"}, `unknown command "serve"; commands: dpu, plugins, workers, bench`},
 			{[]string{"dpu", "extra"}, `rdmo dpu takes no arguments, got "extra"`},
 			{[]string{"dpu", "--max-workers", "0"}, `--max-workers: invalid count "0"`},
 			{[]string{"dpu", "--config", dpuBad}, dpuBad + `:1:2: unknown key "mode"`},
@@ -219,7 +222,7 @@ func TestBinary(t *testing.T) {
 			{[]string{"plugins", "--urom", "a:1", "--secret-file", filepath.Join(dir, "none")}, "--secret-file: " + filepath.Join(dir, "none") + ": no such file or directory"},
 			{[]string{"dpu", "--secret-file", dir}, "--secret-file: " + dir + " is a directory"},
 			{[]string{"bench", "-m", "clinet"}, `-m/--mode: invalid mode "clinet"`},
-			{[]string{"help", "nope"}, `no help for "nope"; commands: dpu, plugins, bench`},
+			{[]string{"help", "nope"}, `no help for "nope"; commands: dpu, plugins, workers, bench`},
 		}
 		for _, tc := range tests {
 			r := runBinary(t, bin, tc.args...)
@@ -317,7 +320,10 @@ func TestRunHooksGetConfig(t *testing.T) {
 	var sdk string
 	modes.UCX.ApplyLogLevel = func(l string) error { sdk = l; return nil }
 	r := runInProcess(modes, "-j", shipped, "-m", "client", "--ops", "12", "--sdk-log-level", "70")
-	if r.code != 0 || r.stderr != "" || r.stdout != "" {
+	// The client takes its workload from the server: --ops is only
+	// warned about (the shipped file's server-name is not).
+	if r.code != 0 || !strings.Contains(r.stderr, `WARN  rdmo  flags ignored in client mode  {"flags": ["--ops"]}`) ||
+		strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	if got.Mode != cli.ModeClient || got.Device != "mlx5_0" || got.ServerName != "bf2-host-01" ||
@@ -491,5 +497,45 @@ func TestClosest(t *testing.T) {
 	r := runInProcess(cli.App{}, "plugin")
 	if r.code != 2 || !strings.Contains(r.stderr, `did you mean "plugins"?`) {
 		t.Errorf("exit %d %q", r.code, r.stderr)
+	}
+}
+
+// The exit codes an operator relies on: 2 for every bad flag, params file
+// or secret file (read by the modes themselves), -h before any other
+// error, and a warning for flags the mode does not use.
+func TestExitCodesAndHelpFirst(t *testing.T) {
+	modes := rdmoApp(nil)
+	short := writeFile(t, t.TempDir(), "short", "12345\n")
+	for _, args := range [][]string{
+		{"plugins", "--urom", "127.0.0.1:1", "--secret-file", short},
+		{"workers", "--urom", "127.0.0.1:1", "--secret-file", short},
+		{"dpu", "--listen", "127.0.0.1:0", "--secret-file", short},
+		{"-m", "server", "--secret-file", short},
+		{"-m", "client", "-s", "127.0.0.1", "--secret-file", short},
+		{"workers"},
+		{"workers", "--urom", "127.0.0.1:1", "--output", "yaml"},
+	} {
+		r := runInProcess(modes, args...)
+		if r.code != cli.ExitUsage || !strings.HasPrefix(r.stderr, "rdmo: error: ") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%q: exit %d, want 2; stderr %q", args, r.code, r.stderr)
+		}
+	}
+	for args, want := range map[string]string{
+		"-h -m foo":              "Usage: rdmo [DOCA Flags]",
+		"-m foo --help":          "Usage: rdmo [DOCA Flags]",
+		"dpu --bogus -h":         "Usage: rdmo dpu [flags]",
+		"workers -h":             "Usage: rdmo workers [flags]",
+		"help workers --nope -h": "Usage: rdmo [DOCA Flags]",
+	} {
+		r := runInProcess(cli.App{}, strings.Fields(args)...)
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, want) {
+			t.Errorf("%s: exit %d, stderr %q, stdout starts %q", args, r.code, r.stderr, strings.SplitN(r.stdout, "\n", 2)[0])
+		}
+	}
+	var server cli.Config
+	r := runInProcess(cli.App{Server: func(_ context.Context, cfg cli.Config) error { server = cfg; return nil }},
+		"-m", "server", "-s", "host1")
+	if r.code != 0 || !strings.Contains(r.stderr, `flags ignored in server mode  {"flags": ["-s/--server-name"]}`) || server.Mode != cli.ModeServer {
+		t.Errorf("server -s: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -42,6 +42,11 @@ type Options struct {
 	// WorkerAddress is the RDMO worker's UCP worker address, as the target
 	// hands it to the initiator out of band.
 	WorkerAddress []byte
+	// Exchange, when WorkerAddress is empty, is called once by New with
+	// the Initiator's own UCP worker address, before it connects, and
+	// returns the RDMO worker's address: for out-of-band exchanges in
+	// which the initiator speaks first (the reference's, host/oob.RefConn).
+	Exchange func(own []byte) ([]byte, error)
 	// ClientID goes into every request header (the id the target
 	// registered with CLIENT_INIT).
 	ClientID uint64
@@ -158,7 +163,7 @@ type Initiator struct {
 // New creates the UCP context (unless Options.Context is set), worker and
 // endpoint, and starts the progress loop.
 func New(opts Options) (*Initiator, error) {
-	if len(opts.WorkerAddress) == 0 {
+	if len(opts.WorkerAddress) == 0 && opts.Exchange == nil {
 		return nil, errors.New("initiator: Options.WorkerAddress is empty")
 	}
 	if opts.Window <= 0 {

@@ -120,6 +120,16 @@ func (in *Initiator) setup() (lp *loop, err error) {
 	if err = lp.w.SetHandler(amID, lp); err != nil {
 		return lp, fmt.Errorf("initiator: %w", err)
 	}
+	if len(in.opts.WorkerAddress) == 0 {
+		wa, err := in.opts.Exchange(append([]byte(nil), in.addr...))
+		if err != nil {
+			return lp, fmt.Errorf("initiator: out-of-band exchange: %w", err)
+		}
+		if len(wa) == 0 {
+			return lp, errors.New("initiator: out-of-band exchange: no RDMO worker address")
+		}
+		in.opts.WorkerAddress = append([]byte(nil), wa...)
+	}
 	lp.ep, err = lp.w.Connect(in.opts.WorkerAddress, ucp.EndpointOptions{
 		Name:          in.opts.Name,
 		ErrorHandling: in.opts.ErrorHandling,

@@ -7,9 +7,10 @@
 // 10), and the target answers with its verdict (Verified).
 //
 // The reference uses a plain socket on port 18515 with length-prefixed
-// messages of at most 1024 bytes; this package replaces it (it is not wire
-// compatible with the reference's socket exchange, which is not part of the
-// RDMO data path).
+// messages of at most 1024 bytes and no authentication; this package
+// replaces it for rdmo's peers and also speaks it (RefConn, DialReference;
+// Listener.AcceptEither serves both on one port, telling them apart from
+// the first bytes with Detect: docs/PROTOCOL.md section 12).
 //
 // # Use
 //

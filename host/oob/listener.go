@@ -1,10 +1,13 @@
 package oob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -142,4 +145,88 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 		return nil, &HandshakeError{Remote: addr, Err: err}
 	}
 	return c, nil
+}
+
+// AcceptEither is Accept for a port that serves reference initiators too
+// (the DOCA demo's client, which speaks the reference exchange, not this
+// protocol): it reads the dialer's first DetectLen bytes before sending
+// anything (an rdmo dialer sends its Hello first, a reference one its
+// first message's length), and then either runs the handshake (c) or reads
+// the reference initiator's first message, its worker address (r). Exactly
+// one of c and r is set when err is nil.
+//
+// A listener with a secret refuses reference initiators (they cannot
+// authenticate): that, first bytes that are neither protocol, a length over
+// RefMaxLen, a peer that closes mid-message or stays silent past
+// Options.Timeout are *HandshakeErrors (the listener is still good).
+func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("oob: accept: %w", err)
+	}
+	var a accepted
+	select {
+	case a = <-l.conns:
+		if a.err != nil {
+			return nil, nil, fmt.Errorf("oob: accept: %w", a.err)
+		}
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("oob: accept: %w", ctx.Err())
+	case <-l.done:
+		return nil, nil, fmt.Errorf("oob: accept: %w", ErrClosed)
+	}
+	remote := a.nc.RemoteAddr().String()
+	fail := func(err error) (*Conn, *RefConn, error) {
+		a.nc.Close()
+		// Debug: the caller logs the HandshakeError (one line per bad peer).
+		l.opts.Logger.Debug("oob: handshake failed", zap.String("remote", remote), zap.Error(err))
+		return nil, nil, &HandshakeError{Remote: remote, Err: err}
+	}
+	deadline := time.Now().Add(l.opts.Timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	first := make([]byte, DetectLen)
+	stop := context.AfterFunc(ctx, func() { a.nc.SetReadDeadline(aLongTimeAgo) })
+	a.nc.SetReadDeadline(deadline)
+	n, rerr := io.ReadFull(a.nc, first)
+	stop()
+	if rerr != nil {
+		switch {
+		case ctx.Err() != nil:
+			return fail(ctx.Err())
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			return fail(&TimeoutError{Op: "handshake: the peer sent nothing", Limit: l.opts.Timeout})
+		case n > 0:
+			return fail(&TruncatedError{Got: n, Want: DetectLen})
+		}
+		return fail(classifyIO("handshake", rerr, 0, DetectLen))
+	}
+	proto, err := Detect(first)
+	if err != nil {
+		return fail(err)
+	}
+	if proto == ProtocolReference {
+		rc, err := acceptRef(ctx, a.nc, first, l.opts, deadline)
+		if err != nil {
+			return fail(err)
+		}
+		if len(l.opts.Secret) > 0 {
+			// Its first message was read whole (at most RefMaxLen
+			// bytes, within the deadline), so the close is a clean
+			// end of stream, not a reset: the peer reads that it was
+			// turned away.
+			rc.Close()
+			return fail(&RefError{Reason: "a reference (DOCA) initiator cannot authenticate, and this side requires a shared secret"})
+		}
+		l.opts.Logger.Debug("oob: reference initiator accepted", zap.String("remote", remote), zap.Int("address_len", len(rc.first)))
+		return nil, rc, nil
+	}
+	a.nc.SetReadDeadline(time.Time{})
+	conn := newConn(a.nc, l.opts)
+	conn.fr.r = io.MultiReader(bytes.NewReader(first), a.nc)
+	if err := conn.handshake(ctx, sideListener); err != nil {
+		return nil, nil, &HandshakeError{Remote: remote, Err: err}
+	}
+	conn.fr.r = a.nc // the detected bytes are consumed: read the socket directly
+	return conn, nil, nil
 }

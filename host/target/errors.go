@@ -15,6 +15,16 @@ var ErrClosed = errors.New("target: closed")
 // started exited under it.
 var ErrServiceExited = errors.New("the embedded UROM service exited")
 
+// ErrServiceShuttingDown is a Target's Err when the UROM service stopped
+// its RDMO worker on its way down (SIGTERM to rdmo dpu, after its drain
+// timeout): errors.Is(err, urom.ErrShuttingDown) holds.
+var ErrServiceShuttingDown error = serviceShuttingDown{}
+
+type serviceShuttingDown struct{}
+
+func (serviceShuttingDown) Error() string        { return urom.ReasonShuttingDown }
+func (serviceShuttingDown) Is(target error) bool { return target == urom.ErrShuttingDown }
+
 // WorkerDiedError is a Target's Err when its RDMO worker process died;
 // errors.Is(err, urom.ErrWorkerDied) holds.
 type WorkerDiedError struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,7 +155,11 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	go func() {
 		select {
 		case <-w.Gone():
-			t.finish(&WorkerDiedError{Reason: w.Reason()})
+			if errors.Is(w.Err(), urom.ErrShuttingDown) {
+				t.finish(ErrServiceShuttingDown)
+			} else {
+				t.finish(&WorkerDiedError{Reason: w.Reason()})
+			}
 		case <-t.done:
 		}
 	}()
@@ -189,6 +194,7 @@ func (t *Target) finish(err error) {
 func (t *Target) Done() <-chan struct{} { return t.done }
 
 // Err is nil while Done is open; then a *WorkerDiedError,
+// ErrServiceShuttingDown,
 // ErrServiceExited or ErrClosed.
 func (t *Target) Err() error {
 	select {
@@ -287,10 +293,28 @@ func (t *Target) Deregister(ctx context.Context, region uint64) error {
 // CreateRQ opens a request queue for the initiator whose UCP worker
 // address is addr (RQ_CREATE) and returns its id.
 func (t *Target) CreateRQ(ctx context.Context, addr []byte) (uint64, error) {
+	return t.CreateRQWith(ctx, addr, RQOptions{})
+}
+
+// RQOptions are the extensions of RQ_CREATE for initiators that are not
+// rdmo's own (docs/PROTOCOL.md, "Extensions for reference peers").
+type RQOptions struct {
+	// ErrorHandling is the mode of the worker's endpoint to the initiator;
+	// it must match the initiator's own (UCX refuses asymmetric modes).
+	// Zero: peer-failure detection, as rdmo's initiators use.
+	ErrorHandling dpu.RQErrorHandling
+	// ZeroClientID lets this queue's requests carry client id 0 (a DOCA
+	// reference initiator writes 0); docs/SECURITY.md says why that does
+	// not weaken the client check of any other queue.
+	ZeroClientID bool
+}
+
+// CreateRQWith is CreateRQ with the extensions of opts.
+func (t *Target) CreateRQWith(ctx context.Context, addr []byte, opts RQOptions) (uint64, error) {
 	if err := t.checkOpen(dpu.CmdRQCreate); err != nil {
 		return 0, err
 	}
-	n, err := t.do(ctx, dpu.RQCreate{Client: t.client, Addr: addr})
+	n, err := t.do(ctx, dpu.RQCreate{Client: t.client, Addr: addr, ErrorHandling: opts.ErrorHandling, ZeroClientID: opts.ZeroClientID})
 	if err != nil {
 		return 0, err
 	}
@@ -298,6 +322,17 @@ func (t *Target) CreateRQ(ctx context.Context, addr []byte) (uint64, error) {
 	t.rqs = append(t.rqs, n.RQ)
 	t.mu.Unlock()
 	return n.RQ, nil
+}
+
+// WaitFlush returns when a FLUSH of request queue rq numbered after+1 or
+// later has completed (the worker's flush notification, so a target never
+// polls its memory to learn that work is done), or when ctx ends. The
+// worker answers within its own bound; ask again with the same after.
+func (t *Target) WaitFlush(ctx context.Context, rq, after uint64) (dpu.FlushEvent, error) {
+	if err := t.checkOpen(dpu.CmdRQCreate); err != nil {
+		return dpu.FlushEvent{}, err
+	}
+	return t.remote.WaitFlush(ctx, t.client, rq, after)
 }
 
 // DestroyRQ closes a request queue (RQ_DESTROY): in-flight requests
@@ -308,17 +343,32 @@ func (t *Target) DestroyRQ(ctx context.Context, rq uint64) error {
 	if err := t.checkOpen(dpu.CmdRQDestroy); err != nil {
 		return err
 	}
-	t.forget(&t.rqs, rq)
+	known := t.forget(&t.rqs, rq)
 	_, err := t.do(ctx, dpu.RQDestroy{Client: t.client, RQ: rq})
+	if known && unknownRQ(err) {
+		// The worker took the queue down already, when its initiator
+		// went (a normal end of a run): nothing is left to destroy.
+		t.log.Debug("request queue already gone at the worker", zap.Uint64("rq", rq))
+		return nil
+	}
 	return err
 }
 
-func (t *Target) forget(ids *[]uint64, id uint64) {
+// unknownRQ reports whether the worker answered that it has no such
+// request queue (through a worker process the sentinel arrives as the
+// notification's detail).
+func unknownRQ(err error) bool {
+	return err != nil && (errors.Is(err, dpu.ErrUnknownRQ) || strings.Contains(err.Error(), dpu.ErrUnknownRQ.Error()))
+}
+
+func (t *Target) forget(ids *[]uint64, id uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i := slices.Index(*ids, id); i >= 0 {
 		*ids = slices.Delete(*ids, i, i+1)
+		return true
 	}
+	return false
 }
 
 // Stats returns the worker's counters.
@@ -356,7 +406,8 @@ func (t *Target) CloseContext(ctx context.Context) error {
 	var errs []error
 	alive := t.w != nil && t.Err() == nil
 	gone := func(err error) bool {
-		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited)
+		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited) ||
+			errors.Is(err, urom.ErrShuttingDown)
 	}
 	undo := func(cmd dpu.Command) error {
 		if !alive {

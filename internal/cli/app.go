@@ -32,6 +32,9 @@ type App struct {
 	// Plugins runs `rdmo plugins`: it lists the plugins a UROM service
 	// offers (cfg.UROMAddress, or the embedded service) on stdout.
 	Plugins func(ctx context.Context, cfg PluginsConfig) error
+	// Workers runs `rdmo workers`: it lists the worker processes of the
+	// UROM service at cfg.UROMAddress on stdout.
+	Workers func(ctx context.Context, cfg WorkersConfig) error
 	// Worker runs the hidden WorkerSubcommand: the body of a worker
 	// process a UROM service started.
 	Worker func(ctx context.Context, log *zap.Logger) error

@@ -126,6 +126,33 @@ func (a *AppendStrategy) Set(s string) error {
 // Type is the placeholder pflag shows for the value.
 func (a *AppendStrategy) Type() string { return "strategy" }
 
+// OOBProtocol is the out-of-band protocol -m client speaks to the server.
+type OOBProtocol string
+
+// The out-of-band protocols.
+const (
+	// OOBRDMO is rdmo's own (authenticated, framed; package host/oob).
+	OOBRDMO OOBProtocol = "rdmo"
+	// OOBDOCA is the reference's exchange (DOCA 3.0's urom_rdmo demo), to
+	// run the reference demo against a DOCA server or rdmo's.
+	OOBDOCA OOBProtocol = "doca"
+)
+
+func (p OOBProtocol) String() string { return string(p) }
+
+// Set parses s; it makes *OOBProtocol a pflag.Value.
+func (p *OOBProtocol) Set(s string) error {
+	switch v := OOBProtocol(strings.ToLower(strings.TrimSpace(s))); v {
+	case OOBRDMO, OOBDOCA:
+		*p = v
+		return nil
+	}
+	return choiceError("out-of-band protocol", "protocols", s, "rdmo", "doca")
+}
+
+// Type is the placeholder pflag shows for the value.
+func (p *OOBProtocol) Type() string { return "protocol" }
+
 // nameValue is a string that may not be blank when given.
 type nameValue string
 
@@ -233,6 +260,7 @@ type Config struct {
 	ServerName     string         // -s/--server-name: host of the server (client mode)
 	Mode           Mode           // -m/--mode; "" only for bench (both sides in one process)
 	OOBPort        uint16         // --oob-port: out-of-band TCP port
+	OOBProtocol    OOBProtocol    // --oob-protocol: what -m client speaks on it
 	UROMAddress    string         // --urom: UROM service host:port; "" = embedded service
 	AppendStrategy AppendStrategy // --append-strategy
 	Ops            int            // --ops: workload size
@@ -248,6 +276,7 @@ func DefaultConfig() Config {
 	return Config{
 		Log:            DefaultLogConfig(),
 		OOBPort:        DefaultOOBPort,
+		OOBProtocol:    OOBRDMO,
 		AppendStrategy: DefaultAppendStrategy,
 		Ops:            DefaultOps,
 	}
@@ -268,6 +297,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 
 	fs.Var((*portValue)(&c.OOBPort), "oob-port", "TCP port of the out-of-band channel between server and client")
 	Annotate(fs, "oob-port", GroupRDMOFlags, "<port>")
+	fs.Var(&c.OOBProtocol, "oob-protocol", "Out-of-band protocol of -m client: rdmo, or doca to run the reference demo with DOCA's urom_rdmo exchange (the server tells them apart by itself)")
+	Annotate(fs, "oob-protocol", GroupRDMOFlags, "{rdmo, doca}")
 	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port (see rdmo dpu); empty runs the service embedded in this process")
 	Annotate(fs, "urom", GroupRDMOFlags, "<host:port>")
 	fs.Var(&c.AppendStrategy, "append-strategy", "How append treats a queue's tail: owned (the worker owns and caches it) or shared (other writers append to the same queue)")
@@ -306,6 +337,18 @@ func (c *Config) Validate(requireMode bool, ucx UCX) error {
 	}
 	if c.Ops < 1 {
 		return Usagef("--ops: want a whole number of at least 1")
+	}
+	switch c.OOBProtocol {
+	case OOBRDMO, "":
+	case OOBDOCA:
+		if c.Mode == ModeServer {
+			return Usagef("--oob-protocol doca is for -m client: the server serves both protocols on its port and tells them apart by itself")
+		}
+		if c.SecretFile != "" {
+			return Usagef("--oob-protocol doca has no authentication: it cannot be used with --secret-file")
+		}
+	default:
+		return UsageError(choiceError("out-of-band protocol", "protocols", string(c.OOBProtocol), "rdmo", "doca"))
 	}
 	switch c.AppendStrategy {
 	case AppendOwned, AppendShared:
@@ -353,7 +396,7 @@ func (c *DPUConfig) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "plugin-path", GroupServiceFlags, "<dir[:dir...]>")
 	fs.Var((*countValue)(&c.MaxWorkers), "max-workers", "Most worker processes the service runs at once")
 	Annotate(fs, "max-workers", GroupServiceFlags, "<N>")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve metrics over HTTP on host:port (empty: off)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Serve /metrics, /healthz (liveness) and /readyz (readiness) over HTTP on host:port (empty: off)")
 	Annotate(fs, "metrics-addr", GroupServiceFlags, "<host:port>")
 	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret every host must prove before it is served; hosts use it with --secret-file (empty: any host that reaches --listen is served)")
 	Annotate(fs, "secret-file", GroupServiceFlags, "<path>")
@@ -416,6 +459,49 @@ func (c *PluginsConfig) Validate() error {
 		if err := checkHostPort("--urom", c.UROMAddress); err != nil {
 			return err
 		}
+	}
+	return checkFile("--secret-file", c.SecretFile)
+}
+
+// WorkersConfig is the configuration of `rdmo workers`.
+type WorkersConfig struct {
+	Log         LogConfig
+	UROMAddress string      // --urom: the service to ask (required)
+	SecretFile  string      // --secret-file: the secret the service at --urom requires ("" = none)
+	Output      string      // --output: "table" (default) or "json"
+	Logger      *zap.Logger // set before Run; never nil inside a mode (App)
+}
+
+// DefaultWorkersConfig is the workers configuration before flags.
+func DefaultWorkersConfig() WorkersConfig {
+	return WorkersConfig{Log: DefaultLogConfig(), Output: "table"}
+}
+
+// RegisterFlags adds --urom, --secret-file and -o/--output to fs, bound to c.
+func (c *WorkersConfig) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port to ask (rdmo dpu --listen)")
+	Annotate(fs, "urom", GroupFlags, "<host:port>")
+	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret the service at --urom requires (rdmo dpu --secret-file)")
+	Annotate(fs, "secret-file", GroupFlags, "<path>")
+	fs.StringVarP(&c.Output, "output", "o", c.Output, "Output format: table (for people) or json (one array, for scripts)")
+	Annotate(fs, "output", GroupFlags, "{table, json}")
+}
+
+// Validate checks the workers configuration; errors are usage errors.
+func (c *WorkersConfig) Validate() error {
+	if !c.Log.Level.Valid() || !c.Log.SDKLevel.Valid() {
+		return Usagef("invalid log level; valid levels: %s", validLogLevels())
+	}
+	if c.UROMAddress == "" {
+		return Usagef("--urom is required: the address of the UROM service (rdmo dpu --listen)")
+	}
+	if err := checkHostPort("--urom", c.UROMAddress); err != nil {
+		return err
+	}
+	switch c.Output {
+	case "table", "json":
+	default:
+		return UsageError(choiceError("output format", "formats", c.Output, "table", "json"))
 	}
 	return checkFile("--secret-file", c.SecretFile)
 }

@@ -11,17 +11,19 @@ import (
 // LoadSecret reads --secret-file: the file's contents, surrounding white
 // space removed, are the shared secret (at least hmacauth.MinSecretLen
 // bytes; e.g. `openssl rand -hex 32`). An empty path is no secret (nil).
+// A file that cannot be read or holds too short a secret is a usage error
+// (exit status 2), like any bad flag value.
 func LoadSecret(path string) ([]byte, error) {
 	if path == "" {
 		return nil, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--secret-file: %w", err)
+		return nil, UsageError(fmt.Errorf("--secret-file: %w", err))
 	}
 	s := bytes.TrimSpace(b)
 	if len(s) < hmacauth.MinSecretLen {
-		return nil, fmt.Errorf("--secret-file %s: the secret is %d bytes; use at least %d random bytes (e.g. `openssl rand -hex 32 > %s`)", path, len(s), hmacauth.MinSecretLen, path)
+		return nil, Usagef("--secret-file %s: the secret is %d bytes; use at least %d random bytes (e.g. `openssl rand -hex 32 > %s`)", path, len(s), hmacauth.MinSecretLen, path)
 	}
 	return s, nil
 }

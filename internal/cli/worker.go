@@ -93,7 +93,7 @@ var workerLimits = []workerLimit{
 	{key: "max-batch", arg: "<N>", count: func(l *WorkerLimits) *int { return &l.MaxBatch },
 		usage: "Most requests handed to one handler call"},
 	{key: "drain-timeout", arg: "<duration>", dur: func(l *WorkerLimits) *time.Duration { return &l.DrainTimeout },
-		usage: "How long a closing request queue waits for its requests (e.g. 5s; a number is seconds)"},
+		usage: "How long a closing request queue waits for its requests, and how long the service, on SIGTERM, lets hosts keep their workers (e.g. 5s; a number is seconds)"},
 }
 
 // WorkerSettingKeys lists the keys of the "worker" group, in help order.

@@ -51,6 +51,7 @@ type client struct {
 	log *zap.Logger
 
 	peer     *peer
+	ref      *oob.RefConn // --oob-protocol doca (docaclient.go)
 	in       *initiator.Initiator
 	watchWG  sync.WaitGroup
 	finished chan struct{}
@@ -118,6 +119,9 @@ func (c *client) run(ctx context.Context) error {
 	devCfg, err := ucxflag.DeviceConfig(cfg.Device)
 	if err != nil {
 		return cli.Usagef("-d/--device: %v", err)
+	}
+	if cfg.OOBProtocol == cli.OOBDOCA {
+		return c.runReference(ctx, devCfg)
 	}
 	conn, err := c.dial(ctx, secret)
 	if err != nil {
@@ -525,6 +529,9 @@ func (c *client) teardown() {
 	}
 	if c.peer != nil {
 		c.peer.close()
+	}
+	if c.ref != nil {
+		c.ref.Close()
 	}
 }
 

@@ -83,7 +83,8 @@ type server struct {
 
 	accepted chan acceptResult // the first initiator, from acceptOne
 	peer     *peer
-	told     bool // the initiator has the verdict
+	ref      *oob.RefConn // a reference initiator's connection (docaserver.go)
+	told     bool         // the initiator has the verdict
 	initInfo oob.InitiatorInfo
 	rq       uint64
 	rqMade   bool
@@ -107,6 +108,9 @@ func RunServer(ctx context.Context, cfg cli.Config) error {
 		case r := <-s.accepted:
 			if r.c != nil {
 				s.peer = newPeer(r.c, "initiator")
+			}
+			if r.ref != nil {
+				r.ref.Close()
 			}
 		default:
 		}
@@ -167,16 +171,25 @@ func (s *server) run(ctx context.Context) error {
 
 	s.log.Info("waiting for the initiator", zap.String("oob", s.ln.Addr().String()), zap.Bool("authenticated", secret != nil))
 	var conn *oob.Conn
-	select {
-	case r := <-accepted:
-		if r.err != nil {
-			return r.err
+	for conn == nil {
+		select {
+		case r := <-accepted:
+			if r.err != nil {
+				return r.err
+			}
+			if r.ref != nil {
+				if err := s.runReference(ctx, r.ref); !errors.Is(err, errRefAbandoned) {
+					return err
+				}
+				go s.acceptOne(ctx, accepted) // the reference initiator left before its work began
+				continue
+			}
+			conn = r.c
+		case <-s.fail.ch:
+			return s.fail.get()
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		conn = r.c
-	case <-s.fail.ch:
-		return s.fail.get()
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 	s.ln.Close() // one initiator per run
 	s.peer = newPeer(conn, "initiator")
@@ -303,25 +316,34 @@ func (s *server) expectBarrier(ctx context.Context, id uint64, timeout time.Dura
 
 type acceptResult struct {
 	c   *oob.Conn
+	ref *oob.RefConn // a reference initiator (the port serves both)
 	err error
 }
 
 // acceptOne accepts the first initiator that completes the handshake. A
-// peer that fails authentication (or speaks another version or role) ends
-// the run; other failed handshakes (a port scan, a peer that hung up) are
-// logged and the wait goes on.
+// peer that speaks another version or role ends the run; a failed
+// authentication is handled like any other failed handshake (a port scan,
+// a peer that hung up): logged, counted, and the wait goes on, so whoever
+// reaches the port cannot end the run by guessing wrong.
 func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
+	authFailures := 0
 	for {
-		c, err := s.ln.Accept(ctx)
+		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
-			out <- acceptResult{c: c}
+			out <- acceptResult{c: c, ref: ref}
 			return
 		}
 		if ctx.Err() != nil || errors.Is(err, oob.ErrClosed) {
 			out <- acceptResult{err: err}
 			return
 		}
-		if errors.Is(err, oob.ErrAuth) || errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
+		if errors.Is(err, oob.ErrAuth) {
+			authFailures++
+			s.log.Warn("initiator refused: "+authHint(err).Error()+"; still waiting for the initiator",
+				zap.Int("auth_failures", authFailures))
+			continue
+		}
+		if errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
 			out <- acceptResult{err: fmt.Errorf("initiator refused: %w", authHint(err))}
 			return
 		}
@@ -469,6 +491,9 @@ func (s *server) teardown(tell func()) {
 	}
 	if s.local != nil {
 		warn("releasing target memory", s.local.Close())
+	}
+	if s.ref != nil {
+		s.ref.Close()
 	}
 	if s.peer != nil {
 		// The initiator closes first once it has the verdict.

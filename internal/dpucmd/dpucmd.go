@@ -1,14 +1,18 @@
 // Package dpucmd is the rdmo binary's `rdmo dpu` (the UROM service daemon
-// with the RDMO component) and `rdmo plugins` (its plugin table), and how
-// the other commands explain a UROM service's errors.
+// with the RDMO component), `rdmo plugins` and `rdmo workers` (its plugin
+// and worker tables), and how the other commands explain a UROM service's
+// errors.
 package dpucmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
@@ -38,7 +43,9 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 	if err != nil {
 		return urom.Config{}, err
 	}
+	bi := cli.VersionInfo(cli.UCX{Version: ucxflag.UCXVersion})
 	return urom.Config{
+		Build:            urom.BuildInfo{Version: bi.Version, Commit: bi.Commit, UCX: bi.UCX},
 		Listen:           listen,
 		PluginPath:       pluginPath,
 		Builtins:         rdmoworker.Builtins(),
@@ -85,22 +92,30 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	}
 	uc.Secret = secret
 	uc.WorkerSettings = cfg.Worker.Settings() // the operator's worker limits, for every worker
+	// On SIGTERM/SIGINT the service drains for as long as a worker may
+	// take to drain a request queue (--worker-drain-timeout).
+	uc.DrainTimeout = cfg.Worker.DrainTimeout
+	if uc.DrainTimeout <= 0 {
+		uc.DrainTimeout = cli.DefaultWorkerDrainTimeout
+	}
 	svc, err := urom.NewService(ctx, uc)
 	if err != nil {
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		maddr, err := urom.ServeMetrics(ctx, svc, cfg.MetricsAddr, log.Named("metrics"))
-		if err != nil {
+		if _, err := urom.ServeMetrics(ctx, svc, cfg.MetricsAddr, log.Named("metrics")); err != nil {
 			svc.Close()
 			return err
 		}
-		log.Info("serving metrics", zap.String("url", "http://"+maddr+"/metrics"))
 	}
 	addr, err := svc.Listen()
 	if err != nil {
 		svc.Close()
 		return err
+	}
+	if len(secret) == 0 && !Loopback(addr) {
+		log.Warn("UROM service listens beyond loopback without --secret-file: any host that reaches this address can start and command workers",
+			zap.String("addr", addr))
 	}
 	log.Info("worker limits", zap.Any("worker", uc.WorkerSettings))
 	urom.Announce(Stdout, addr)
@@ -110,6 +125,72 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 		return nil
 	}
 	return err
+}
+
+// Loopback reports whether a listen address (host:port) is reachable only
+// from this machine.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RunWorkers runs `rdmo workers`: it lists the worker processes of the
+// UROM service at cfg.UROMAddress as a table, or as a JSON array with
+// --output json.
+func RunWorkers(ctx context.Context, cfg cli.WorkersConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	secret, err := cli.LoadSecret(cfg.SecretFile)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
+	if err != nil {
+		return UROMError(cfg.UROMAddress, err)
+	}
+	defer c.Close()
+	ws, err := c.Workers(dctx)
+	if err != nil {
+		return fmt.Errorf("UROM service at %s: listing workers: %w", cfg.UROMAddress, err)
+	}
+	if cfg.Output == "json" {
+		if ws == nil {
+			ws = []urom.WorkerInfo{}
+		}
+		enc := json.NewEncoder(Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ws)
+	}
+	tw := tabwriter.NewWriter(Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPID\tSTATE\tUPTIME\tCLIENTS\tRQS\tPLUGINS\tHOST")
+	count := func(n int) string {
+		if n < 0 {
+			return "?"
+		}
+		return strconv.Itoa(n)
+	}
+	for _, w := range ws {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.PID, w.State, w.Uptime.Truncate(time.Second),
+			count(w.Clients), count(w.RequestQueues), strings.Join(w.Plugins, ","), w.Host)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(ws) == 0 {
+		fmt.Fprintf(Stdout, "(no workers on the UROM service at %s)\n", cfg.UROMAddress)
+	}
+	return nil
 }
 
 // RunPlugins runs `rdmo plugins`: it lists the plugins of the UROM service at cfg.UROMAddress, or of the service built

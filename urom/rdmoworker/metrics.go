@@ -26,6 +26,7 @@ type metrics struct {
 	syncs, syncOps, fences, flushes           *prometheus.Desc
 	readbacks, panics, flushResponses, acks   *prometheus.Desc
 	failures, inFlight, clients, rqs, regions *prometheus.Desc
+	latency                                   *prometheus.Desc
 }
 
 func newMetrics() *metrics {
@@ -60,7 +61,19 @@ func newMetrics() *metrics {
 		clients:  w("clients", "Clients (targets) registered with the worker."),
 		rqs:      w("request_queues", "Request queues of the worker."),
 		regions:  w("regions", "Memory regions registered with the worker."),
+		latency: w("request_duration_seconds", "Time from a request's arrival at the worker to its completion, by op "+
+			"(requests refused before they ran are not timed; buckets are powers of two microseconds).", "op"),
 	}
+}
+
+// Summary implements urom.WorkerSummarizer: the clients and request
+// queues `rdmo workers` shows.
+func (*metrics) Summary(decode func(v any) error) (int, int, error) {
+	var st dpu.Stats
+	if err := decode(&st); err != nil {
+		return 0, 0, err
+	}
+	return st.Clients, st.RQs, nil
 }
 
 // Command implements urom.WorkerMetrics.
@@ -72,7 +85,7 @@ func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
 		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
 		c.readbacks, c.panics, c.flushResponses, c.acks, c.failures, c.inFlight,
-		c.clients, c.rqs, c.regions,
+		c.clients, c.rqs, c.regions, c.latency,
 	} {
 		ch <- d
 	}
@@ -126,6 +139,15 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	for rq, n := range st.InFlight {
 		gauge(c.inFlight, float64(n), id, strconv.FormatUint(rq, 10))
 	}
+	lops := make([]uint32, 0, len(st.Latency))
+	for op := range st.Latency {
+		lops = append(lops, op)
+	}
+	sort.Slice(lops, func(i, j int) bool { return lops[i] < lops[j] })
+	for _, op := range lops {
+		count, sum, buckets := latencyBuckets(st.Latency[op])
+		ch <- prometheus.MustNewConstHistogram(c.latency, count, sum, buckets, id, opLabel(op))
+	}
 	gauge(c.clients, float64(st.Clients), id)
 	gauge(c.rqs, float64(st.RQs), id)
 	gauge(c.regions, float64(st.Regions), id)
@@ -154,6 +176,21 @@ func batchBuckets(sizes [dpu.BatchSizeBuckets]uint64) (uint64, map[float64]uint6
 		}
 	}
 	return cum, buckets
+}
+
+// latencyBuckets turns a dpu.OpLatency (bucket i counts requests under
+// 2^i µs, the last one everything slower) into a Prometheus histogram in
+// seconds.
+func latencyBuckets(l dpu.OpLatency) (uint64, float64, map[float64]uint64) {
+	buckets := make(map[float64]uint64, len(l.Buckets)-1)
+	var cum uint64
+	for i, n := range l.Buckets {
+		cum += n
+		if i < len(l.Buckets)-1 {
+			buckets[float64(uint64(1)<<i)*1e-6] = cum
+		}
+	}
+	return cum, float64(l.SumNs) * 1e-9, buckets
 }
 
 // WorkerStats is one live worker's counters, as WorkerStats collects them.

@@ -36,6 +36,28 @@ const (
 	KindMRReg      = "mr-reg"
 	KindMRDereg    = "mr-dereg"
 	KindStats      = "stats"
+	// KindRQFlushWait is rdmo's flush notification (FlushWait): answered
+	// when a FLUSH of a request queue completed, or after its wait.
+	KindRQFlushWait = "rq-flush-wait"
+)
+
+// FlushWait asks the worker to answer when more than After FLUSHes of
+// request queue RQ (of Client) have completed (dpu.Worker.WaitFlush), or
+// after Wait at most (MaxFlushWait; 0: DefaultFlushWait), whichever comes
+// first. The answer is the queue's dpu.FlushEvent: Flushes > After means
+// done; otherwise ask again. The wait is bounded so the answer beats the
+// service's command timeout (urom.Config.CallTimeout, 30 s by default).
+type FlushWait struct {
+	Client uint64        `msgpack:"client"`
+	RQ     uint64        `msgpack:"rq"`
+	After  uint64        `msgpack:"after"`
+	Wait   time.Duration `msgpack:"wait"`
+}
+
+// Bounds of FlushWait.Wait.
+const (
+	DefaultFlushWait = 10 * time.Second
+	MaxFlushWait     = 20 * time.Second
 )
 
 // Config keys a host may set in urom.SpawnOptions.Config.
@@ -170,9 +192,15 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 			handlers = append(handlers, h)
 			continue
 		}
+		// go-plugin's own lines carry a "plugin" key already: a second
+		// one would be a duplicate JSON key.
+		name := p.Name
 		h, err := pluginhost.Load(ctx, p.Path, pluginhost.LoadOptions{
-			Logger: log.With(zap.String("plugin", p.Name)), Name: p.Name, Version: p.Version,
+			Logger: log.With(zap.String("plugin_name", p.Name)), Name: p.Name, Version: p.Version,
 			Env: configEnv(spec.Config),
+			// The service counts these beyond this worker's life.
+			OnFailure: func(string) { urom.ReportPluginFailed(ctx, name) },
+			OnRestart: func() { urom.ReportPluginRestarted(ctx, name) },
 		})
 		if err != nil {
 			c.closePlugins()
@@ -250,6 +278,22 @@ func (c *commands) Handle(ctx context.Context, kind string, body msgpack.RawMess
 		cmd, err = decode[dpu.MRDereg](body)
 	case KindStats:
 		return c.w.Stats(), nil
+	case KindRQFlushWait:
+		fw, err := decode[FlushWait](body)
+		if err != nil {
+			return nil, fmt.Errorf("malformed %s: %w", kind, err)
+		}
+		wait := fw.Wait
+		if wait <= 0 {
+			wait = DefaultFlushWait
+		}
+		wctx, cancel := context.WithTimeout(ctx, min(wait, MaxFlushWait))
+		ev, err := c.w.WaitFlush(wctx, fw.Client, fw.RQ, fw.After)
+		cancel()
+		if err != nil && !(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
+			return nil, err
+		}
+		return ev, nil
 	default:
 		return nil, fmt.Errorf("unknown RDMO command %q", kind)
 	}
@@ -297,6 +341,31 @@ func (r Remote) Do(ctx context.Context, cmd dpu.Command) (dpu.Notification, erro
 		return n, err
 	}
 	return n, n.Err()
+}
+
+// WaitFlush waits until more than after FLUSHes of request queue rq have
+// completed (FlushWait, asked again until then), and returns the queue's
+// FlushEvent; ctx bounds the whole wait.
+func (r Remote) WaitFlush(ctx context.Context, client, rq, after uint64) (dpu.FlushEvent, error) {
+	for {
+		wait := DefaultFlushWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+			if wait <= 0 {
+				return dpu.FlushEvent{Client: client, RQ: rq}, context.DeadlineExceeded
+			}
+		}
+		var ev dpu.FlushEvent
+		if err := r.W.Call(ctx, KindRQFlushWait, FlushWait{Client: client, RQ: rq, After: after, Wait: wait}, &ev); err != nil {
+			return ev, err
+		}
+		if ev.Flushes > after {
+			return ev, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return ev, err
+		}
+	}
 }
 
 // Stats returns the worker's counters.

@@ -52,6 +52,12 @@ type LoadOptions struct {
 	// Checksum, when set, is the SHA-256 of the plugin binary: go-plugin
 	// verifies it before every start (and restart).
 	Checksum []byte
+	// OnFailure and OnRestart, when set, are called (on their own
+	// goroutine, not under any lock of the Handler) when the plugin
+	// process failed and when a restart brought it back: for counters
+	// that an operator alerts on.
+	OnFailure func(reason string)
+	OnRestart func()
 }
 
 func (o LoadOptions) withDefaults() LoadOptions {
@@ -479,6 +485,13 @@ func (h *Handler) instanceDied(inst *instance, reason string) {
 	}
 	h.log.Warn("plugin failed; restarting", zap.Int("pid", inst.pid), zap.String("reason", reason))
 	h.scheduleRestartLocked()
+	if f := h.opts.OnFailure; f != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			f(reason)
+		}()
+	}
 }
 
 func (h *Handler) scheduleRestartLocked() {
@@ -526,6 +539,13 @@ func (h *Handler) restartAfter(delay time.Duration) {
 	h.inst = inst
 	h.restarts++
 	h.log.Info("plugin restarted", zap.Int("pid", inst.pid), zap.Int("restarts", h.restarts))
+	if f := h.opts.OnRestart; f != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			f()
+		}()
+	}
 }
 
 func sameInfo(a, b rdmo.HandlerInfo) bool {

@@ -1,0 +1,106 @@
+package dpu
+
+import (
+	"context"
+	"sync"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
+)
+
+// FlushEvent says how many FLUSHes of a request queue have completed and
+// what the last one answered. It is how a target learns that an
+// initiator's work is done and visible in its memory without polling that
+// memory (an rdmo extension, docs/PROTOCOL.md "Extensions for reference
+// peers": a reference initiator says nothing to its target after its
+// flush, so the target asks the worker).
+type FlushEvent struct {
+	Client  uint64 `msgpack:"client"`
+	RQ      uint64 `msgpack:"rq"`
+	Flushes uint64 `msgpack:"flushes"` // FLUSHes completed on the queue so far
+	// The last flush response: its flush id, and the failed requests it
+	// reported (the first of them: op, status, sequence number).
+	FlushID     uint64      `msgpack:"flush_id"`
+	Failed      uint32      `msgpack:"failed"`
+	FirstOp     uint32      `msgpack:"first_op,omitempty"`
+	FirstStatus rdmo.Status `msgpack:"first_status,omitempty"`
+	FirstSeq    uint64      `msgpack:"first_seq,omitempty"`
+	// Failures is the sum of Failed over every flush of the queue.
+	Failures uint64 `msgpack:"failures"`
+}
+
+// flushWatch is a queue's record of completed FLUSHes: written by the loop
+// when a flush response leaves, read by WaitFlush callers. The loop pays a
+// mutex (uncontended but for a waiter) per FLUSH, nothing per other
+// request, and allocates only for a waiter.
+type flushWatch struct {
+	mu     sync.Mutex
+	ev     FlushEvent
+	closed bool
+	ch     chan struct{} // non-nil while someone waits; closed at the next change
+}
+
+func (fw *flushWatch) flushed(r wire.FlushResponse) {
+	fw.mu.Lock()
+	fw.ev.Flushes++
+	fw.ev.FlushID, fw.ev.Failed = r.FlushID, r.Failed
+	fw.ev.FirstOp, fw.ev.FirstStatus, fw.ev.FirstSeq = r.FirstOp, r.FirstStatus, r.FirstSeq
+	fw.ev.Failures += uint64(r.Failed)
+	fw.wakeLocked()
+	fw.mu.Unlock()
+}
+
+func (fw *flushWatch) close() {
+	fw.mu.Lock()
+	fw.closed = true
+	fw.wakeLocked()
+	fw.mu.Unlock()
+}
+
+func (fw *flushWatch) wakeLocked() {
+	if fw.ch != nil {
+		close(fw.ch)
+		fw.ch = nil
+	}
+}
+
+// WaitFlush waits until more than after FLUSHes of request queue rq (of
+// client) have completed, and returns the queue's FlushEvent: its answer
+// has left the worker, so everything the initiator sent before that FLUSH
+// is complete and visible in target memory. When ctx ends first it
+// returns the event as it stands with ctx.Err(). A queue that is unknown,
+// another client's, or closed (RQ_DESTROY, its initiator or target gone)
+// is a *CommandError matching ErrUnknownRQ. Safe for concurrent use; it
+// does not go through the loop.
+func (w *Worker) WaitFlush(ctx context.Context, client, rq, after uint64) (FlushEvent, error) {
+	w.regMu.Lock()
+	q := w.rqByID[rq]
+	w.regMu.Unlock()
+	if q == nil || q.c.id != client {
+		return FlushEvent{Client: client, RQ: rq}, cmdErr(CmdRQFlushWait, ErrUnknownRQ, "request queue "+utoa(rq)+" of client "+utoa(client))
+	}
+	fw := q.watch
+	for {
+		fw.mu.Lock()
+		ev := fw.ev
+		ev.Client, ev.RQ = client, rq
+		if ev.Flushes > after {
+			fw.mu.Unlock()
+			return ev, nil
+		}
+		if fw.closed {
+			fw.mu.Unlock()
+			return ev, cmdErr(CmdRQFlushWait, ErrUnknownRQ, "request queue "+utoa(rq)+" closed")
+		}
+		if fw.ch == nil {
+			fw.ch = make(chan struct{})
+		}
+		ch := fw.ch
+		fw.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ev, ctx.Err()
+		}
+	}
+}
