@@ -38,8 +38,11 @@ fmt-check:
 vet: deps
 	$(GO) vet $(PKGS)
 
+# RDMO_UCP_CHECK_THREADS makes every UCX worker call check that it comes
+# from the worker's own thread (package ucp), in the tests and every process
+# they start.
 test: deps fmt-check vet
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	RDMO_UCP_CHECK_THREADS=1 $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 # bench runs the Go benchmarks and, alternating with them in the same run,
 # ucx_perftest's AM bandwidth test on shared memory, so the Go numbers are

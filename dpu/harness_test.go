@@ -122,14 +122,6 @@ const guard = 0xEE
 
 func (e *env) newTarget(size int) *targetProc {
 	e.t.Helper()
-	w, err := e.ctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	addr, err := w.Address()
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	mem, err := e.ctx.Allocate(size)
 	if err != nil {
 		e.t.Fatal(err)
@@ -138,9 +130,24 @@ func (e *env) newTarget(size int) *targetProc {
 	for i := range b {
 		b[i] = guard
 	}
-	p := &targetProc{w: w, addr: addr, mem: mem, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &targetProc{mem: mem, stop: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	// The worker is made on the goroutine that progresses and closes it:
+	// UCX binds a worker to the thread that made it.
 	go func() {
 		defer close(p.done)
+		w, err := e.ctx.NewWorker(ucp.WorkerOptions{})
+		if err == nil {
+			if p.addr, err = w.Address(); err != nil {
+				w.Close()
+			}
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		p.w = w
+		defer w.Close()
 		idle := 0
 		for {
 			select {
@@ -159,8 +166,11 @@ func (e *env) newTarget(size int) *targetProc {
 			}
 		}
 	}()
-	e.t.Cleanup(p.kill)
 	e.t.Cleanup(func() { mem.Close() })
+	if err := <-ready; err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(p.kill)
 	return p
 }
 
@@ -173,7 +183,6 @@ func (p *targetProc) kill() {
 	}
 	close(p.stop)
 	<-p.done
-	p.w.Close()
 }
 
 func (p *targetProc) packedRkey(t testing.TB) []byte {

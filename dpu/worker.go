@@ -330,9 +330,9 @@ func commandClient(cmd Command) uint64 {
 // run is the loop goroutine: it owns the UCP worker.
 //
 // It keeps an OS thread of its own (runtime.LockOSThread), so that under
-// load the executors run on other threads, in parallel with it. When it
-// yields (yieldThread), it lets go of the thread for that moment: see
-// there. UCX does not care which thread calls it, one at a time.
+// load the executors run on other threads, in parallel with it, and because
+// UCX binds the worker to the thread that created it (ucp.NewWorker):
+// the worker is made here, on that thread, and never leaves it.
 func (w *Worker) run(started chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -570,17 +570,14 @@ func (w *Worker) maintain() {
 }
 
 // yieldThread lets the goroutines waiting in the loop's P run queue (an
-// executor it just readied) run now, on the loop's own thread, and the
-// loop continue when they block. A goroutine locked to its thread cannot
-// share it: its runtime.Gosched hands the P to another thread (a futex
-// wake, then the kernel must schedule that thread) and parks its own
-// until it gets the P back, some 20-50 µs per hand-off on a loaded
-// two-core machine against some 1-10 µs unlocked. So the loop unlocks
-// for the yield and locks again to whichever thread it resumes on.
+// executor it just readied) run now. A goroutine locked to its thread
+// cannot share it: its runtime.Gosched hands the P to another thread and
+// parks its own until it gets the P back. The loop used to unlock for the
+// yield and resume on whichever thread it got, which was cheaper, but UCX
+// binds the worker to one thread (UCX 1.18 aborts when another thread
+// touches it), and ucp.NewWorker's own lock keeps the loop on its thread.
 func yieldThread() {
-	runtime.UnlockOSThread()
 	runtime.Gosched()
-	runtime.LockOSThread()
 }
 
 // outstanding reports whether the loop expects work soon without a new

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -36,16 +37,17 @@ type Context struct {
 
 // NewContext initialises UCX. It reads the UCX_* environment.
 func NewContext(opts ContextOptions) (*Context, error) {
-	keys := make([]*C.char, 0, len(opts.Config))
-	vals := make([]*C.char, 0, len(opts.Config))
-	names := make([]string, 0, len(opts.Config))
-	for k := range opts.Config {
+	cfg := withProtocolV1(opts.Config)
+	keys := make([]*C.char, 0, len(cfg))
+	vals := make([]*C.char, 0, len(cfg))
+	names := make([]string, 0, len(cfg))
+	for k := range cfg {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
 		keys = append(keys, cString(strings.TrimPrefix(k, "UCX_")))
-		vals = append(vals, cString(opts.Config[k]))
+		vals = append(vals, cString(cfg[k]))
 	}
 	defer func() {
 		for i := range keys {
@@ -124,6 +126,37 @@ func (c *Context) Devices() []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// UCX 1.16 made its second protocol-selection logic the default
+// (UCX_PROTO_ENABLE=y; 1.13 to 1.15 have it off). The project's protocol
+// choices were made and tested against the first, and under the second,
+// on UCX 1.18.1, they do not hold: with the active-message rendezvous
+// scheme a header-only message can arrive as a rendezvous, RMA reads on
+// shared memory go through CMA (fatal when the peer died, on endpoints
+// without peer-failure detection: see SafeRendezvousScheme), and 64-bit
+// atomics over TCP from two processes trip an assertion in UCX's TCP
+// transport. So a context keeps the first logic on every version unless
+// the caller (Config) or the environment (UCX_PROTO_ENABLE) chooses.
+func withProtocolV1(cfg map[string]string) map[string]string {
+	if major, minor, _ := Version(); major == 1 && minor < 16 {
+		return cfg
+	}
+	if _, set := cfg["PROTO_ENABLE"]; set {
+		return cfg
+	}
+	if _, set := cfg["UCX_PROTO_ENABLE"]; set {
+		return cfg
+	}
+	if _, set := os.LookupEnv("UCX_PROTO_ENABLE"); set {
+		return cfg
+	}
+	out := make(map[string]string, len(cfg)+1)
+	for k, v := range cfg {
+		out[k] = v
+	}
+	out["PROTO_ENABLE"] = "n"
 	return out
 }
 

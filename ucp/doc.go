@@ -5,13 +5,17 @@
 // # Threading rule
 //
 // A Worker and everything made from it (Endpoints, Listeners, RemoteKeys,
-// Batches, received Messages) belong to one goroutine at a time: the one that
-// calls Progress. UCX runs the worker in single-thread mode, so there are no
-// locks on the data path. The only Worker method that may be called from any
-// goroutine is Wake, which interrupts a Wait in progress. Use Worker.Wake
-// together with a queue of your own to hand work to the owning goroutine.
-// A Context is safe for concurrent use: several workers, each on its own
-// goroutine, may share one Context and its Memory.
+// Batches, received Messages) belong to one goroutine: the one that created
+// the worker, which NewWorker locks to its OS thread until Close. UCX runs the
+// worker in single-thread mode, so there are no locks on the data path, and
+// UCX requires that one OS thread use the worker (UCX 1.18 aborts otherwise).
+// The only Worker method that may be called from any goroutine is Wake, which
+// interrupts a Wait in progress. Use Worker.Wake together with a queue of your
+// own to hand work to the owning goroutine. CheckThreads (or the environment
+// variable RDMO_UCP_CHECK_THREADS=1) makes every call check its thread and
+// fail with ErrWrongThread; tests turn it on. A Context is safe for concurrent
+// use: several workers, each on its own goroutine, may share one Context and
+// its Memory, which any goroutine may map, pack and close.
 //
 // # Completions
 //

@@ -116,7 +116,7 @@ func (w *Worker) newEndpoint(ep C.ucp_ep_h, name string, owned bool, onError fun
 
 // Connect makes an endpoint to the worker whose Address is addr.
 func (w *Worker) Connect(addr []byte, opts EndpointOptions) (*Endpoint, error) {
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return nil, err
 	}
 	if len(addr) == 0 {
@@ -136,7 +136,7 @@ func (w *Worker) Connect(addr []byte, opts EndpointOptions) (*Endpoint, error) {
 
 // Dial makes a client-server endpoint to a Listener at "host:port".
 func (w *Worker) Dial(addr string, opts EndpointOptions) (*Endpoint, error) {
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return nil, err
 	}
 	host, port, err := splitHostPort(addr)
@@ -230,6 +230,7 @@ func (e *Endpoint) Info() string {
 	if e.usable() != nil {
 		return ""
 	}
+	e.w.mustOnThread("ucp.Endpoint")
 	return goStringAndFree(C.shim_ep_info(e.ep))
 }
 
@@ -417,7 +418,63 @@ func (e *Endpoint) CloseWithin(timeout time.Duration) error {
 // CloseForce closes the endpoint at once, failing its outstanding operations.
 func (e *Endpoint) CloseForce() error { return e.closeWith(true, DefaultCloseTimeout) }
 
+// StartClose queues a close of the endpoint, graceful unless force is set or
+// the endpoint failed, and returns at once; c is called with the outcome from
+// a later Progress (a graceful close fails when the peer cannot be flushed).
+// It is for a goroutine that must keep progressing something else while the
+// close runs: two workers on one thread that talk to each other cannot block
+// in Close, as each needs the other's progress. For UCX's reply endpoints
+// StartClose only forgets the endpoint (c is still called). An endpoint
+// already closed, or whose worker is closed, returns ErrClosed and c is not
+// called.
+func (e *Endpoint) StartClose(force bool, c Completer, tag uint64) error {
+	if err := e.w.onThread("ucp.Endpoint"); err != nil {
+		return err
+	}
+	w := e.w
+	if err := w.h.check(); err != nil {
+		return err
+	}
+	if !e.owned {
+		w.forget(e)
+		_, op, err := w.acquire(c, tag)
+		if err != nil {
+			return err
+		}
+		op.kind = C.SHIM_OP_NOP
+		return nil
+	}
+	if err := e.h.check(); err != nil {
+		return err
+	}
+	force = force || e.err != nil
+	tok, op, err := w.acquire(CompleterFunc(func(comp Completion) {
+		e.dropRkeys()
+		w.forget(e)
+		if c != nil {
+			if force {
+				comp.Err = nil
+			}
+			c.Complete(comp)
+		}
+	}), tag)
+	if err != nil {
+		return err
+	}
+	e.h.markClosed()
+	op.kind = C.SHIM_OP_EP_CLOSE
+	op.ep = unsafe.Pointer(e.ep)
+	if force {
+		op.flags = C.UCP_EP_CLOSE_FLAG_FORCE
+	}
+	w.slots[tok].ep = e
+	return nil
+}
+
 func (e *Endpoint) closeWith(force bool, timeout time.Duration) error {
+	if err := e.w.onThread("ucp.Endpoint"); err != nil {
+		return err
+	}
 	if !e.owned {
 		delete(e.w.eps, e.ep)
 		if e.w.lastEP == e {

@@ -32,7 +32,7 @@ type ConnRequest struct {
 // on the worker's goroutine, inside Progress, for each connection request;
 // it must call Accept or Reject.
 func (w *Worker) Listen(addr string, accept func(*ConnRequest)) (*Listener, error) {
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return nil, err
 	}
 	if accept == nil {
@@ -61,6 +61,12 @@ func (l *Listener) Port() int { return int(l.port) }
 
 // Close stops listening.
 func (l *Listener) Close() error {
+	if l.h.closed.Load() {
+		return nil
+	}
+	if err := l.w.onThread("ucp.Listener"); err != nil {
+		return err
+	}
 	if !l.h.markClosed() {
 		return nil
 	}
@@ -81,7 +87,7 @@ func (w *Worker) connRequest(token uint64, req unsafe.Pointer) {
 // Accept makes an endpoint for the connection.
 func (r *ConnRequest) Accept(opts EndpointOptions) (*Endpoint, error) {
 	w := r.l.w
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return nil, err
 	}
 	var ep C.ucp_ep_h
@@ -96,6 +102,9 @@ func (r *ConnRequest) Accept(opts EndpointOptions) (*Endpoint, error) {
 // Reject refuses the connection.
 func (r *ConnRequest) Reject() error {
 	if err := r.l.h.check(); err != nil {
+		return err
+	}
+	if err := r.l.w.onThread("ucp.Listener"); err != nil {
 		return err
 	}
 	return statusErr(C.ucp_listener_reject(r.l.l, C.ucp_conn_request_h(r.req)))

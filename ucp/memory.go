@@ -140,6 +140,9 @@ func (e *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
+	if err := e.w.onThread("ucp.Endpoint"); err != nil {
+		return nil, err
+	}
 	if len(packed) == 0 {
 		return nil, fmt.Errorf("ucp: unpack of an empty rkey")
 	}
@@ -177,6 +180,9 @@ func (k *RemoteKey) Ptr(raddr uint64, n int) ([]byte, error) {
 	if err := k.h.check(); err != nil {
 		return nil, err
 	}
+	if err := k.ep.w.onThread("ucp.RemoteKey"); err != nil {
+		return nil, err
+	}
 	var p unsafe.Pointer
 	st := C.ucp_rkey_ptr(k.rkey, C.uint64_t(raddr), &p)
 	switch st {
@@ -191,6 +197,12 @@ func (k *RemoteKey) Ptr(raddr uint64, n int) ([]byte, error) {
 
 // Close destroys the remote key.
 func (k *RemoteKey) Close() error {
+	if k.h.closed.Load() {
+		return nil
+	}
+	if err := k.ep.w.onThread("ucp.RemoteKey"); err != nil {
+		return err
+	}
 	if !k.h.markClosed() {
 		return nil
 	}

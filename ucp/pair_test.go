@@ -1,6 +1,7 @@
 package ucp_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -77,31 +78,28 @@ func (d *done) Complete(c ucp.Completion) {
 }
 
 // closeEndpoint closes an endpoint of a gracefully while b keeps
-// progressing on another goroutine (a graceful close needs the peer).
-func (p *pair) closeEndpoint(ep *ucp.Endpoint) { p.closeWhile(ep, p.b) }
+// progressing (a graceful close needs the peer).
+func (p *pair) closeEndpoint(ep *ucp.Endpoint) { p.closeWhile(ep) }
 
 // closeEndpointB closes an endpoint of b while a keeps progressing.
-func (p *pair) closeEndpointB(ep *ucp.Endpoint) { p.closeWhile(ep, p.a) }
+func (p *pair) closeEndpointB(ep *ucp.Endpoint) { p.closeWhile(ep) }
 
-// closeWhile closes ep on the test goroutine while peer, the other worker,
-// is progressed on a goroutine of its own until the close returned.
-func (p *pair) closeWhile(ep *ucp.Endpoint, peer *ucp.Worker) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				peer.Progress()
-			}
+// closeWhile closes ep gracefully while both workers progress. Both live on
+// the test goroutine's thread (UCX binds a worker to one thread), so the
+// close is started and both are progressed until it completes, rather than
+// blocking in Close while a second goroutine drives the peer. An endpoint
+// that its worker's Close already closed is left alone.
+func (p *pair) closeWhile(ep *ucp.Endpoint) {
+	p.t.Helper()
+	var d done
+	if err := ep.StartClose(false, &d, 0); err != nil {
+		if !errors.Is(err, ucp.ErrClosed) {
+			p.t.Errorf("close %s: %v", ep.Name(), err)
 		}
-	}()
-	if err := ep.Close(); err != nil {
+		return
+	}
+	p.progress(func() bool { return d.n == 1 })
+	for _, err := range d.errs {
 		p.t.Errorf("close %s: %v", ep.Name(), err)
 	}
-	close(stop)
-	<-done
 }

@@ -12,6 +12,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static shim_event_t *push_event(shim_worker_t *w)
 {
@@ -55,12 +57,32 @@ static uint64_t arena_copy(shim_worker_t *w, const void *src, size_t len)
     return off;
 }
 
+static int shim_thread_check;
+
+void shim_set_thread_check(int on)
+{
+    __atomic_store_n(&shim_thread_check, on, __ATOMIC_RELAXED);
+}
+
+/* Returns 1 (and records the caller) when the check is on and the caller is
+ * not the worker's thread. */
+static inline int off_thread(shim_worker_t *w)
+{
+    if (!__atomic_load_n(&shim_thread_check, __ATOMIC_RELAXED) ||
+        pthread_equal(pthread_self(), w->owner)) {
+        return 0;
+    }
+    w->wrong_tid = (int32_t)syscall(SYS_gettid);
+    return 1;
+}
+
 shim_worker_t *shim_worker_new(ucp_worker_h worker, uint32_t nslots, uint32_t ops_cap)
 {
     shim_worker_t *w = calloc(1, sizeof(*w));
     if (w == NULL) {
         return NULL;
     }
+    w->owner   = pthread_self();
     w->worker  = worker;
     w->slots   = calloc(nslots, sizeof(*w->slots));
     w->ops     = calloc(ops_cap, sizeof(*w->ops));
@@ -218,6 +240,9 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
 {
     w->nevents   = 0;
     w->arena_len = 0;
+    if (off_thread(w)) {
+        return 0;
+    }
     shim_submit(w, nops);
     for (uint32_t i = 0; i < nrelease; i++) {
         ucp_am_data_release(w->worker, (void*)release[i]);
@@ -244,6 +269,9 @@ static ucp_atomic_op_t amo_opcode(uint32_t kind)
 
 void shim_submit(shim_worker_t *w, uint32_t n)
 {
+    if (off_thread(w)) {
+        return;
+    }
     for (uint32_t i = 0; i < n; i++) {
         shim_op_t        *op = &w->ops[i];
         shim_slot_t      *s  = &w->slots[op->token];
@@ -299,6 +327,9 @@ void shim_submit(shim_worker_t *w, uint32_t n)
             p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
             p.flags         = op->flags;
             sp = ucp_ep_close_nbx(op->ep, &p);
+            break;
+        case SHIM_OP_NOP:
+            sp = NULL;
             break;
         default:
             sp = UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
@@ -512,6 +543,9 @@ ucs_status_t shim_listener_create(shim_worker_t *w, const char *host, uint16_t p
 
 int shim_wait(shim_worker_t *w, int timeout_ms)
 {
+    if (off_thread(w)) {
+        return 0;
+    }
     if (w->efd < 0) {
         return -(int)UCS_ERR_UNSUPPORTED;
     }

@@ -18,6 +18,7 @@
 #ifndef RDMO_UCP_SHIM_H
 #define RDMO_UCP_SHIM_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <ucp/api/ucp.h>
@@ -60,7 +61,8 @@ enum {
     SHIM_OP_EP_FLUSH  = 5,
     SHIM_OP_AM_RECV   = 6, /* receive rendezvous data into buffer */
     SHIM_OP_WORKER_FLUSH = 7,
-    SHIM_OP_EP_CLOSE  = 8
+    SHIM_OP_EP_CLOSE  = 8,
+    SHIM_OP_NOP       = 9  /* completes in place: a completion in order */
 };
 
 /* Results written into shim_op.result by shim_submit. */
@@ -147,6 +149,8 @@ struct shim_worker {
     shim_op_t    *ops;          /* submit scratch, owned by Go        */
     uint32_t      ops_cap;
     int           efd;
+    pthread_t     owner;        /* the thread that created the worker */
+    int32_t       wrong_tid;    /* set when the thread check failed   */
 };
 
 shim_worker_t *shim_worker_new(ucp_worker_h worker, uint32_t nslots, uint32_t ops_cap);
@@ -161,6 +165,12 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
 
 /* Issue ops[0..n) in order. Each op's result/status is filled in. */
 void shim_submit(shim_worker_t *w, uint32_t n);
+
+/* Owner-thread check of shim_progress, shim_submit and shim_wait: while it is
+ * on, a call from a thread other than the one that made the worker touches
+ * nothing and records the caller's thread id in w->wrong_tid (progress
+ * returns 0, wait returns 0). Off by default; costs a pthread_self. */
+void shim_set_thread_check(int on);
 
 /* Releases every request still pending (before ucp_worker_destroy, which
  * asserts that requests were released); their late callbacks are ignored. */

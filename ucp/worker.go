@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -75,6 +76,7 @@ type Worker struct {
 	ctx *Context
 	uw  C.ucp_worker_h
 	sw  *C.shim_worker_t
+	tid int // the OS thread the worker was created on (see thread.go)
 
 	opts  WorkerOptions
 	ops   []C.shim_op_t   // view of sw->ops (C memory)
@@ -122,7 +124,10 @@ type readyCompletion struct {
 	status C.ucs_status_t
 }
 
-// NewWorker creates a single-threaded worker on the context.
+// NewWorker creates a single-threaded worker on the context, bound to the
+// calling goroutine's OS thread: it locks the goroutine to its thread
+// (runtime.LockOSThread) until Close, which must be called from the same
+// goroutine. Create the worker on the goroutine that will drive it.
 func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 	if err := c.h.check(); err != nil {
 		return nil, err
@@ -140,12 +145,17 @@ func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 	p.field_mask = C.UCP_WORKER_PARAM_FIELD_THREAD_MODE
 	p.thread_mode = C.UCS_THREAD_MODE_SINGLE
 	w := &Worker{ctx: c, opts: opts, eps: map[C.ucp_ep_h]*Endpoint{}, lns: map[uint64]*Listener{}}
+	// UCX binds the worker to the first thread that uses it: create it on
+	// the thread it will live on.
+	w.tid = lockThread()
 	if st := C.ucp_worker_create(c.ctx, &p, &w.uw); st != C.UCS_OK {
+		runtime.UnlockOSThread()
 		return nil, fmt.Errorf("ucp: create worker: %w", Status(st))
 	}
 	w.sw = C.shim_worker_new(w.uw, C.uint32_t(opts.MaxOutstanding), C.uint32_t(opts.MaxBatch))
 	if w.sw == nil {
 		C.ucp_worker_destroy(w.uw)
+		runtime.UnlockOSThread()
 		return nil, fmt.Errorf("ucp: create worker: %w", StatusNoMemory)
 	}
 	w.ops = unsafe.Slice(w.sw.ops, opts.MaxBatch)
@@ -165,7 +175,7 @@ func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 
 // Address returns the worker's UCP address, which a peer passes to Connect.
 func (w *Worker) Address() ([]byte, error) {
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return nil, err
 	}
 	var addr *C.ucp_address_t
@@ -182,6 +192,7 @@ func (w *Worker) Info() string {
 	if w.h.check() != nil {
 		return ""
 	}
+	w.mustOnThread("ucp.Worker")
 	return goStringAndFree(C.shim_worker_info(w.uw))
 }
 
@@ -191,7 +202,7 @@ func (w *Worker) Outstanding() int { return w.outstanding }
 // SetHandler installs h for active messages with the given id (below
 // MaxAMID); nil removes it.
 func (w *Worker) SetHandler(id uint16, h MessageHandler) error {
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return err
 	}
 	if int(id) >= MaxAMID {
@@ -219,7 +230,9 @@ func (w *Worker) acquire(c Completer, tag uint64) (uint32, *C.shim_op_t, error) 
 		return 0, nil, ErrTooManyOutstanding
 	}
 	if w.nops == len(w.ops) {
-		w.submit()
+		if err := w.submit(); err != nil {
+			return 0, nil, err
+		}
 	}
 	tok := w.free[len(w.free)-1]
 	w.free = w.free[:len(w.free)-1]
@@ -253,16 +266,24 @@ func (w *Worker) pinned(tok uint32, b []byte) unsafe.Pointer {
 // progressing the worker. Progress and Wait also do this.
 func (w *Worker) Submit() {
 	if w.h.check() == nil {
-		w.submit()
+		if err := w.submit(); err != nil {
+			panic(err)
+		}
 	}
 }
 
-func (w *Worker) submit() {
+// submit issues the queued operations. Off the owner thread (with the check
+// on) nothing is issued and they stay queued.
+func (w *Worker) submit() error {
 	if w.nops == 0 {
-		return
+		return nil
 	}
 	C.shim_submit(w.sw, C.uint32_t(w.nops))
+	if err := w.offThread(); err != nil {
+		return err
+	}
 	w.collectSubmitted()
+	return nil
 }
 
 // collectSubmitted moves the outcomes of ops that finished in place to the
@@ -339,6 +360,9 @@ func (w *Worker) Progress() (int, error) {
 	}
 	nops := w.nops
 	C.shim_progress(w.sw, C.uint32_t(nops), rel, C.uint32_t(len(w.release)), C.uint32_t(w.opts.ProgressRounds))
+	if err := w.offThread(); err != nil {
+		return 0, err
+	}
 	w.release = w.release[:0]
 	w.collectSubmitted()
 
@@ -446,7 +470,9 @@ func (w *Worker) Wait(timeout time.Duration) (bool, error) {
 	if w.inProgress {
 		return false, ErrReentrant
 	}
-	w.submit()
+	if err := w.submit(); err != nil {
+		return false, err
+	}
 	if len(w.ready) > 0 {
 		return true, nil
 	}
@@ -455,6 +481,9 @@ func (w *Worker) Wait(timeout time.Duration) (bool, error) {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
 	r := C.shim_wait(w.sw, C.int(ms))
+	if err := w.offThread(); err != nil {
+		return false, err
+	}
 	switch {
 	case r == 1:
 		return true, nil
@@ -479,10 +508,12 @@ func (w *Worker) Wake() error {
 // Fence orders the worker's RMA and atomic operations: those issued after
 // it take effect after those issued before it.
 func (w *Worker) Fence() error {
-	if err := w.h.check(); err != nil {
+	if err := w.guard(); err != nil {
 		return err
 	}
-	w.submit()
+	if err := w.submit(); err != nil {
+		return err
+	}
 	return statusErr(C.ucp_worker_fence(w.uw))
 }
 
@@ -564,11 +595,14 @@ func (w *Worker) progressUntil(cond func() bool, timeout time.Duration) error {
 }
 
 // Close closes the worker's listeners and endpoints (forcibly), completes
-// every outstanding operation (with ErrClosed if UCX did not), and destroys
-// the worker.
+// every outstanding operation (with ErrClosed if UCX did not), destroys the
+// worker, and unlocks the goroutine from its thread (see NewWorker).
 func (w *Worker) Close() error {
 	if w.h.closed.Load() {
 		return nil
+	}
+	if err := w.onThread("ucp.Worker"); err != nil {
+		return err
 	}
 	if w.inProgress {
 		return ErrReentrant
@@ -619,6 +653,12 @@ func (w *Worker) Close() error {
 	w.ctx.mu.Lock()
 	w.ctx.nw--
 	w.ctx.mu.Unlock()
+	// Undo NewWorker's lock, but only on the worker's own thread (only its
+	// goroutine runs there): closed from anywhere else (with the check
+	// off), it would undo a lock some other goroutine holds.
+	if syscall.Gettid() == w.tid {
+		runtime.UnlockOSThread()
+	}
 	return nil
 }
 

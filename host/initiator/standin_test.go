@@ -111,31 +111,45 @@ type pendingReq struct {
 func newStandIn(t testing.TB, tr ucptest.Transport, cfg standInConfig) *standIn {
 	t.Helper()
 	ctx := ucptest.NewContext(t, tr)
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := w.Address()
-	if err != nil {
-		w.Close()
-		t.Fatal(err)
-	}
-	s := &standIn{t: t, w: w, addr: addr, cfg: cfg,
+	s := &standIn{t: t, cfg: cfg,
 		stop: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{})}
-	if err := w.SetHandler(0, ucp.MessageHandlerFunc(s.handle)); err != nil {
-		w.Close()
+	ready := make(chan error, 1)
+	go s.run(ctx, ready)
+	if err := <-ready; err != nil {
 		t.Fatal(err)
 	}
-	go s.run()
 	t.Cleanup(s.close)
 	return s
 }
 
+// open makes the stand-in's worker, on the goroutine that drives it (UCX
+// binds a worker to the thread that made it).
+func (s *standIn) open(ctx *ucp.Context) error {
+	w, err := ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		return err
+	}
+	if s.addr, err = w.Address(); err == nil {
+		err = w.SetHandler(0, ucp.MessageHandlerFunc(s.handle))
+	}
+	if err != nil {
+		w.Close()
+		return err
+	}
+	s.w = w
+	return nil
+}
+
 // run is the stand-in's progress loop.
-func (s *standIn) run() {
+func (s *standIn) run(ctx *ucp.Context, ready chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer close(s.done)
+	if err := s.open(ctx); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
 	idle := 0
 	for {
 		select {

@@ -23,6 +23,7 @@ type Local struct {
 
 	stop    atomic.Bool
 	running bool
+	begin   chan struct{} // closed by Start or Close
 	done    chan struct{}
 }
 
@@ -43,18 +44,36 @@ func NewLocal(opts LocalOptions) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
+	t := &Local{log: log, ctx: ctx, begin: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go t.own(ready)
+	if err := <-ready; err != nil {
 		ctx.Close()
 		return nil, err
 	}
-	addr, err := w.Address()
-	if err != nil {
-		w.Close()
-		ctx.Close()
-		return nil, err
+	return t, nil
+}
+
+// own is the worker's goroutine from its birth: UCX binds a worker to the
+// thread that made it (ucp.NewWorker locks this goroutine to its thread),
+// so it is made, progressed and closed here.
+func (t *Local) own(ready chan<- error) {
+	defer close(t.done)
+	w, err := t.ctx.NewWorker(ucp.WorkerOptions{})
+	if err == nil {
+		if t.addr, err = w.Address(); err != nil {
+			w.Close()
+		}
 	}
-	return &Local{log: log, ctx: ctx, w: w, addr: addr, done: make(chan struct{})}, nil
+	if err == nil {
+		t.w = w
+	}
+	ready <- err
+	if err != nil {
+		return
+	}
+	<-t.begin
+	t.progress()
 }
 
 // Address is the UCP worker's address, for Options.Address.
@@ -72,15 +91,14 @@ func (t *Local) Allocate(n int) (*ucp.Memory, error) {
 	return m, nil
 }
 
-// Start hands the worker to its progress goroutine; from then on only
-// Wake is called on it from elsewhere.
+// Start lets the worker's goroutine progress it; from then on only Wake
+// is called on it from elsewhere.
 func (t *Local) Start() {
 	t.running = true
-	go t.progress()
+	close(t.begin)
 }
 
 func (t *Local) progress() {
-	defer close(t.done)
 	reported := false
 	for !t.stop.Load() {
 		n, err := t.w.Progress()
@@ -106,13 +124,13 @@ func (t *Local) progress() {
 // worker may write into freed memory.
 func (t *Local) Close() error {
 	var errs []error
+	t.stop.Store(true)
 	if t.running {
-		t.stop.Store(true)
 		t.w.Wake()
-		<-t.done
 	} else {
-		errs = append(errs, t.w.Close())
+		close(t.begin)
 	}
+	<-t.done
 	for _, m := range t.mems {
 		errs = append(errs, m.Close())
 	}

@@ -83,28 +83,19 @@ func targetMain() error {
 		return err
 	}
 	defer uctx.Close()
-	w, err := uctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
+	t := &benchTarget{log: log, uctx: uctx, done: make(chan struct{}), workers: map[string]*workerState{}}
+	ready := make(chan error, 1)
+	go t.progress(ready)
+	if err := <-ready; err != nil {
 		return err
 	}
-	addr, err := w.Address()
-	if err != nil {
-		w.Close()
-		return err
-	}
-	t := &benchTarget{log: log, uctx: uctx, w: w, addr: addr, done: make(chan struct{}), workers: map[string]*workerState{}}
-	if err := w.SetHandler(amSink, ucp.MessageHandlerFunc(t.sink)); err != nil {
-		w.Close()
-		return err
-	}
+	defer t.close()
+	addr := t.addr
 	if s := os.Getenv(envWorkerEnv); s != "" {
 		if err := json.Unmarshal([]byte(s), &t.workerEnv); err != nil {
-			w.Close()
 			return fmt.Errorf("%s: %w", envWorkerEnv, err)
 		}
 	}
-	go t.progress()
-	defer t.close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.svc, err = target.Dial(ctx, os.Getenv(envUROM), target.DialOptions{Logger: log})
@@ -125,9 +116,27 @@ func targetMain() error {
 	}
 }
 
-func (t *benchTarget) progress() {
+// progress is the worker's goroutine from its birth: UCX binds a worker to
+// the thread that made it, so it is made, progressed and closed here.
+func (t *benchTarget) progress(ready chan<- error) {
 	runtime.LockOSThread()
 	defer close(t.done)
+	w, err := t.uctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer w.Close()
+	if t.addr, err = w.Address(); err == nil {
+		err = w.SetHandler(amSink, ucp.MessageHandlerFunc(t.sink))
+	}
+	if err == nil {
+		t.w = w
+	}
+	ready <- err
+	if err != nil {
+		return
+	}
 	idle := 0
 	for !t.stopping.Load() {
 		n, err := t.w.Progress()
@@ -158,7 +167,6 @@ func (t *benchTarget) close() {
 	if t.scat != nil {
 		t.scat.Close()
 	}
-	t.w.Close()
 	if t.scratch != nil {
 		t.scratch.Close()
 	}

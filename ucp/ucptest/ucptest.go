@@ -62,6 +62,7 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 // Without a working libucp it fails in CI and skips elsewhere.
 func NewContext(t testing.TB, tr Transport) *ucp.Context {
 	t.Helper()
+	ucp.CheckThreads(true)
 	ctx, err := ucp.NewContext(ucp.ContextOptions{Config: tr.Config()})
 	if err != nil {
 		SkipOrFail(t, "UCX unavailable: %v", err)
@@ -74,13 +75,15 @@ func NewContext(t testing.TB, tr Transport) *ucp.Context {
 	return ctx
 }
 
-// CheckLeaks turns on handle tracking and, when the test ends, fails it if
-// any UCX object created during the test is still open (printing where it was
-// created) or if goroutines started during the test are still running.
+// CheckLeaks turns on handle tracking and the owner-thread check
+// (ucp.CheckThreads) and, when the test ends, fails it if any UCX object
+// created during the test is still open (printing where it was created) or if
+// goroutines started during the test are still running.
 // Call it first in a test so its cleanup runs last.
 func CheckLeaks(t testing.TB) {
 	t.Helper()
 	ucp.TrackLeaks(true)
+	ucp.CheckThreads(true)
 	before := ucp.LiveObjects()
 	baseG := goroutines()
 	t.Cleanup(func() {
@@ -155,8 +158,10 @@ func ignorableGoroutine(g string) bool {
 
 // NewChildWorker makes the context (from the UCX_* environment the parent
 // chose) and worker of a child process in a test role; the child prints
-// "ERR" and exits when it fails.
+// "ERR" and exits when it fails. The worker is bound to the calling
+// goroutine (see ucp.NewWorker), and the owner-thread check is on.
 func NewChildWorker() (*ucp.Context, *ucp.Worker, error) {
+	ucp.CheckThreads(true)
 	ctx, err := ucp.NewContext(ucp.ContextOptions{})
 	if err != nil {
 		return nil, nil, err
