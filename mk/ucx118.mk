@@ -4,6 +4,7 @@
 # fails, never skips, when it cannot run.
 #   make test-ucx-1.18
 #   make test-ucx-1.18 UCX118_ROOT=/some/dir   (default /var/cache/rdmo/trixie-ucx)
+#   make test-ucx-1.18 RACE=1                  (with the race detector; CI runs without)
 #
 # CI time it adds (2026-11-24, 2 vCPU shared with other jobs): building the
 # root once ~50 s; the package list below 681 s with -race; the e2e seed
@@ -19,5 +20,5 @@ UCX118_E2E  ?= ^TestSeedFlow$$
 .PHONY: test-ucx-1.18
 
 test-ucx-1.18:
-	UCX118_PKGS='$(UCX118_PKGS)' UCX118_E2E='$(UCX118_E2E)' \
+	UCX118_PKGS='$(UCX118_PKGS)' UCX118_E2E='$(UCX118_E2E)' UCX118_TESTFLAGS='$(if $(RACE),-race)' \
 	  RDMO_UCP_CHECK_THREADS=1 ./scripts/ucx118.sh

@@ -46,7 +46,7 @@ func main() {
 	if code, ok := bench.RoleMain(); ok {
 		os.Exit(code)
 	}
-	// The bench command's own flags (--topology, --size, --json, --plot,
+	// The bench command's own flags (--topology, --size, --results, --plot,
 	// --short, ...) are not cli.Config flags: TakeArgs keeps them for the
 	// bench mode it returns and hands the rest of the command line to the
 	// parser.
@@ -373,9 +373,8 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run the RDMO benchmark workload",
-		Long: "Runs --ops RDMO operations and reports their rate and latency. Without -m both\n" +
-			"sides run in this process; with -m server or -m client this process runs one side.",
-		Args: noArgs,
+		Long:  bench.Help(),
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.showVersion {
 				return a.printVersion()
@@ -392,6 +391,14 @@ func (a *app) benchCommand() *cobra.Command {
 		},
 	}
 	a.bench.RegisterFlags(cmd.Flags())
+	// Flags of the other modes that bench refuses (one line, exit 2). They
+	// stay registered, so a shared params file (-j) still loads; the help
+	// says they are refused.
+	for _, f := range []string{"device", "server-name", "mode", "oob-port", "append-strategy", "secret-file"} {
+		if fl := cmd.Flags().Lookup(f); fl != nil {
+			fl.Usage += " (refused by bench)"
+		}
+	}
 	return cmd
 }
 

@@ -962,3 +962,38 @@ func ExampleInitiator() {
 	}
 	// Output: initiator: Options.WorkerAddress is empty
 }
+
+// An idle initiator sleeps: the loop polls while a flush waits for its
+// answer, but once nothing is outstanding it sleeps in ucp.Worker.Wait. A
+// producer wakes it (Stats.Wakes) only when it finds the loop asleep, so an
+// append that wakes it proves the loop had gone to sleep; a loop that kept
+// polling fails at the hang guard.
+func TestIdleInitiatorSleeps(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		_, in := start(t, tr, standInConfig{}, initiator.Options{})
+		ctx := timeout(t, 60*time.Second)
+		for i := 0; i < 100; i++ { // a conversation of idle flushes
+			if err := in.Append(8, 1, 1, []byte{byte(i)}); err != nil {
+				t.Fatal(err)
+			}
+			if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
+				t.Fatalf("flush %d: %+v %v", i, rsp, err)
+			}
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+			w0 := in.Stats().Wakes
+			if err := in.Append(8, 1, 1, []byte("z")); err != nil {
+				t.Fatal(err)
+			}
+			if in.Stats().Wakes > w0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the initiator's loop never slept in 30 s of idleness")
+			}
+		}
+		if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
+			t.Fatalf("flush after the sleep: %+v %v", rsp, err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -198,15 +199,32 @@ func (lp *loop) run() {
 			continue
 		}
 		lp.idle++
-		if lp.fatal || lp.idle >= idleSpins && (lp.sendsOut == 0 || lp.idle >= pendingSpins) {
+		// An answer is due soon while sends are out or a flush waits
+		// for its answer: a flush's round trip is far shorter than a
+		// sleep's wake-up through the kernel, so the loop keeps polling
+		// for a bounded number of rounds before it sleeps. With nothing
+		// outstanding it sleeps after idleSpins.
+		awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0
+		if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.idle >= pendingSpins) {
 			lp.idle = 0
 			lp.sleep()
 			continue
 		}
 		if lp.idle >= idleSpins {
+			if lp.sendsOut == 0 && runtime.GOMAXPROCS(0) > 1 {
+				// Only a flush's answer is awaited: yield the CPU to
+				// other threads but keep the P. The loop is locked to
+				// its thread (UCX binds the worker to it), and a locked
+				// goroutine's Gosched parks its thread on a futex and
+				// wakes another: two context switches per yield, over
+				// a millisecond of them per flush.
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+				continue
+			}
 			// Sends wait in UCX for room at the receiver (a full
 			// shared-memory FIFO), which no wake-up event announces:
-			// keep progressing, but let other goroutines run.
+			// keep progressing, but let other goroutines run (the
+			// receiver may be one of this process).
 			runtime.Gosched()
 		}
 	}

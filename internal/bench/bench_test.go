@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -45,7 +46,7 @@ func runShort(t *testing.T, o Options) *Report {
 	o.Short = true
 	o.Executable = os.Args[0]
 	o.Stdout, o.Stderr = &out, os.Stderr
-	o.JSON = filepath.Join(dir, "bench.json")
+	o.Results = filepath.Join(dir, "bench.json")
 	o.Plot = filepath.Join(dir, "bench.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -53,11 +54,25 @@ func runShort(t *testing.T, o Options) *Report {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out.String())
 	}
-	modes, _ := expandModes(o.Modes, o.IOVs)
+	vo := o
+	if err := vo.validate(); err != nil {
+		t.Fatal(err)
+	}
+	modes := vo.Modes
 	if len(rep.Rows) != len(modes)*len(o.Sizes) {
 		t.Errorf("%d rows, want %d\n%s", len(rep.Rows), len(modes)*len(o.Sizes), out.String())
 	}
 	for _, row := range rep.Rows {
+		if isPerftest(row.Mode) {
+			// ucx_perftest checks no data; it ran and counted.
+			if row.Error != "" || row.Verified || row.Rounds != 1 || row.Ops == 0 {
+				t.Errorf("row %s %d B: verified %v, rounds %d, ops %d, error %q", row.Mode, row.Size, row.Verified, row.Rounds, row.Ops, row.Error)
+			}
+			continue
+		}
+		if row.Stable {
+			t.Errorf("row %s: stable in a --short run (no timing claims)", row.Mode)
+		}
 		if row.Error != "" || !row.Verified || row.Rounds != 1 || row.Ops == 0 {
 			t.Errorf("row %s %d B: verified %v, rounds %d, ops %d, error %q", row.Mode, row.Size, row.Verified, row.Rounds, row.Ops, row.Error)
 		}
@@ -77,13 +92,27 @@ func runShort(t *testing.T, o Options) *Report {
 			t.Errorf("output does not mention %s\n%s", m, text)
 		}
 	}
-	b, err := os.ReadFile(o.JSON)
+	b, err := os.ReadFile(o.Results)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var back Report
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(rep.Rows) {
 		t.Errorf("JSON output: %v, %d rows", err, len(back.Rows))
+	}
+	// The contract for tools that read the bench (docs/BENCHMARKS.md).
+	var raw struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range raw.Rows {
+		for _, k := range []string{"mode", "size", "rate", "mb_per_s", "p50_ns", "verified", "cpu_ns_per_op", "stable"} {
+			if _, ok := row[k]; !ok {
+				t.Errorf("JSON row %v lacks %q", row["mode"], k)
+			}
+		}
 	}
 	svg, err := os.ReadFile(o.Plot)
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("<polyline")) {
@@ -258,10 +287,10 @@ func TestSplitArgs(t *testing.T) {
 		{[]string{"-m", "server"}, "", "-m server", false},
 		{[]string{"bench", "--topology", "shm", "--ops", "5", "--short"}, "--topology shm --short", "bench --ops 5", true},
 		{[]string{"-l", "60", "bench", "--size=8,64", "--plot", "x.svg", "-j", "p.json"}, "--size=8,64 --plot x.svg", "-l 60 bench -j p.json", true},
-		{[]string{"bench", "--json"}, "--json", "bench", true},
-		{[]string{"bench", "--json", "--short"}, "--json --short", "bench", true},
-		{[]string{"bench", "--json=out.json"}, "--json=out.json", "bench", true},
-		{[]string{"bench", "--json", "params.json"}, "", "bench --json params.json", true},
+		{[]string{"bench", "--results", "-", "--short"}, "--results - --short", "bench", true},
+		{[]string{"bench", "--results=out.json"}, "--results=out.json", "bench", true},
+		{[]string{"bench", "--json", "params.json", "--results", "r.json"}, "--results r.json", "bench --json params.json", true},
+		{[]string{"bench", "-j", "params.json"}, "", "bench -j params.json", true},
 		{[]string{"bench", "-h"}, "", "bench -h", true},
 		{[]string{"--urom", "bench", "dpu"}, "", "--urom bench dpu", false},
 	} {
@@ -271,10 +300,10 @@ func TestSplitArgs(t *testing.T) {
 		}
 	}
 	o := DefaultOptions()
-	if err := FlagSet(&o).Parse([]string{"--topology", "shm", "--size", "8,4k", "--json", "--modes", "rdmo-append,raw-am", "--queue-mb", "16"}); err != nil {
+	if err := FlagSet(&o).Parse([]string{"--topology", "shm", "--size", "8,4k", "--results", "-", "--modes", "rdmo-append,raw-am", "--queue-mb", "16"}); err != nil {
 		t.Fatal(err)
 	}
-	if o.Topology != TopologySHM || !slices.Equal(o.Sizes, []int{8, 4096}) || o.JSON != "-" || o.QueueBytes != 16<<20 {
+	if o.Topology != TopologySHM || !slices.Equal(o.Sizes, []int{8, 4096}) || o.Results != "-" || o.QueueBytes != 16<<20 {
 		t.Errorf("parsed %+v", o)
 	}
 	if err := o.validate(); err != nil {
@@ -287,7 +316,7 @@ func TestSplitArgs(t *testing.T) {
 
 func TestExpandModes(t *testing.T) {
 	all, err := expandModes(nil, []int{1, 4, 16})
-	if err != nil || len(all) != 11 {
+	if err != nil || len(all) != 14 {
 		t.Fatalf("all modes: %v %v", all, err)
 	}
 	got, err := expandModes([]string{"scatter/2", "flush", "native-append/blocking"}, []int{1})
@@ -315,6 +344,10 @@ func TestReportRatiosAndPlot(t *testing.T) {
 			Row{Mode: ModeFlushLoad, Size: size, Error: "lost data"},
 		)
 	}
+	for i := range r.Rows {
+		r.Rows[i].Stable, r.Rows[i].Rounds = true, 3
+	}
+	r.Rows[5].Stable, r.Rows[5].Spread = false, 0.9 // flush/idle 64 B
 	r.finish()
 	a := r.Row(ModeRDMOAppendOwned, 64)
 	if a.XRawAM != 0.8 || a.XNativeBlocking != 16 || a.XNativePipelined != 4 {
@@ -325,7 +358,9 @@ func TestReportRatiosAndPlot(t *testing.T) {
 	}
 	var out bytes.Buffer
 	r.WriteTable(&out)
-	for _, want := range []string{"16.00× native-append/blocking (goal ≥ 10×): met", "FAILED flush/load 64 B: lost data", "idle flush round trip p50 = 2.00×"} {
+	for _, want := range []string{"64 B: rdmo-append/owned / native-append/blocking = 16 (goal ≥ 10): met",
+		"FAILED flush/load 64 B: lost data", "4096 B: idle flush p50 / am-pingpong p50 = 2 (goal ≤ 2.5): met",
+		"64 B: idle flush p50 / am-pingpong p50 = 2: unstable: re-run (spread flush/idle 90% over 3 rounds"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -338,4 +373,63 @@ func TestReportRatiosAndPlot(t *testing.T) {
 		t.Errorf("plot:\n%s", svg)
 	}
 
+}
+
+func TestParsePerftestLine(t *testing.T) {
+	r, ok := parsePerftestLine("[thread 0]            418513      0.030   158.287    31.420        0.39       1.94        6318       31826")
+	if !ok || r.final || r.iters != 418513 || r.elapsed != time.Duration(31.420*418513*1e3) {
+		t.Errorf("report line: %+v %v", r, ok)
+	}
+	r, ok = parsePerftestLine("Final:                 20000      3.072    46.198   118.268     1352.88     528.46       21646        8455")
+	if !ok || !r.final || r.iters != 20000 {
+		t.Errorf("final line: %+v %v", r, ok)
+	}
+	for _, l := range []string{"", "|    Stage     | # iterations |", "+------+", "[thread 0] x y"} {
+		if _, ok := parsePerftestLine(l); ok {
+			t.Errorf("%q parsed", l)
+		}
+	}
+}
+
+func TestSpreadAndCPU(t *testing.T) {
+	if s := spread([]float64{100, 80, 120}); s < 0.399 || s > 0.401 {
+		t.Errorf("spread %v, want 0.4", s)
+	}
+	if spread([]float64{5}) != 0 {
+		t.Error("spread of one round")
+	}
+	c := readCPU(os.Getpid())
+	for i := 0; c.total() == 0 && i < 1e9; i++ { // burn until a tick is accounted
+		c = readCPU(os.Getpid())
+	}
+	if c.total() == 0 || readCPU(-1).total() != 0 {
+		t.Errorf("readCPU: %+v", c)
+	}
+}
+
+// rdmo bench refuses, in one line with the usage exit status, the common
+// flags it has no use for; the results file has its own flag.
+func TestCLIRefusesOtherModesFlags(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*cli.Config)
+		flag string
+	}{
+		{func(c *cli.Config) { c.Mode = cli.ModeServer }, "-m/--mode"},
+		{func(c *cli.Config) { c.ServerName = "host" }, "-s/--server-name"},
+		{func(c *cli.Config) { c.Device = "mlx5_0" }, "-d/--device"},
+		{func(c *cli.Config) { c.OOBPort = 1 }, "--oob-port"},
+		{func(c *cli.Config) { c.AppendStrategy = cli.AppendShared }, "--append-strategy"},
+		{func(c *cli.Config) { c.SecretFile = "s" }, "--secret-file"},
+	} {
+		cfg := cli.DefaultConfig()
+		c.set(&cfg)
+		err := runCLI(context.Background(), cfg, nil)
+		if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), c.flag) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v (exit %d)", c.flag, err, cli.ExitCode(err))
+		}
+	}
+	err := runCLI(context.Background(), cli.DefaultConfig(), []string{"--json=out.json"})
+	if cli.ExitCode(err) != cli.ExitUsage {
+		t.Errorf("--json as a bench flag: %v", err)
+	}
 }

@@ -27,11 +27,9 @@ var rootValueFlags = map[string]bool{
 
 // SplitArgs splits an rdmo command line (without the program name) whose
 // subcommand is `bench` into the benchmark's own flags and the rest. ok is
-// false when the subcommand is not bench; rest is then args.
-//
-// `--json` is both the DOCA params file flag (-j/--json <file>) and the
-// benchmark's JSON output switch: followed by a value that is not a flag it
-// stays the params file; bare (or --json=FILE) it is the output switch.
+// false when the subcommand is not bench; rest is then args. -j/--json is
+// never a benchmark flag: it is the DOCA params file everywhere (the
+// results file is --results).
 func SplitArgs(args []string) (benchArgs, rest []string, ok bool) {
 	i := 0
 	for ; i < len(args); i++ {
@@ -67,13 +65,6 @@ func SplitArgs(args []string) (benchArgs, rest []string, ok bool) {
 		switch {
 		case hasValue:
 			benchArgs = append(benchArgs, a)
-		case name == "json":
-			if j+1 < len(args) && !strings.HasPrefix(args[j+1], "-") {
-				rest = append(rest, a, args[j+1]) // the params file
-				j++
-				continue
-			}
-			benchArgs = append(benchArgs, a)
 		case f.NoOptDefVal != "":
 			benchArgs = append(benchArgs, a)
 		case j+1 < len(args):
@@ -86,12 +77,22 @@ func SplitArgs(args []string) (benchArgs, rest []string, ok bool) {
 	return benchArgs, rest, true
 }
 
+// Help is the part of `rdmo bench --help` that describes the benchmark:
+// what it runs and its own flags (cmd/rdmo puts it after the usage line).
+func Help() string {
+	o := DefaultOptions()
+	return "Runs a target, an RDMO worker and initiators as separate processes of this\n" +
+		"host, interleaves every row (RDMO operations, the ways to do the same work\n" +
+		"without RDMO, and ucx_perftest at the same size and transport) round by round,\n" +
+		"checks every round's data in target memory, and prints each row's rate, CPU time\n" +
+		"per operation and ratios to the baselines of the same run.\n\n" +
+		"Benchmark flags:\n" + FlagSet(&o).FlagUsages()
+}
+
 // TakeArgs is called by cmd/rdmo before the command line is parsed: it
 // returns argv without the benchmark's own flags of `rdmo bench`, and the
-// bench mode (cli.App.Bench) that runs with them. On `rdmo bench -h` it
-// also prints the benchmark's flags to help (before the command's own
-// help).
-func TakeArgs(argv []string, help io.Writer) (rest []string, mode func(context.Context, cli.Config) error) {
+// bench mode (cli.App.Bench) that runs with them.
+func TakeArgs(argv []string, _ io.Writer) (rest []string, mode func(context.Context, cli.Config) error) {
 	mode = func(ctx context.Context, cfg cli.Config) error { return runCLI(ctx, cfg, nil) }
 	if len(argv) < 2 {
 		return argv, mode
@@ -101,22 +102,36 @@ func TakeArgs(argv []string, help io.Writer) (rest []string, mode func(context.C
 		return argv, mode
 	}
 	mode = func(ctx context.Context, cfg cli.Config) error { return runCLI(ctx, cfg, ba) }
-	for _, a := range rest {
-		if a == "-h" || a == "--help" {
-			o := DefaultOptions()
-			fmt.Fprintf(help, "Benchmark flags of rdmo bench:\n%s\n", FlagSet(&o).FlagUsages())
-			break
-		}
-	}
 	return append([]string{argv[0]}, rest...), mode
+}
+
+// notForBench reports the first common flag set in cfg that `rdmo bench`
+// has no use for: it starts both sides itself, on this host.
+func notForBench(cfg cli.Config) string {
+	d := cli.DefaultConfig()
+	switch {
+	case cfg.Mode != "":
+		return "-m/--mode (rdmo bench starts its target, worker and initiator processes itself)"
+	case cfg.ServerName != "":
+		return "-s/--server-name (every process runs on this host)"
+	case cfg.Device != "":
+		return "-d/--device (set UCX_NET_DEVICES to pick the network device)"
+	case cfg.OOBPort != d.OOBPort:
+		return "--oob-port (the processes exchange addresses through their parent)"
+	case cfg.AppendStrategy != d.AppendStrategy:
+		return "--append-strategy (the rows rdmo-append/owned and rdmo-append/shared measure both)"
+	case cfg.SecretFile != "":
+		return "--secret-file (the embedded UROM service listens on loopback for this run only)"
+	}
+	return ""
 }
 
 // runCLI is `rdmo bench` with the benchmark's flags args: it runs a target,
 // an RDMO worker and initiators as processes of this host and reports the
 // rows.
 func runCLI(ctx context.Context, cfg cli.Config, args []string) error {
-	if cfg.Mode != "" {
-		return cli.Usagef("rdmo bench starts its target, worker and initiator processes itself; -m/--mode does not apply")
+	if f := notForBench(cfg); f != "" {
+		return cli.Usagef("rdmo bench: %s does not apply", f)
 	}
 	o := DefaultOptions()
 	if err := FlagSet(&o).Parse(args); err != nil {

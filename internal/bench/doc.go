@@ -18,6 +18,12 @@
 //
 // # Rows
 //
+//   - perftest-am and perftest-put: UCX's own ucx_perftest (-t ucp_am_bw,
+//     -t ucp_put_bw) between two processes at the row's size and the
+//     initiators' UCX_TLS, started by the driver (perftest.go): what libucp
+//     moves here and now. Every row's rate is read against perftest-am.
+//   - native-owned: one writer that owns the queue's tail packs its records
+//     into large puts and publishes the tail once per round (one initiator).
 //   - raw-am: Size-byte UCX active messages to a counting sink in the
 //     target, through package ucp: the limit for one message per operation.
 //   - am-pingpong: one such message and its echo at a time.
@@ -38,6 +44,15 @@
 // check fails is a failure, not a number. The first round of a row warms up
 // and is not counted. The worker's counters (dpu.Stats) before and after
 // the measured rounds give target puts per request.
+//
+// # CPU time and stability
+//
+// Every row reports the CPU time (user + system) per operation of its
+// processes, read from their own accounting around each measured round
+// (cpu.go); it moves far less than a rate on a shared machine. A row is
+// stable when its rounds' rates span at most StableSpread of their median
+// over at least StableRounds rounds; a goal line judges stable rows only
+// and says "unstable: re-run" otherwise.
 //
 // # Flow control
 //

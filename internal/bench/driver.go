@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -62,7 +63,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	d.rep = newReport(o)
 	out := o.Stdout
-	if o.JSON == "-" {
+	if o.Results == "-" {
 		out = o.Stderr
 	}
 	d.out = newProgress(out)
@@ -75,7 +76,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	d.rep.finish()
 	d.rep.WriteTable(out)
-	if o.JSON != "" {
+	if o.Results != "" {
 		if err := d.writeJSON(); err != nil {
 			return d.rep, err
 		}
@@ -95,12 +96,12 @@ func (d *driver) writeJSON() error {
 		return err
 	}
 	b = append(b, '\n')
-	if d.o.JSON == "-" {
+	if d.o.Results == "-" {
 		_, err = d.o.Stdout.Write(b)
 		return err
 	}
-	if err := os.WriteFile(d.o.JSON, b, 0o644); err != nil {
-		return fmt.Errorf("bench: json: %w", err)
+	if err := os.WriteFile(d.o.Results, b, 0o644); err != nil {
+		return fmt.Errorf("bench: --results: %w", err)
 	}
 	return nil
 }
@@ -161,7 +162,16 @@ func (d *driver) run(ctx context.Context) error {
 			fmt.Fprintf(d.out.w, "worker metrics at http://%s/metrics\n", maddr)
 		}
 	}
-	wenv, _ := json.Marshal(append(append([]string(nil), d.o.ChildEnv...), sideEnv...))
+	// The target asks the service for its workers with the UCX settings
+	// only: the service refuses anything else in a worker's environment.
+	// The embedded service gives its workers the rest itself (WorkerEnv).
+	var spawnEnv []string
+	for _, kv := range append(append([]string(nil), d.o.ChildEnv...), sideEnv...) {
+		if name, _, _ := strings.Cut(kv, "="); urom.SpawnEnvAllowed[name] {
+			spawnEnv = append(spawnEnv, kv)
+		}
+	}
+	wenv, _ := json.Marshal(spawnEnv)
 	env := append(append([]string{roleEnv + "=" + roleTarget, envUROM + "=" + d.uromAddr, envWorkerEnv + "=" + string(wenv)}, d.o.ChildEnv...), sideEnv...)
 	t, err := startChild("target", d.exe, d.o.TargetCPUs, env, d.o.Stderr)
 	if err != nil {
@@ -327,7 +337,7 @@ func (d *driver) capacity(mode string, size int) int {
 		return d.o.QueueBytes / (n * k * size)
 	}
 	switch mode {
-	case ModeRawAM, ModePingPong, ModeFlushIdle:
+	case ModeRawAM, ModePingPong, ModeFlushIdle, ModePerftestAM, ModePerftestPut:
 		return 0
 	}
 	return (d.o.QueueBytes - 8) / size / n
@@ -336,6 +346,8 @@ func (d *driver) capacity(mode string, size int) int {
 // rowState is a row being measured.
 type rowState struct {
 	row     Row
+	rates   []float64 // per measured round, operations per second
+	cpu     cpuSample // CPU time of the measured rounds
 	capOps  int
 	layout  scatterLayout
 	scat    queueInfo
@@ -345,10 +357,25 @@ type rowState struct {
 	fig     WorkerFigures
 	line    lineAcc
 	done    bool
+	short   bool // --short: no timing claims, so never stable
+}
+
+// addRate records a measured round's rate.
+func (rs *rowState) addRate(ops uint64, el time.Duration) {
+	if el <= 0 {
+		return
+	}
+	r := float64(ops) / el.Seconds()
+	rs.rates = append(rs.rates, r)
+	row := &rs.row
+	if row.RateMin == 0 || r < row.RateMin {
+		row.RateMin = r
+	}
+	row.RateMax = max(row.RateMax, r)
 }
 
 func (d *driver) newRow(mode string, size int) *rowState {
-	rs := &rowState{row: Row{Mode: mode, Size: size, Strategy: strategyOf(mode)}, capOps: d.capacity(mode, size)}
+	rs := &rowState{row: Row{Mode: mode, Size: size, Strategy: strategyOf(mode)}, capOps: d.capacity(mode, size), short: d.o.Short}
 	if k, ok := scatterIOVs(mode); ok {
 		rs.layout = scatterLayout{IOVs: k, Size: size, Lane: uint64(rs.capOps * size)}
 	}
@@ -373,6 +400,19 @@ func (rs *rowState) finish() Row {
 		row.LoadRate = float64(row.Load) / row.Seconds
 	}
 	row.P50, row.P99, row.Mean, row.LatSamples = rs.lat.Quantile(0.5), rs.lat.Quantile(0.99), rs.lat.Mean(), rs.lat.N
+	if row.Ops > 0 {
+		per := func(t cpuTime) float64 { return float64(t.total()) / float64(row.Ops) }
+		row.CPUInitNsPerOp = per(rs.cpu.init)
+		row.CPUWorkerNsPerOp = per(rs.cpu.worker)
+		row.CPUTargetNsPerOp = per(rs.cpu.target)
+		all := rs.cpu.init.add(rs.cpu.worker).add(rs.cpu.target)
+		row.CPUNsPerOp = per(all)
+		if all.total() > 0 {
+			row.CPUSysShare = float64(all.sys) / float64(all.total())
+		}
+	}
+	row.Spread = spread(rs.rates)
+	row.Stable = !rs.short && row.Rounds >= StableRounds && row.Spread <= StableSpread
 	if row.Strategy != "" {
 		f := rs.fig
 		f.Requests = row.Ops
@@ -382,7 +422,7 @@ func (rs *rowState) finish() Row {
 		f.finish()
 		row.Worker = &f
 	}
-	row.Verified = true
+	row.Verified = !isPerftest(row.Mode) // ucx_perftest checks no data
 	return row
 }
 
@@ -391,6 +431,9 @@ func (rs *rowState) finish() Row {
 // data, and (unless warming up) adds the round to the row. A round that
 // loses data fails its row; an error stops the run.
 func (d *driver) runRound(rs *rowState, warm bool) error {
+	if isPerftest(rs.row.Mode) {
+		return d.perftestRound(rs, warm)
+	}
 	row := &rs.row
 	mode, size := row.Mode, row.Size
 	spec := roundSpec{
@@ -450,7 +493,13 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 			return err
 		}
 	}
+	wpid := 0
+	if w := d.workers[row.Strategy]; w != nil && row.Strategy != "" {
+		wpid = w.PID
+	}
+	cpu0 := d.sampleCPU(wpid)
 	res, err := d.roundTrip(spec)
+	cpu := d.sampleCPU(wpid).sub(cpu0)
 	if spin {
 		if serr := d.target.call("spin", targetReq{On: false}, "OK", nil, time.Minute); serr != nil && err == nil {
 			err = serr
@@ -482,13 +531,8 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	row.Load += rr.load
 	rs.elapsed += rr.elapsed
 	rs.perInit += int(rr.maxOps)
-	if rr.elapsed > 0 {
-		r := float64(rr.ops) / rr.elapsed.Seconds()
-		if row.RateMin == 0 || r < row.RateMin {
-			row.RateMin = r
-		}
-		row.RateMax = max(row.RateMax, r)
-	}
+	rs.addRate(rr.ops, rr.elapsed)
+	rs.cpu = rs.cpu.add(cpu)
 	for i := range res {
 		rs.lat.Merge(&res[i].Lat)
 	}
@@ -517,7 +561,7 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 
 func isQueueRow(mode string) bool {
 	switch mode {
-	case ModeRDMOAppendOwned, ModeRDMOAppendShared, ModeNativeBlocking, ModeNativePipelined, ModeFlushLoad:
+	case ModeRDMOAppendOwned, ModeRDMOAppendShared, ModeNativeOwned, ModeNativeBlocking, ModeNativePipelined, ModeFlushLoad:
 		return true
 	}
 	return false
@@ -637,6 +681,7 @@ func (f *WorkerFigures) finish() {
 	if f.Requests > 0 {
 		r := float64(f.Requests)
 		f.PutsPerOp = float64(f.UCXPuts+f.MemcpyPuts) / r
+		f.WritesPerOp = float64(f.UCXPuts+f.MemcpyPuts+f.Places) / r
 		f.AMsPerOp = float64(f.AMs) / r
 		f.AccessesPerOp = float64(f.UCXPuts+f.MemcpyPuts+f.SyncOps+f.Places) / r
 	}

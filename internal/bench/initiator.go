@@ -248,13 +248,15 @@ func (p *initProc) round(s roundSpec) (roundResult, error) {
 	p.in = p.ins[s.Strategy]
 	switch k, isScatter := scatterIOVs(s.Mode); {
 	case s.Mode == ModeRDMOAppendOwned || s.Mode == ModeRDMOAppendShared:
-		return p.rdmoAppend(s)
+		return unlocked(func() (roundResult, error) { return p.rdmoAppend(s) })
 	case isScatter && k == s.Layout.IOVs:
-		return p.scatter(s)
+		return unlocked(func() (roundResult, error) { return p.scatter(s) })
 	case s.Mode == ModeFlushIdle:
-		return p.flushIdle(s)
+		return unlocked(func() (roundResult, error) { return p.flushIdle(s) })
 	case s.Mode == ModeFlushLoad:
-		return p.flushLoad(s)
+		return unlocked(func() (roundResult, error) { return p.flushLoad(s) })
+	case s.Mode == ModeNativeOwned:
+		return p.nativeOwned(s)
 	case s.Mode == ModeNativeBlocking:
 		return p.native(s, 1)
 	case s.Mode == ModeNativePipelined:
@@ -265,6 +267,24 @@ func (p *initProc) round(s roundSpec) (roundResult, error) {
 		return p.pingPong(s)
 	}
 	return roundResult{}, fmt.Errorf("unknown mode %q", s.Mode)
+}
+
+// unlocked runs an RDMO round on a goroutine of its own, as an
+// application calls the Initiator: the command goroutine is locked to its
+// OS thread (for the raw UCX worker of the baselines), and every time a
+// locked goroutine blocks (window, credits, a flush) the Go runtime hands
+// its thread's P away and parks the thread on a futex, a cost no
+// application that did not lock its thread would pay.
+func unlocked(round func() (roundResult, error)) (roundResult, error) {
+	var res roundResult
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = round()
+	}()
+	<-done
+	return res, err
 }
 
 // rdmoReq connects (or closes) the initiator's RDMO Initiator to the

@@ -32,7 +32,10 @@ const (
 // The rows a run can measure. Each is one way to get `size` bytes per
 // operation into target memory (or to a peer, for the baselines).
 const (
+	ModePerftestAM       = "perftest-am"             // ucx_perftest -t ucp_am_bw at the size and transport: what libucp moves
+	ModePerftestPut      = "perftest-put"            // ucx_perftest -t ucp_put_bw: the one-sided limit
 	ModeRawAM            = "raw-am"                  // bare UCX AMs to a counting sink: the limit of one message per operation
+	ModeNativeOwned      = "native-owned"            // one writer owns the tail and batches its records into large puts
 	ModePingPong         = "am-pingpong"             // one AM and its echo at a time: the round-trip baseline
 	ModeNativeBlocking   = "native-append/blocking"  // initiator fetch-adds the tail, waits, puts the data
 	ModeNativePipelined  = "native-append/pipelined" // the same with many fetch-adds outstanding
@@ -76,7 +79,7 @@ type Options struct {
 	// containers (initiator.Options.Aggregate).
 	Aggregate bool
 
-	JSON        string // "" off, "-" standard output, else a file
+	Results     string // the results as JSON: "" off, "-" standard output, else a file
 	Plot        string // SVG file of rate against size, "" none
 	MetricsAddr string // serve the run's worker metrics here ("" none)
 	UROMAddress string // an external UROM service ("" runs one in this process)
@@ -131,7 +134,7 @@ func DefaultOptions() Options {
 // AllModes lists every row for the given scatter iov counts, in the order a
 // run measures them.
 func AllModes(iovs []int) []string {
-	m := []string{ModeRawAM, ModePingPong, ModeNativeBlocking, ModeNativePipelined, ModeRDMOAppendOwned}
+	m := []string{ModePerftestAM, ModePerftestPut, ModeRawAM, ModePingPong, ModeNativeOwned, ModeNativeBlocking, ModeNativePipelined, ModeRDMOAppendOwned}
 	for _, n := range iovs {
 		m = append(m, modeScatterPrefix+strconv.Itoa(n))
 	}
@@ -165,14 +168,14 @@ func expandModes(names []string, iovs []int) ([]string, error) {
 		matched := false
 		for _, m := range all {
 			group, _, _ := strings.Cut(m, "/")
-			baseline := m == ModeRawAM || m == ModePingPong || strings.HasPrefix(m, "native-append/")
-			if n == "all" || n == m || n == group || (n == "baselines" && baseline) {
+			baseline := m == ModeRawAM || m == ModePingPong || m == ModeNativeOwned || strings.HasPrefix(m, "native-append/") || isPerftest(m)
+			if n == "all" || n == m || n == group || (n == "baselines" && baseline) || (n == "perftest" && isPerftest(m)) {
 				want[m] = true
 				matched = true
 			}
 		}
 		if !matched {
-			return nil, fmt.Errorf("unknown mode %q; modes: %s (or the groups rdmo-append, native-append, scatter, flush, baselines, all)",
+			return nil, fmt.Errorf("unknown mode %q; modes: %s (or the groups perftest, rdmo-append, native-append, scatter, flush, baselines, all)",
 				n, strings.Join(AllModes([]int{1, 4, 16}), ", "))
 		}
 	}
@@ -244,6 +247,16 @@ func (o *Options) validate() error {
 	modes, err := expandModes(o.Modes, o.IOVs)
 	if err != nil {
 		return err
+	}
+	if o.Initiators > 1 && slices.Contains(modes, ModeNativeOwned) {
+		// One writer owns the tail: with several initiators there is no
+		// such writer. Dropped from groups, refused by name.
+		for _, m := range o.Modes {
+			if strings.EqualFold(strings.TrimSpace(m), ModeNativeOwned) {
+				return fmt.Errorf("mode %s: a single writer owns the queue; it runs with --initiators 1", ModeNativeOwned)
+			}
+		}
+		modes = slices.DeleteFunc(modes, func(m string) bool { return m == ModeNativeOwned })
 	}
 	o.Modes = modes
 	if o.Duration < 0 || o.Interval <= 0 {
@@ -324,7 +337,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Var((*topologyValue)(&o.Topology), "topology", "Where the processes sit: dpu (worker next to the target on shared memory, initiators over TCP) or shm (all on shared memory)")
 	fs.Var((*intsValue)(&o.Sizes), "size", "Message size(s) in bytes, comma-separated (e.g. 8,64,512,4096)")
 	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
-	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default all): raw-am, am-pingpong, native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines")
+	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default all): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines")
 	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "Measured time per row (after one warm-up round)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Length of a round and of a progress line")
@@ -335,14 +348,13 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
 	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
-	fs.StringVar(&o.JSON, "json", o.JSON, "Write the results as JSON to standard output (bare --json) or to a file (--json=FILE)")
-	fs.Lookup("json").NoOptDefVal = "-"
+	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
 	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
 	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")
 	fs.StringVar(&o.InitiatorCPUs, "initiator-cpus", o.InitiatorCPUs, "Pin the initiator processes to these CPUs")
 	fs.StringVar(&o.TargetCPUs, "target-cpus", o.TargetCPUs, "Pin the target process to these CPUs")
-	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "Write CPU (and heap) profiles of every process (worker, target, initiators) into this directory, in 5 s segments")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "Write CPU (and heap) profiles of every process (worker, target, initiators) into this directory, in 5 s segments (the worker's only with the embedded UROM service)")
 	return fs
 }
 

@@ -20,6 +20,7 @@ type Report struct {
 	Topology   Topology  `json:"topology"`
 	Initiators int       `json:"initiators"`
 	Short      bool      `json:"short"`
+	Aggregate  bool      `json:"aggregate"` // RDMO initiators pack requests into BATCH messages
 
 	Duration   time.Duration `json:"duration_ns"`
 	Interval   time.Duration `json:"interval_ns"`
@@ -64,10 +65,28 @@ type Row struct {
 	Mean       time.Duration `json:"mean_ns"`
 	LatSamples uint64        `json:"lat_samples"`
 
+	// CPU time (user + system) per operation of the row's processes over
+	// its measured rounds, from their own accounting (/proc/<pid>/stat):
+	// CPUNsPerOp is all of them (initiators, the RDMO worker of RDMO rows,
+	// the target; for perftest rows the ucx_perftest client and server),
+	// then by process. CPUSysShare is the kernel's share of it.
+	CPUNsPerOp       float64 `json:"cpu_ns_per_op"`
+	CPUInitNsPerOp   float64 `json:"cpu_init_ns_per_op"`
+	CPUWorkerNsPerOp float64 `json:"cpu_worker_ns_per_op,omitempty"`
+	CPUTargetNsPerOp float64 `json:"cpu_target_ns_per_op,omitempty"`
+	CPUSysShare      float64 `json:"cpu_sys_share"`
+	// Spread is (max - min) / median of the measured rounds' rates;
+	// Stable says it is within StableSpread over at least StableRounds
+	// rounds (never for --short). Goals compare stable rows only.
+	Spread float64 `json:"spread"`
+	Stable bool    `json:"stable"`
+
 	// Rate ratios to the baselines of the same size and run (0: the
 	// baseline was not measured), and the p50 ratio to am-pingpong for
 	// the round-trip rows.
+	XPerftestAM      float64 `json:"x_perftest_am,omitempty"`
 	XRawAM           float64 `json:"x_raw_am,omitempty"`
+	XNativeOwned     float64 `json:"x_native_owned,omitempty"`
 	XNativeBlocking  float64 `json:"x_native_blocking,omitempty"`
 	XNativePipelined float64 `json:"x_native_pipelined,omitempty"`
 	LatXPingPong     float64 `json:"lat_x_pingpong,omitempty"`
@@ -104,9 +123,11 @@ type WorkerFigures struct {
 	Batches    uint64 `json:"batches"`
 	Batched    uint64 `json:"batched_requests"`
 	Failures   uint64 `json:"failures"`
-	// PutsPerOp is target puts (UCX and memcpy) per request; AccessesPerOp
-	// adds the tail reads, fetch-adds and rendezvous placements.
+	// PutsPerOp is target puts (UCX and memcpy) per request; WritesPerOp
+	// adds the rendezvous placements (every write of target memory);
+	// AccessesPerOp adds the tail reads and fetch-adds to that.
 	PutsPerOp     float64 `json:"puts_per_op"`
+	WritesPerOp   float64 `json:"writes_per_op"`
 	AMsPerOp      float64 `json:"ams_per_op"`
 	AccessesPerOp float64 `json:"accesses_per_op"`
 	BatchMean     float64 `json:"batch_mean"`
@@ -116,7 +137,7 @@ func newReport(o Options) *Report {
 	host, _ := os.Hostname()
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short,
+		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate,
 		Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
@@ -168,7 +189,9 @@ func (r *Report) finish() {
 			}
 			return row.Rate / b.Rate
 		}
+		row.XPerftestAM = ratio(ModePerftestAM)
 		row.XRawAM = ratio(ModeRawAM)
+		row.XNativeOwned = ratio(ModeNativeOwned)
 		row.XNativeBlocking = ratio(ModeNativeBlocking)
 		row.XNativePipelined = ratio(ModeNativePipelined)
 		if roundTripRow(row.Mode) {
@@ -183,33 +206,67 @@ func roundTripRow(mode string) bool {
 	return mode == ModePingPong || mode == ModeFlushIdle || mode == ModeFlushLoad
 }
 
-// WriteTable prints the final table and the goal lines.
+// WriteTable prints the final table (without the columns no row fills)
+// and the goal lines.
 func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nrdmo bench: topology %s, %d initiator(s), %d CPUs, %s, load average %s → %s (ratios are to rows of the same run and size)\n",
 		r.Topology, r.Initiators, r.CPUs, r.Date.Format(time.RFC3339), firstField(r.LoadAvg[0]), firstField(r.LoadAvg[1]))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tsize\top/s\tMB/s\tp50\tp99\t×raw-am\t×native-blk\t×native-pipe\tp50×pingpong\tputs/op\tAMs/op\tbatch\tworker RSS\t")
+	head := []string{"mode", "size", "op/s", "MB/s", "p50", "p99", "spread", "stable", "CPU/op", "init", "worker", "target", "sys",
+		"×perftest-am", "×raw-am", "×native-owned", "×native-blk", "×native-pipe", "p50×pingpong", "writes/op", "AMs/op", "batch", "worker RSS"}
+	var cells [][]string
 	for _, row := range r.Rows {
+		c := make([]string, len(head))
+		c[0], c[1] = row.Mode, fmt.Sprint(row.Size)
 		if row.Error != "" {
-			fmt.Fprintf(tw, "%s\t%d\tFAILED\t\t\t\t\t\t\t\t\t\t\t\t\n", row.Mode, row.Size)
+			c[2] = "FAILED"
+			cells = append(cells, c)
 			continue
 		}
-		puts, ams, batch, rss := "", "", "", ""
-		if row.Worker != nil && row.Worker.Requests > 0 {
-			puts = fmt.Sprintf("%.4f", row.Worker.PutsPerOp)
-			if row.Mode != ModeFlushIdle {
-				ams = fmt.Sprintf("%.3f", row.Worker.AMsPerOp)
+		c[2], c[3], c[4], c[5] = rate(row.Rate), fmt.Sprintf("%.1f", row.MBps), dur(row.P50), dur(row.P99)
+		if !r.Short {
+			c[6] = fmt.Sprintf("%.0f%%", row.Spread*100)
+			c[7] = "no"
+			if row.Stable {
+				c[7] = "yes"
 			}
-			batch = fmt.Sprintf("%.1f", row.Worker.BatchMean)
+		}
+		if row.CPUNsPerOp > 0 {
+			c[8], c[9], c[10], c[11] = ns(row.CPUNsPerOp), ns(row.CPUInitNsPerOp), ns(row.CPUWorkerNsPerOp), ns(row.CPUTargetNsPerOp)
+			c[12] = fmt.Sprintf("%.0f%%", row.CPUSysShare*100)
+		}
+		c[13], c[14], c[15], c[16], c[17], c[18] = x(row.XPerftestAM), x(row.XRawAM), x(row.XNativeOwned), x(row.XNativeBlocking), x(row.XNativePipelined), x(row.LatXPingPong)
+		if row.Worker != nil && row.Worker.Requests > 0 {
+			c[19] = fmt.Sprintf("%.4f", row.Worker.WritesPerOp)
+			if row.Mode != ModeFlushIdle {
+				c[20] = fmt.Sprintf("%.3f", row.Worker.AMsPerOp)
+			}
+			c[21] = fmt.Sprintf("%.1f", row.Worker.BatchMean)
 		}
 		if row.WorkerRSSStart > 0 {
-			rss = fmt.Sprintf("%s→%s (anon %s→%s)", mib(row.WorkerRSSStart), mib(row.WorkerRSSEnd), mib(row.WorkerAnonStart), mib(row.WorkerAnonEnd))
+			c[22] = fmt.Sprintf("%s→%s (anon %s→%s)", mib(row.WorkerRSSStart), mib(row.WorkerRSSEnd), mib(row.WorkerAnonStart), mib(row.WorkerAnonEnd))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			row.Mode, row.Size, rate(row.Rate), row.MBps, dur(row.P50), dur(row.P99),
-			x(row.XRawAM), x(row.XNativeBlocking), x(row.XNativePipelined), x(row.LatXPingPong), puts, ams, batch, rss)
+		cells = append(cells, c)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	for _, line := range append([][]string{head}, cells...) {
+		for i, v := range line {
+			if i < 3 || columnUsed(cells, i) {
+				fmt.Fprintf(tw, "%s\t", v)
+			}
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "CPU/op: user+system CPU time per operation of the row's processes (init: initiators or the ucx_perftest client; worker: the RDMO worker; target: the target or the ucx_perftest server), from /proc/<pid>/stat; sys: the kernel's share.\n")
+	if !r.Short {
+		fmt.Fprintf(w, "stable: at least %d measured rounds whose rates span at most %.0f%% of their median (spread = (max-min)/median); goals compare stable rows only.\n", StableRounds, StableSpread*100)
+	}
+	if r.Topology == TopologyDPU && r.hasRow(func(m string) bool { return m == ModeNativeBlocking || m == ModeNativePipelined }) {
+		fmt.Fprintf(w, "note: UCX over tcp has no network atomics: the native-append rows' fetch-adds are emulated by the target process's progress (its CPU), which an RDMA NIC would do in hardware.\n")
+	}
+	if r.hasRow(isPerftest) {
+		fmt.Fprintf(w, "perftest rows: ucx_perftest at the same size and UCX_TLS, interleaved with the other rows; it checks no data (verified: false).\n")
+	}
 	for _, row := range r.Rows {
 		if row.Error != "" {
 			fmt.Fprintf(w, "FAILED %s %d B: %s\n", row.Mode, row.Size, row.Error)
@@ -221,46 +278,136 @@ func (r *Report) WriteTable(w io.Writer) {
 	r.writeGoals(w)
 }
 
-// writeGoals prints the project's goals that this run's rows speak to.
+func columnUsed(cells [][]string, i int) bool {
+	for _, c := range cells {
+		if c[i] != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Report) hasRow(f func(string) bool) bool {
+	for _, row := range r.Rows {
+		if f(row.Mode) {
+			return true
+		}
+	}
+	return false
+}
+
+// goal prints one goal line: the ratio and whether it meets want (kind
+// ">=" or "<="), or "unstable: re-run" when a row it compares was not
+// stable. note replaces the verdict when the goal does not apply here.
+func (r *Report) goal(w io.Writer, what string, v float64, kind string, want float64, note string, rows ...*Row) {
+	if r.Short {
+		return
+	}
+	verdict := ""
+	switch {
+	case note != "":
+		verdict = note
+	case kind == ">=":
+		verdict = fmt.Sprintf("(goal ≥ %g): %s", want, met(v >= want))
+	default:
+		verdict = fmt.Sprintf("(goal ≤ %g): %s", want, met(v <= want))
+	}
+	for _, row := range rows {
+		if !row.Stable {
+			var sp []string
+			for _, o := range rows {
+				sp = append(sp, fmt.Sprintf("%s %.0f%% over %d rounds", o.Mode, o.Spread*100, o.Rounds))
+			}
+			fmt.Fprintf(w, "%s = %.3g: unstable: re-run (spread %s; bound %.0f%% over ≥ %d rounds)\n", what, v, strings.Join(sp, ", "), StableSpread*100, StableRounds)
+			return
+		}
+	}
+	fmt.Fprintf(w, "%s = %.3g %s\n", what, v, verdict)
+}
+
+// writeGoals prints the goals (docs/BENCHMARKS.md) this run's rows speak
+// to; a goal is judged only on stable rows.
 func (r *Report) writeGoals(w io.Writer) {
 	sizes := map[int]bool{}
+	shm := r.Topology == TopologySHM
 	for _, row := range r.Rows {
 		if sizes[row.Size] {
 			continue
 		}
 		sizes[row.Size] = true
 		s := row.Size
-		if a := r.Row(ModeRDMOAppendOwned, s); a != nil {
-			goal := func(v, want float64) string {
-				if r.Topology != TopologyDPU {
-					return "(the goal is for the dpu topology)"
-				}
-				return fmt.Sprintf("(goal ≥ %g×): %s", want, met(v >= want))
-			}
-			if a.XNativeBlocking > 0 {
-				fmt.Fprintf(w, "%d B: rdmo-append/owned = %.2f× native-append/blocking %s\n", s, a.XNativeBlocking, goal(a.XNativeBlocking, 10))
-			}
-			if a.XNativePipelined > 0 {
-				fmt.Fprintf(w, "%d B: rdmo-append/owned = %.2f× native-append/pipelined %s\n", s, a.XNativePipelined, goal(a.XNativePipelined, 3))
-			}
-			if a.XRawAM > 0 {
-				fmt.Fprintf(w, "%d B: rdmo-append/owned = %.2f× raw-am (one AM per operation is the limit)\n", s, a.XRawAM)
-			}
-			if a.Worker != nil && a.Worker.Requests > 0 {
-				fmt.Fprintf(w, "%d B: target puts per append at saturation = %.4f (goal ≤ 1/16 = 0.0625): %s\n", s, a.Worker.PutsPerOp, met(a.Worker.PutsPerOp <= 1.0/16))
-			}
-			if a.WorkerAnonStart > 0 {
-				d := (float64(a.WorkerAnonEnd) - float64(a.WorkerAnonStart)) / float64(a.WorkerAnonStart) * 100
-				q := ""
-				if n := len(a.WorkerAnon); n >= 8 {
-					q = fmt.Sprintf(", %s after a quarter of the rounds", mib(a.WorkerAnon[n/4]))
-				}
-				fmt.Fprintf(w, "%d B: worker private memory (RssAnon) over rdmo-append/owned (%.0f s): %s → %s%s (%+.1f%%; goal flat ±10%% over 60 s): %s; RSS with mapped target memory %s → %s\n",
-					s, a.Seconds, mib(a.WorkerAnonStart), mib(a.WorkerAnonEnd), q, d, met(d <= 10 && d >= -10), mib(a.WorkerRSSStart), mib(a.WorkerRSSEnd))
+		pt := r.Row(ModePerftestAM, s)
+		raw := r.Row(ModeRawAM, s)
+		a := r.Row(ModeRDMOAppendOwned, s)
+		if pt != nil && raw != nil && raw.XPerftestAM > 0 {
+			switch {
+			case s == 64 && shm:
+				r.goal(w, fmt.Sprintf("%d B: raw-am / perftest-am", s), raw.XPerftestAM, ">=", 0.9, "", raw, pt)
+			case s == 64<<10 || s == 1<<20:
+				r.goal(w, fmt.Sprintf("%d B: raw-am / perftest-am", s), raw.XPerftestAM, ">=", 0.8, "", raw, pt)
+			default:
+				r.goal(w, fmt.Sprintf("%d B: raw-am / perftest-am", s), raw.XPerftestAM, "", 0, "(no goal at this size and topology)", raw, pt)
 			}
 		}
-		if f := r.Row(ModeFlushIdle, s); f != nil && f.LatXPingPong > 0 {
-			fmt.Fprintf(w, "%d B: idle flush round trip p50 = %.2f× AM ping-pong p50 (goal ≤ 2.5×): %s\n", s, f.LatXPingPong, met(f.LatXPingPong <= 2.5))
+		if f, pp := r.Row(ModeFlushIdle, s), r.Row(ModePingPong, s); f != nil && pp != nil && f.LatXPingPong > 0 {
+			r.goal(w, fmt.Sprintf("%d B: idle flush p50 / am-pingpong p50", s), f.LatXPingPong, "<=", 2.5, "", f, pp)
+		}
+		if a == nil {
+			continue
+		}
+		if pt != nil && a.XPerftestAM > 0 {
+			note := ""
+			if s < 1<<10 {
+				note = "(the goal is for 1 KiB to 1 MiB)"
+			}
+			r.goal(w, fmt.Sprintf("%d B: rdmo-append/owned bytes / perftest-am bytes", s), a.XPerftestAM, ">=", 0.8, note, a, pt)
+		}
+		if raw != nil && a.XRawAM > 0 && s == 64 {
+			switch {
+			case !r.Aggregate:
+				r.goal(w, "64 B: rdmo-append/owned (aggregation off) / raw-am", a.XRawAM, ">=", 0.9, "", a, raw)
+			case shm:
+				r.goal(w, "64 B: rdmo-append/owned (aggregation on, all on shm) / raw-am", a.XRawAM, ">=", 1.0, "", a, raw)
+			default:
+				r.goal(w, "64 B: rdmo-append/owned (aggregation on) / raw-am", a.XRawAM, "", 0, "(batching: no goal in the dpu topology)", a, raw)
+			}
+		}
+		if no := r.Row(ModeNativeOwned, s); no != nil && a.XNativeOwned > 0 && s == 64 {
+			note := ""
+			if shm || !r.Aggregate {
+				note = "(the goal is for the dpu topology with aggregation)"
+			}
+			r.goal(w, "64 B: rdmo-append/owned / native-owned", a.XNativeOwned, ">=", 1.0, note, a, no)
+		}
+		for _, nb := range []struct {
+			mode string
+			v    float64
+			want float64
+		}{{ModeNativeBlocking, a.XNativeBlocking, 10}, {ModeNativePipelined, a.XNativePipelined, 3}} {
+			if b := r.Row(nb.mode, s); b != nil && nb.v > 0 {
+				note := ""
+				if shm {
+					note = "(the goal is for the dpu topology)"
+				}
+				r.goal(w, fmt.Sprintf("%d B: rdmo-append/owned / %s", s, nb.mode), nb.v, ">=", nb.want, note, a, b)
+			}
+		}
+		if s == 64 && a.CPUNsPerOp > 0 && !r.Short {
+			v := a.CPUInitNsPerOp + a.CPUWorkerNsPerOp
+			fmt.Fprintf(w, "64 B: CPU per rdmo-append/owned, initiator + worker = %.0f ns (init %.0f, worker %.0f, %.0f%% in the kernel; goal ≤ 300 ns): %s\n",
+				v, a.CPUInitNsPerOp, a.CPUWorkerNsPerOp, a.CPUSysShare*100, met(v <= 300))
+		}
+		if a.Worker != nil && a.Worker.Requests > 0 {
+			r.goal(w, fmt.Sprintf("%d B: target writes (puts and placements) per append", s), a.Worker.WritesPerOp, "<=", 1.0/16, "", a)
+		}
+		if a.WorkerAnonStart > 0 && !r.Short {
+			d := (float64(a.WorkerAnonEnd) - float64(a.WorkerAnonStart)) / float64(a.WorkerAnonStart) * 100
+			q := ""
+			if n := len(a.WorkerAnon); n >= 8 {
+				q = fmt.Sprintf(", %s after a quarter of the rounds", mib(a.WorkerAnon[n/4]))
+			}
+			fmt.Fprintf(w, "%d B: worker private memory (RssAnon) over rdmo-append/owned (%.0f s): %s → %s%s (%+.1f%%; goal flat ±10%% over 60 s): %s; RSS with mapped target memory %s → %s\n",
+				s, a.Seconds, mib(a.WorkerAnonStart), mib(a.WorkerAnonEnd), q, d, met(d <= 10 && d >= -10), mib(a.WorkerRSSStart), mib(a.WorkerRSSEnd))
 		}
 	}
 }
@@ -308,6 +455,16 @@ func dur(d time.Duration) string {
 		return fmt.Sprintf("%.2fms", float64(d)/1e6)
 	}
 	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func ns(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	if v >= 1e4 {
+		return fmt.Sprintf("%.1fµs", v/1e3)
+	}
+	return fmt.Sprintf("%.0fns", v)
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }

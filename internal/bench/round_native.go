@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -138,4 +139,104 @@ func (nt *nativeRun) Complete(c ucp.Completion) {
 		}
 		nt.free = append(nt.free, idx)
 	}
+}
+
+// nativeOwnedBatch is the most bytes native-owned packs into one put.
+const nativeOwnedBatch = 64 << 10
+
+// nativeOwned is the append a careful user writes without RDMO when one
+// writer owns the queue: no fetch-add, the writer keeps the tail itself,
+// packs its records into large puts (several in flight), and publishes the
+// tail word once at the end of the round.
+func (p *initProc) nativeOwned(s roundSpec) (roundResult, error) {
+	if err := p.needTarget(); err != nil {
+		return roundResult{}, err
+	}
+	rkey, err := p.rkey(s.Queue.Rkey)
+	if err != nil {
+		return roundResult{}, err
+	}
+	per := max(1, nativeOwnedBatch/s.Size) // records per put
+	const nbuf = 8
+	ow := &ownedRun{free: make([]int, 0, nbuf), t0: make([]time.Time, nbuf)}
+	bufs := make([][]byte, nbuf)
+	for i := range bufs {
+		bufs[i] = make([]byte, per*s.Size)
+		ow.free = append(ow.free, i)
+	}
+	tail, hi := s.Queue.Base+8, s.Queue.Base+s.Queue.Len
+	b := newBudget(s, 1)
+	start := time.Now()
+	n := 0
+	for !b.done(n) && ow.err == nil {
+		if len(ow.free) == 0 {
+			if _, err := p.w.Progress(); err != nil {
+				return roundResult{}, err
+			}
+			continue
+		}
+		k := per
+		if b.max > 0 {
+			k = min(k, b.max-n)
+		}
+		if room := int((hi - tail) / uint64(s.Size)); room < k {
+			k = room
+		}
+		if k <= 0 {
+			break // the queue is full
+		}
+		idx := ow.free[len(ow.free)-1]
+		buf := bufs[idx][:k*s.Size]
+		for j := 0; j < k; j++ {
+			fillRecord(buf[j*s.Size:(j+1)*s.Size], p.id, s.Round, uint32(n+j))
+		}
+		ow.t0[idx] = time.Now()
+		if err := p.ep.Put(buf, tail, rkey, ow, uint64(idx)); err != nil {
+			if errors.Is(err, ucp.ErrTooManyOutstanding) {
+				p.w.Progress()
+				continue
+			}
+			return roundResult{}, fmt.Errorf("put: %w", err)
+		}
+		ow.free = ow.free[:len(ow.free)-1]
+		tail += uint64(k * s.Size)
+		n += k
+	}
+	if err := p.w.ProgressUntil(func() bool { return len(ow.free) == nbuf || ow.err != nil }, flushTimeout); err != nil {
+		return roundResult{}, fmt.Errorf("waiting for the last puts: %w", err)
+	}
+	if ow.err != nil {
+		return roundResult{}, ow.err
+	}
+	// Publish the tail once the records are in target memory (a put's
+	// completion is local only; the flush makes them remote).
+	if err := p.ep.FlushSync(flushTimeout); err != nil {
+		return roundResult{}, fmt.Errorf("endpoint flush: %w", err)
+	}
+	var word [8]byte
+	binary.LittleEndian.PutUint64(word[:], tail)
+	if err := p.ep.Put(word[:], s.Queue.Base, rkey, nil, 0); err != nil {
+		return roundResult{}, fmt.Errorf("put tail: %w", err)
+	}
+	if err := p.ep.FlushSync(flushTimeout); err != nil {
+		return roundResult{}, fmt.Errorf("endpoint flush: %w", err)
+	}
+	el := time.Since(start)
+	return roundResult{Ops: uint64(n), Bytes: uint64(n) * uint64(s.Size), Elapsed: el, Lat: ow.hist}, nil
+}
+
+// ownedRun is native-owned's put completions (inside Progress).
+type ownedRun struct {
+	free []int
+	t0   []time.Time
+	hist Hist
+	err  error
+}
+
+func (ow *ownedRun) Complete(c ucp.Completion) {
+	if c.Err != nil && ow.err == nil {
+		ow.err = c.Err
+	}
+	ow.hist.Add(time.Since(ow.t0[c.Tag]))
+	ow.free = append(ow.free, int(c.Tag))
 }
