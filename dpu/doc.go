@@ -15,6 +15,7 @@
 // (every FLUSH) starts after every earlier one completed. A request that
 // fails completes at once with its status, is answered with an ack if it
 // asked for one, and is reported in the next flush response, so a failure
-// never blocks a later FLUSH. See ARCHITECTURE-dpu.md for the goroutines,
-// queues and ownership, and docs/PROTOCOL.md for the wire.
+// never blocks a later FLUSH. See docs/ARCHITECTURE.md ("dpu", "How a
+// request flows", "Who owns which state") for the goroutines, queues and
+// ownership, and docs/PROTOCOL.md for the wire.
 package dpu

@@ -19,7 +19,7 @@ func appendReq(client uint64, flags uint32, ptrAddr, ptrRkey, dataRkey uint64) [
 		rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)})
 }
 
-// The reference demo (SPEC §5) and more, through the real handlers.
+// The reference demo (docs/PROTOCOL.md section 12.1) and more, through the real handlers.
 func TestPluginsEndToEnd(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{

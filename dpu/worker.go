@@ -21,7 +21,7 @@ import (
 
 // Worker is the RDMO worker component: it owns one UCP context and worker,
 // driven by one goroutine (the loop), and one executor goroutine per
-// client that runs the operation handlers. See ARCHITECTURE-dpu.md.
+// client that runs the operation handlers. See docs/ARCHITECTURE.md, "dpu".
 type Worker struct {
 	cfg Config
 	log *zap.Logger

@@ -548,7 +548,7 @@ func badInputs(t testing.TB) []badInput {
 				e.sendFlags(scatterReq(clientA, ack, 1), iovs(t, e.sA.base, e.sA.id, x), ucp.SendRendezvous)
 			}},
 
-		// BATCH containers (PROTOCOL.md section 10): a container that
+		// BATCH containers (docs/PROTOCOL.md section 11): a container that
 		// cannot be unpacked is one failed request (op 3, no ack).
 		{name: "batch container with another client's id", want: st(rdmo.StatusClientMismatch),
 			send: func(e *badEnv) {

@@ -119,7 +119,7 @@ func appendReq(client, ptr, ptrRkey, dataRkey uint64, flags uint32) []byte {
 	return wire.AppendAppendRequest(nil, wire.Header{ClientID: client, Flags: flags}, rdmo.AppendHeader{PtrAddr: ptr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)})
 }
 
-// SPEC §6 defect 1: unknown region ids and out-of-bounds requests were
+// Reference defect 1 (docs/SECURITY.md section 6): unknown region ids and out-of-bounds requests were
 // dropped silently and hung every later FENCE. Here each one is reported
 // (ack, flush response), writes nothing, and the FENCE completes.
 func TestDefect1RejectedRequestsAreReportedAndFenceCompletes(t *testing.T) {
@@ -168,7 +168,7 @@ func TestDefect1RejectedRequestsAreReportedAndFenceCompletes(t *testing.T) {
 	})
 }
 
-// SPEC §6 defect 2: the client id was never checked against the connection.
+// Reference defect 2 (docs/SECURITY.md section 6): the client id was never checked against the connection.
 func TestDefect2ClientIDMustMatchTheConnection(t *testing.T) {
 	tr := ucptest.Transports[0]
 	ucptest.CheckLeaks(t)
@@ -185,7 +185,7 @@ func TestDefect2ClientIDMustMatchTheConnection(t *testing.T) {
 	}
 }
 
-// SPEC §6 defect 3: MR_DEREG threw cached tails away.
+// Reference defect 3 (docs/SECURITY.md section 6): MR_DEREG threw cached tails away.
 func TestDefect3DeregWritesBackCachedTails(t *testing.T) {
 	tr := ucptest.Transports[0]
 	ucptest.CheckLeaks(t)
@@ -207,7 +207,7 @@ func TestDefect3DeregWritesBackCachedTails(t *testing.T) {
 	}
 }
 
-// SPEC §6 defect 4: a duplicate CLIENT_INIT never answered.
+// Reference defect 4 (docs/SECURITY.md section 6): a duplicate CLIENT_INIT never answered.
 func TestDefect4DuplicateClientInitAnswers(t *testing.T) {
 	tr := ucptest.Transports[0]
 	ucptest.CheckLeaks(t)
@@ -220,7 +220,7 @@ func TestDefect4DuplicateClientInitAnswers(t *testing.T) {
 	}
 }
 
-// SPEC §6 defect 8: scatter never checked its payload against count.
+// Reference defect 8 (docs/SECURITY.md section 6): scatter never checked its payload against count.
 func TestDefect8ScatterCountMustMatchPayload(t *testing.T) {
 	tr := ucptest.Transports[0]
 	ucptest.CheckLeaks(t)
@@ -245,7 +245,7 @@ func TestDefect8ScatterCountMustMatchPayload(t *testing.T) {
 	}
 }
 
-// SPEC §6 defect 9: resources leaked on teardown. RQ_DESTROY frees the
+// Reference defect 9 (docs/SECURITY.md section 6): resources leaked on teardown. RQ_DESTROY frees the
 // queue; CheckLeaks (in every test) checks UCX handles and goroutines.
 func TestDefect9TeardownFreesEverything(t *testing.T) {
 	tr := ucptest.Transports[0]

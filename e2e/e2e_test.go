@@ -53,7 +53,7 @@ func forEachModeAggregate(t *testing.T, fn func(t *testing.T, tr ucptest.Transpo
 	})
 }
 
-// The reference demo (SPEC §5): an 8-byte append and a flush, then 16
+// The reference demo (docs/PROTOCOL.md section 12.1): an 8-byte append and a flush, then 16
 // scattered 8-byte chunks and a flush; the target checks every byte and the
 // tail.
 func TestSeedFlow(t *testing.T) {

@@ -1,3 +1,36 @@
+/*
+ * ucp/shim.c: the C half of package ucp, the only code that calls libucp on
+ * the data path.
+ *
+ * Design: one cgo crossing per progress round, never one per message.
+ * A C->Go call (a UCX callback that reached Go) costs far more than UCX's
+ * own per-message work, so:
+ *
+ *  - No UCX callback calls Go. Completion, active-message, endpoint-error
+ *    and connection-request callbacks each append a fixed-size record to
+ *    the worker's event array (push_event), copying message headers and
+ *    small payloads into a per-round byte arena (arena_copy).
+ *  - Go queues outgoing work (sends, puts, gets, atomics, flushes, rendezvous
+ *    receives, endpoint closes) as descriptors in a C-allocated array
+ *    (w->ops); shim_progress issues all of them (shim_submit), hands back the
+ *    message buffers Go is done with, and runs ucp_worker_progress until UCX
+ *    reports no more work, all in one call. Go then reads the round's events
+ *    straight from C memory.
+ *  - An operation in flight is identified by a token, the index of its slot
+ *    in a fixed C table (w->slots). UCX gets the slot as user_data; the slot
+ *    holds what UCX writes asynchronously (atomic operand and result), so no
+ *    Go memory moves under UCX and no cgo.Handle is allocated per operation.
+ *
+ * Threading: every worker is created UCS_THREAD_MODE_SINGLE and used only
+ * from the OS thread that created it (Go locks that goroutine to its thread).
+ * With the owner-thread check on (ucp.CheckThreads, RDMO_UCP_CHECK_THREADS)
+ * the entry points that reach UCX on the data path (shim_progress,
+ * shim_submit, shim_wait) refuse a call from another thread instead of
+ * letting UCX misbehave (1.13) or abort (1.18). See docs/ARCHITECTURE.md,
+ * "ucp: crossing cgo once per batch, not once per message".
+ *
+ * The structures are declared and explained in shim.h.
+ */
 #define _GNU_SOURCE
 #include "shim.h"
 
@@ -15,6 +48,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* Appends a zeroed record to the worker's event array, growing it (doubling)
+ * when full, and returns it; called from UCX callbacks inside
+ * ucp_worker_progress. The array is reset at the start of each round, so it
+ * settles at the largest round's size and stops allocating. On allocation
+ * failure the event is counted in w->dropped (Go reports ErrEventsLost)
+ * rather than lost silently. */
 static shim_event_t *push_event(shim_worker_t *w)
 {
     if (w->nevents == w->events_cap) {
@@ -59,6 +98,9 @@ static uint64_t arena_copy(shim_worker_t *w, const void *src, size_t len)
 
 static int shim_thread_check;
 
+/* Turns the owner-thread check on or off for every worker of the process
+ * (ucp.CheckThreads). A relaxed atomic: it is set once, at start-up or by a
+ * test, and read on every data-path entry. */
 void shim_set_thread_check(int on)
 {
     __atomic_store_n(&shim_thread_check, on, __ATOMIC_RELAXED);
@@ -76,6 +118,12 @@ static inline int off_thread(shim_worker_t *w)
     return 1;
 }
 
+/* Wraps a freshly created ucp_worker_h with rdmo's C state: the slot table
+ * (nslots operations in flight at most: ErrTooManyOutstanding beyond it), the
+ * op descriptor array Go fills (ops_cap per round), the owner thread (the
+ * caller: Go creates the worker on the goroutine, locked to its thread, that
+ * will drive it), and the worker's event fd for Wait (ucp_worker_get_efd; -1
+ * when UCX has none, and Wait reports UNSUPPORTED). */
 shim_worker_t *shim_worker_new(ucp_worker_h worker, uint32_t nslots, uint32_t ops_cap)
 {
     shim_worker_t *w = calloc(1, sizeof(*w));
@@ -102,6 +150,10 @@ shim_worker_t *shim_worker_new(ucp_worker_h worker, uint32_t nslots, uint32_t op
     return w;
 }
 
+/* Frees the C state of a worker after ucp_worker_destroy: the AM handler
+ * contexts, the event array, the arena, the slots and the op array. UCX
+ * holds none of them any more (shim_abandon_pending released its requests
+ * before the destroy). */
 void shim_worker_free(shim_worker_t *w)
 {
     if (w == NULL) {
@@ -117,6 +169,9 @@ void shim_worker_free(shim_worker_t *w)
     free(w);
 }
 
+/* Records the completion of the operation in slot s as an event (token =
+ * slot index, UCX status, received length for rendezvous receives). Go
+ * delivers it to the operation's Completer in the next Progress. */
 static void shim_complete(shim_slot_t *s, ucs_status_t status, uint64_t length)
 {
     shim_worker_t *w  = s->w;
@@ -130,6 +185,11 @@ static void shim_complete(shim_slot_t *s, ucs_status_t status, uint64_t length)
     ev->length = length;
 }
 
+/* UCX's completion callback for every non-AM-receive operation (send, put,
+ * get, atomic, flush, close): records the completion and frees the UCX
+ * request in place, so no request outlives its callback and Go never sees a
+ * request handle. A slot abandoned at worker close is left alone: its
+ * request was already freed. */
 static void shim_send_cb(void *request, ucs_status_t status, void *user_data)
 {
     shim_slot_t *s = user_data;
@@ -141,6 +201,9 @@ static void shim_send_cb(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+/* UCX's completion callback for ucp_am_recv_data_nbx (fetching a rendezvous
+ * payload into a buffer Go chose): like shim_send_cb, plus the length UCX
+ * received. */
 static void shim_recv_cb(void *request, ucs_status_t status, size_t length,
                          void *user_data)
 {
@@ -153,6 +216,10 @@ static void shim_recv_cb(void *request, ucs_status_t status, size_t length,
     ucp_request_free(request);
 }
 
+/* Frees every UCX request still in flight, before ucp_worker_destroy (which
+ * asserts that none is left). Each slot is marked abandoned so a callback
+ * UCX still runs for it during the destroy records nothing and frees
+ * nothing twice. */
 void shim_abandon_pending(shim_worker_t *w)
 {
     for (uint32_t i = 0; i < w->nslots; i++) {
@@ -165,6 +232,21 @@ void shim_abandon_pending(shim_worker_t *w)
     }
 }
 
+/* UCX's active-message receive callback (registered per AM id by
+ * shim_set_am_handler with UCP_AM_FLAG_WHOLE_MSG | PERSISTENT_DATA). It
+ * records one SHIM_EV_AM event: the AM id, a copy of the header in the arena
+ * (UCX's header buffer is valid only during the callback), the reply
+ * endpoint when the sender asked for one, and the data in one of three forms:
+ *  - rendezvous: the data is still at the sender; keep UCX's descriptor
+ *    (UCS_INPROGRESS) until Go receives it (SHIM_OP_AM_RECV) or releases it;
+ *  - eager and larger than SHIM_COPY_MAX: keep UCX's buffer zero-copy
+ *    (UCS_INPROGRESS), released by ucp_am_data_release once Go is done
+ *    (the release list of the next shim_progress, or later for a kept
+ *    Message);
+ *  - eager and small: copy it into the arena and return UCS_OK, so UCX
+ *    reuses its buffer at once (cheaper than a persistent descriptor).
+ * When the event cannot be recorded (allocation failure, counted in
+ * w->dropped) it returns UCS_OK so UCX keeps ownership of the data. */
 static ucs_status_t shim_am_cb(void *arg, const void *header, size_t header_length,
                                void *data, size_t length,
                                const ucp_am_recv_param_t *param)
@@ -210,6 +292,10 @@ static ucs_status_t shim_am_cb(void *arg, const void *header, size_t header_leng
     return ret;
 }
 
+/* UCX's endpoint error callback (endpoints made with peer-failure detection,
+ * set_err_mode): records the failed endpoint and status. Go fails the
+ * endpoint's pending and later operations with an ErrPeerFailed-matching
+ * error and calls the endpoint's OnError. */
 static void shim_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     shim_worker_t *w  = arg;
@@ -222,6 +308,10 @@ static void shim_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     ev->ep     = ep;
 }
 
+/* UCX's listener callback for an incoming client-server connection: records
+ * the connection request with the listener's token; Go accepts it with
+ * shim_ep_create_conn or rejects it. If the event cannot be recorded the
+ * request is rejected here, so the peer is not left waiting. */
 static void shim_conn_cb(ucp_conn_request_h conn_request, void *arg)
 {
     shim_listener_ctx_t *ctx = arg;
@@ -235,6 +325,16 @@ static void shim_conn_cb(ucp_conn_request_h conn_request, void *arg)
     ev->ep    = conn_request;
 }
 
+/* The one crossing per round (Worker.Progress). Discards the previous
+ * round's events and arena (Go has delivered them), then:
+ *  1. issues every operation Go queued since the last round (shim_submit);
+ *  2. releases the persistent AM buffers Go has finished with
+ *     (ucp_am_data_release), which must happen on the worker's thread;
+ *  3. runs ucp_worker_progress until it reports no more work, at most
+ *     `budget` times, so one round cannot run forever under a flood.
+ * Returns the number of events recorded; Go reads them from w->events.
+ * Off the owner thread (check on) it touches nothing and returns 0; Go sees
+ * w->wrong_tid and returns ErrWrongThread. */
 uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release,
                        uint32_t nrelease, uint32_t budget)
 {
@@ -255,6 +355,8 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
     return w->nevents;
 }
 
+/* Maps rdmo's atomic kinds (SHIM_AMO_*) to UCX's opcodes; ADD is the
+ * default so an unknown kind cannot reach UCX as garbage. */
 static ucp_atomic_op_t amo_opcode(uint32_t kind)
 {
     switch (kind) {
@@ -267,6 +369,16 @@ static ucp_atomic_op_t amo_opcode(uint32_t kind)
     }
 }
 
+/* Issues ops[0..n) in order with UCX's non-blocking *_nbx calls, each with
+ * shim_send_cb (or shim_recv_cb) and its slot as user_data. For each op it
+ * writes the outcome back into the descriptor for Go to collect:
+ * SHIM_RES_DONE when UCX finished in place (NULL: success, or an error
+ * pointer: its status), SHIM_RES_PENDING when UCX returned a request (a
+ * SHIM_EV_COMPLETE event follows; the request is kept in the slot only so
+ * shim_abandon_pending can free it at close). Atomic operands and fetched
+ * values live in the slot (s->operand, s->reply), which does not move while
+ * UCX holds it. Called by shim_progress, and by Go directly (Worker.submit)
+ * before calls that must see queued operations issued (Wait, Fence). */
 void shim_submit(shim_worker_t *w, uint32_t n)
 {
     if (off_thread(w)) {
@@ -351,6 +463,12 @@ void shim_submit(shim_worker_t *w, uint32_t n)
     }
 }
 
+/* Registers shim_am_cb for AM id `id` (ucp_worker_set_am_recv_handler). Its
+ * argument is a small per-id context (worker and id), allocated once and
+ * kept until shim_worker_free, so re-registering never leaves UCX with a
+ * freed pointer. WHOLE_MSG: UCX reassembles fragments, so a handler always
+ * sees a whole message. PERSISTENT_DATA: the callback may keep the data
+ * (UCS_INPROGRESS) instead of copying it. */
 ucs_status_t shim_set_am_handler(shim_worker_t *w, uint16_t id)
 {
     if (id >= SHIM_MAX_AM_ID) {
@@ -375,6 +493,8 @@ ucs_status_t shim_set_am_handler(shim_worker_t *w, uint16_t id)
     return ucp_worker_set_am_recv_handler(w->worker, &p);
 }
 
+/* Unregisters the handler of AM id `id` (a NULL callback): later messages of
+ * that id are dropped by UCX. Used by SetHandler(id, nil) and at close. */
 ucs_status_t shim_clear_am_handler(shim_worker_t *w, uint16_t id)
 {
     if (id >= SHIM_MAX_AM_ID) {
@@ -388,6 +508,10 @@ ucs_status_t shim_clear_am_handler(shim_worker_t *w, uint16_t id)
     return ucp_worker_set_am_recv_handler(w->worker, &p);
 }
 
+/* Asks UCX for peer-failure detection on an endpoint being created
+ * (UCP_ERR_HANDLING_MODE_PEER with shim_ep_err_cb), when peer_err is set.
+ * Both ends of a connection must use the same mode: UCX refuses mismatched
+ * ends. */
 static void set_err_mode(shim_worker_t *w, ucp_ep_params_t *p, int peer_err)
 {
     if (peer_err) {
@@ -399,6 +523,8 @@ static void set_err_mode(shim_worker_t *w, ucp_ep_params_t *p, int peer_err)
     }
 }
 
+/* Creates an endpoint to a peer's UCP worker address, with or without
+ * peer-failure detection. */
 static ucs_status_t ep_create_addr(shim_worker_t *w, const void *addr, int peer_err,
                                    ucp_ep_h *ep)
 {
@@ -410,16 +536,26 @@ static ucs_status_t ep_create_addr(shim_worker_t *w, const void *addr, int peer_
     return ucp_ep_create(w->worker, &p, ep);
 }
 
+/* UCX's global log level (ucs_global_opts), for the binary's --sdk-log-level
+ * and for quieting an expected failure (shim_ep_create_addr). */
 int shim_log_level(void)
 {
     return ucs_global_opts.log_component.log_level;
 }
 
+/* Sets UCX's global log level (--sdk-log-level). */
 void shim_set_log_level(int level)
 {
     ucs_global_opts.log_component.log_level = (ucs_log_level_t)level;
 }
 
+/* Creates an endpoint to a worker address in one of three detection modes
+ * (see shim.h): 0 none; 2 required; 1 preferred: try with detection and, if
+ * UCX answers UCS_ERR_UNREACHABLE (UCX 1.13's shared-memory transports
+ * cannot detect a dead peer and refuse such endpoints), create it without.
+ * During that first attempt UCX's log is raised to FATAL, because UCX logs
+ * the expected refusal as an error. *detect says which mode the endpoint
+ * got (Endpoint.PeerFailureDetection). */
 ucs_status_t shim_ep_create_addr(shim_worker_t *w, const void *addr, int mode,
                                  ucp_ep_h *ep, int *detect)
 {
@@ -444,6 +580,8 @@ ucs_status_t shim_ep_create_addr(shim_worker_t *w, const void *addr, int mode,
     return st;
 }
 
+/* Resolves host:port with getaddrinfo for a client-server endpoint or a
+ * listener (passive: an empty host binds every address). */
 static ucs_status_t resolve(const char *host, uint16_t port, int passive,
                             struct sockaddr_storage *ss, socklen_t *len)
 {
@@ -464,6 +602,9 @@ static ucs_status_t resolve(const char *host, uint16_t port, int passive,
     return UCS_OK;
 }
 
+/* Creates a client-server endpoint to host:port (UCX's own connection
+ * establishment over a socket address). UCX requires peer error-handling
+ * mode on such endpoints, so detection is always on; peer_err is unused. */
 ucs_status_t shim_ep_create_sockaddr(shim_worker_t *w, const char *host, uint16_t port,
                                      int peer_err, ucp_ep_h *ep)
 {
@@ -484,6 +625,9 @@ ucs_status_t shim_ep_create_sockaddr(shim_worker_t *w, const char *host, uint16_
     return ucp_ep_create(w->worker, &p, ep);
 }
 
+/* Accepts a connection request recorded by shim_conn_cb: creates the
+ * server's endpoint from it, with peer error handling like every
+ * client-server endpoint. */
 ucs_status_t shim_ep_create_conn(shim_worker_t *w, void *conn_req, int peer_err,
                                  ucp_ep_h *ep)
 {
@@ -496,6 +640,10 @@ ucs_status_t shim_ep_create_conn(shim_worker_t *w, void *conn_req, int peer_err,
     return ucp_ep_create(w->worker, &p, ep);
 }
 
+/* Creates a UCX listener on host:port whose connection requests become
+ * events tagged with `token` (shim_conn_cb). The callback context is
+ * returned in *ctx_out for Go to free after ucp_listener_destroy. With port
+ * 0 the kernel chooses; *bound_port is read back from the listener. */
 ucs_status_t shim_listener_create(shim_worker_t *w, const char *host, uint16_t port,
                                   uint64_t token, ucp_listener_h *listener,
                                   uint16_t *bound_port, void **ctx_out)
@@ -541,6 +689,11 @@ ucs_status_t shim_listener_create(shim_worker_t *w, const char *host, uint16_t p
     return UCS_OK;
 }
 
+/* Sleeps until the worker has work (Worker.Wait): ucp_worker_arm, then poll
+ * the worker's event fd. UCS_ERR_BUSY from arm means events are already
+ * pending, so it returns 1 at once without sleeping. A ucp_worker_signal
+ * from another thread (Worker.Wake) makes the fd readable. Arm and poll are
+ * one crossing; Go issues queued operations first (Worker.submit). */
 int shim_wait(shim_worker_t *w, int timeout_ms)
 {
     if (off_thread(w)) {
@@ -564,6 +717,11 @@ int shim_wait(shim_worker_t *w, int timeout_ms)
     return r > 0 ? 1 : 0;
 }
 
+/* Creates the UCP context: reads the UCX_* environment (ucp_config_read),
+ * applies the caller's overrides (ucp_config_modify, names without UCX_),
+ * and initialises it with the requested features. mt_workers_shared: the
+ * context is shared by workers on different threads (one per dpu worker,
+ * initiator, target), each worker itself single-threaded. */
 ucs_status_t shim_context_create(uint64_t features, const char **keys,
                                  const char **values, int n, ucp_context_h *ctx)
 {
@@ -589,6 +747,8 @@ ucs_status_t shim_context_create(uint64_t features, const char **keys,
     return st;
 }
 
+/* UCX's diagnostic printers write to a FILE*; this collects their output in
+ * a malloc'd string (freed by Go) for the *_info functions below. */
 #define PRINT_TO_STRING(call)                 \
     char  *buf = NULL;                        \
     size_t len = 0;                           \
@@ -600,21 +760,28 @@ ucs_status_t shim_context_create(uint64_t features, const char **keys,
     fclose(f);                                \
     return buf
 
+/* ucp_context_print_info as a string (Context.Info: transports, devices). */
 char *shim_context_info(ucp_context_h ctx)
 {
     PRINT_TO_STRING(ucp_context_print_info(ctx, f));
 }
 
+/* ucp_ep_print_info as a string (Endpoint.Info: the lanes UCX chose). */
 char *shim_ep_info(ucp_ep_h ep)
 {
     PRINT_TO_STRING(ucp_ep_print_info(ep, f));
 }
 
+/* ucp_worker_print_info as a string (Worker.Info). */
 char *shim_worker_info(ucp_worker_h w)
 {
     PRINT_TO_STRING(ucp_worker_print_info(w, f));
 }
 
+/* Registers memory with UCX (ucp_mem_map): the caller's range, or, with
+ * allocate, memory UCX allocates. Then queries the handle for the actual
+ * address and length (UCX may round an allocation up), which Go exposes as
+ * Memory's bytes. */
 ucs_status_t shim_mem_map(ucp_context_h ctx, void *addr, size_t len, int allocate,
                           ucp_mem_h *memh, void **addr_out, size_t *len_out)
 {
@@ -645,17 +812,23 @@ ucs_status_t shim_mem_map(ucp_context_h ctx, void *addr, size_t len, int allocat
     return UCS_OK;
 }
 
+/* Packs a remote key for a registered range (ucp_rkey_pack): the bytes a
+ * target sends (MR_REG) so a worker can reach its memory. */
 ucs_status_t shim_rkey_pack(ucp_context_h ctx, ucp_mem_h memh, void **buf, size_t *len)
 {
     return ucp_rkey_pack(ctx, memh, buf, len);
 }
 
 #if UCP_API_VERSION >= UCP_VERSION(1, 14)
+/* Whether this libucp's headers have exported memory handles (UCX >= 1.14):
+ * Go reports ErrNotSupported for PackExported otherwise. */
 int shim_have_exported_memh(void)
 {
     return 1;
 }
 
+/* Packs a memory handle for export (ucp_memh_pack with
+ * UCP_MEMH_PACK_FLAG_EXPORT), so another process can import it. */
 ucs_status_t shim_memh_pack(ucp_context_h ctx, ucp_mem_h memh, void **buf, size_t *len)
 {
     ucp_memh_pack_params_t p;
@@ -666,6 +839,7 @@ ucs_status_t shim_memh_pack(ucp_context_h ctx, ucp_mem_h memh, void **buf, size_
     return ucp_memh_pack(memh, &p, buf, len);
 }
 
+/* Frees a buffer returned by shim_memh_pack. */
 void shim_memh_buffer_release(void *buf)
 {
     ucp_memh_buffer_release_params_t p;
@@ -673,6 +847,8 @@ void shim_memh_buffer_release(void *buf)
     ucp_memh_buffer_release(buf, &p);
 }
 #else
+/* Headers older than UCX 1.14: no exported memory handles; the stubs keep
+ * the Go side version-independent. */
 int shim_have_exported_memh(void)
 {
     return 0;

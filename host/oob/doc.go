@@ -1,10 +1,11 @@
 // Package oob is the out-of-band channel between an RDMO target and an
-// initiator (SPEC §2 step 3 and 5): a TCP connection, one per peer, over
-// which the target sends its worker's UCP address, its client id and the
-// ids of its memory regions, the initiator sends its own UCP worker address,
+// initiator (docs/ARCHITECTURE.md, "Setting up", steps 4 and 6): a TCP
+// connection, one per peer, over which the target sends its worker's UCP
+// address, its client id and the ids of its memory regions, the initiator
+// sends its own UCP worker address,
 // and, at the end, the initiator tells the target its work is complete and
-// visible (Done) so the target never spins on its memory (SPEC §6 defect
-// 10), and the target answers with its verdict (Verified).
+// visible (Done) so the target never spins on its memory (docs/SECURITY.md
+// section 6, defect 10), and the target answers with its verdict (Verified).
 //
 // The reference uses a plain socket on port 18515 with length-prefixed
 // messages of at most 1024 bytes and no authentication; this package

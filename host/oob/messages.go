@@ -68,9 +68,10 @@ type Hello struct {
 	Auth bool `msgpack:"auth"`
 }
 
-// RegionInfo names one registered memory region (SPEC §2 step 5): ID is the
-// region id returned by MR_REG (the `rkey` of the API), Base and Len the
-// target virtual address range it covers.
+// RegionInfo names one registered memory region (docs/ARCHITECTURE.md,
+// "Setting up", steps 3 and 4): ID is the region id returned by MR_REG (the
+// `rkey` of the API), Base and Len the target virtual address range it
+// covers.
 type RegionInfo struct {
 	ID   uint64 `msgpack:"id"`
 	Base uint64 `msgpack:"base"`
@@ -119,7 +120,7 @@ type InitiatorInfo struct {
 
 // Done is sent by the initiator once its work is complete and flushed, i.e.
 // visible in target memory, so the target never spins on its own memory
-// (SPEC §6 defect 10).
+// (docs/SECURITY.md section 6, defect 10).
 type Done struct {
 	Ops     uint64 `msgpack:"ops"`
 	Bytes   uint64 `msgpack:"bytes"`

@@ -183,7 +183,7 @@ func (c *client) run(ctx context.Context) error {
 		return err
 	}
 
-	// The seed flow of the reference demo (SPEC §5).
+	// The seed flow of the reference demo (docs/PROTOCOL.md section 12.1).
 	if err := c.seedFlow(ctx); err != nil {
 		return err
 	}

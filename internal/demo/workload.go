@@ -25,7 +25,8 @@ const DefaultFlushEvery = 128
 // requests complete at the worker no later than the flush after them.
 const unflushedBudget = 768
 
-// The seed flow of SPEC §5, in the seed queue region.
+// The seed flow of the reference demo (docs/PROTOCOL.md section 12.1), in
+// the seed queue region.
 const (
 	SeedQueueSize     = 128 << 10 // the reference demo's queue
 	seedAppendLen     = 8
