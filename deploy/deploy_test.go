@@ -5,6 +5,7 @@ package deploy_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,11 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -24,9 +25,8 @@ import (
 func dpuFlags(t *testing.T) map[string]bool {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "rdmo")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/openrdmo/rdmo/cmd/rdmo")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building rdmo: %v\n%s", err, out)
+	if err := testproc.GoBuild(context.Background(), bin, "github.com/openrdmo/rdmo/cmd/rdmo"); err != nil {
+		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "dpu", "-h").CombinedOutput()
 	if err != nil {

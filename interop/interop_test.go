@@ -38,21 +38,12 @@ func TestMain(m *testing.M) {
 	}
 	rdmoBin = filepath.Join(dir, "rdmo")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", rdmoBin, "github.com/openrdmo/rdmo/cmd/rdmo").CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-	}
+	buildErr = testproc.GoBuild(ctx, rdmoBin, "github.com/openrdmo/rdmo/cmd/rdmo")
 	cancel()
 	cClient, cBuildErr = buildCClient(dir)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // buildCClient compiles testdata/doca_client.c with the system's C compiler

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -37,26 +36,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	rdmoBin = filepath.Join(dir, "rdmo")
-	args := []string{"build", "-o", rdmoBin}
+	var flags []string
 	if raceEnabled {
-		args = append(args, "-race") // the host code runs only in these processes
+		flags = append(flags, "-race") // the host code runs only in these processes
 	}
-	args = append(args, "github.com/openrdmo/rdmo/cmd/rdmo")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	if out, err := exec.CommandContext(ctx, goTool(), args...).CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-	}
+	buildErr = testproc.GoBuild(ctx, rdmoBin, "github.com/openrdmo/rdmo/cmd/rdmo", flags...)
 	cancel()
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // run is one test's set of processes: none may be left running when it

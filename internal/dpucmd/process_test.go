@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -47,8 +46,7 @@ func TestMain(m *testing.M) {
 		{rdmoBin, "github.com/openrdmo/rdmo/cmd/rdmo"},
 		{filepath.Join(pluginDir, "rdmo-plugin-counter"), "github.com/openrdmo/rdmo/examples/counter/cmd/rdmo-plugin-counter"},
 	} {
-		if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+		if buildErr = testproc.GoBuild(ctx, b[0], b[1]); buildErr != nil {
 			break
 		}
 	}
@@ -56,13 +54,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 const exitTimeout = 90 * time.Second

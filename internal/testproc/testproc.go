@@ -25,6 +25,7 @@ package testproc
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -452,4 +453,23 @@ func leftovers() []leftover {
 		}
 	}
 	return out
+}
+
+// GoTool is the go command tests build binaries with: the one on PATH, else
+// the one of GOROOT.
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// GoBuild builds the main package pkg into the file out (flags, e.g.
+// "-race", go before the package), with the compiler's output in the error.
+func GoBuild(ctx context.Context, out, pkg string, flags ...string) error {
+	args := append(append([]string{"build", "-o", out}, flags...), pkg)
+	if b, err := exec.CommandContext(ctx, GoTool(), args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
 }
