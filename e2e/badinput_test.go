@@ -131,16 +131,12 @@ func newTargets(t testing.TB, tr ucptest.Transport, start func() rdmoWorker, ids
 	var tgs []*target
 	for _, id := range ids {
 		ctx := ucptest.NewContext(t, tr)
-		w, err := ctx.NewWorker(ucp.WorkerOptions{})
-		if err != nil {
+		tg := &target{t: t, ctx: ctx, stop: make(chan struct{}), done: make(chan struct{}), client: id}
+		ready := make(chan error, 1)
+		go tg.progress(ready)
+		if err := <-ready; err != nil {
 			t.Fatal(err)
 		}
-		addr, err := w.Address()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tg := &target{t: t, ctx: ctx, w: w, addr: addr, stop: make(chan struct{}), done: make(chan struct{}), client: id}
-		go tg.progress()
 		t.Cleanup(tg.close)
 		tgs = append(tgs, tg)
 	}

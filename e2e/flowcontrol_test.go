@@ -34,26 +34,39 @@ func TestLimitsDefaultInitiatorStaysWithinInFlightLimit(t *testing.T) {
 func defaultInitiatorWithinLimit(t *testing.T, tr ucptest.Transport, aggregate bool) {
 	ucptest.CheckLeaks(t)
 	ctx := ucptest.NewContext(t, tr)
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, _ := w.Address()
-	tg := &target{t: t, ctx: ctx, w: w, addr: addr, stop: make(chan struct{}), done: make(chan struct{}), client: 1}
-	go func() { // a slow target
+	tg := &target{t: t, ctx: ctx, stop: make(chan struct{}), done: make(chan struct{}), client: 1}
+	ready := make(chan error, 1)
+	go func() { // a slow target, on the goroutine that owns its worker
 		defer close(tg.done)
+		w, err := ctx.NewWorker(ucp.WorkerOptions{})
+		if err == nil {
+			if tg.addr, err = w.Address(); err != nil {
+				w.Close()
+			}
+		}
+		if err == nil {
+			tg.w = w
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		defer w.Close()
 		for {
 			select {
 			case <-tg.stop:
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			tg.w.Progress()
+			w.Progress()
 		}
 	}()
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(tg.close)
 	tg.worker = inProc(t, tr, dpu.Config{Handlers: handlers(appendop.Owned)})()
-	tg.wAddr = tg.do(dpu.ClientInit{ID: 1, Addr: addr}).Addr
+	tg.wAddr = tg.do(dpu.ClientInit{ID: 1, Addr: tg.addr}).Addr
 	q := tg.fencedQueue(16<<20, 8)
 	in, err := initiator.New(initiator.Options{WorkerAddress: tg.wAddr, ClientID: 1, UCX: tr.Config(), Aggregate: aggregate})
 	if err != nil {

@@ -72,25 +72,36 @@ func newTargetMode(t testing.TB, tr ucptest.Transport, strategy appendop.Strateg
 func newTargetWith(t testing.TB, tr ucptest.Transport, start func() rdmoWorker) *target {
 	t.Helper()
 	ctx := ucptest.NewContext(t, tr)
-	w, err := ctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
+	tg := &target{t: t, ctx: ctx, stop: make(chan struct{}), done: make(chan struct{}), client: 1}
+	ready := make(chan error, 1)
+	go tg.progress(ready)
+	if err := <-ready; err != nil {
 		t.Fatal(err)
 	}
-	addr, err := w.Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg := &target{t: t, ctx: ctx, w: w, addr: addr, stop: make(chan struct{}), done: make(chan struct{}), client: 1}
-	go tg.progress()
 	t.Cleanup(tg.close)
 	tg.worker = start()
-	n := tg.do(dpu.ClientInit{ID: tg.client, Addr: addr})
+	n := tg.do(dpu.ClientInit{ID: tg.client, Addr: tg.addr})
 	tg.wAddr = n.Addr
 	return tg
 }
 
-func (tg *target) progress() {
+// progress is the target worker's goroutine from its birth: UCX binds a
+// worker to the thread that made it, so it is made, progressed and closed
+// here.
+func (tg *target) progress(ready chan<- error) {
 	defer close(tg.done)
+	w, err := tg.ctx.NewWorker(ucp.WorkerOptions{})
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer w.Close()
+	if tg.addr, err = w.Address(); err != nil {
+		ready <- err
+		return
+	}
+	tg.w = w
+	ready <- nil
 	for {
 		select {
 		case <-tg.stop:
@@ -109,7 +120,6 @@ func (tg *target) close() {
 	for _, m := range tg.mems {
 		m.Close()
 	}
-	tg.w.Close()
 }
 
 func (tg *target) do(cmd dpu.Command) dpu.Notification {
