@@ -314,8 +314,26 @@ func (w *Worker) clientInit(c *command, cmd ClientInit) *CommandError {
 	w.regMu.Unlock()
 	go cl.run()
 	w.log.Debug("client registered", zap.Uint64("client", cmd.ID), zap.Bool("peer_failure_detection", ep.PeerFailureDetection()))
-	c.answer(Notification{Type: t, Client: cmd.ID, Addr: append([]byte(nil), w.addr...),
-		MaxInFlightPerRQ: uint32(min(uint64(w.cfg.MaxInFlightPerRQ), math.MaxUint32))}, nil)
+	n := Notification{Type: t, Client: cmd.ID, Addr: append([]byte(nil), w.addr...),
+		MaxInFlightPerRQ: uint32(min(uint64(w.cfg.MaxInFlightPerRQ), math.MaxUint32))}
+	// Answer once the endpoint to the target is wired up (a flush of a
+	// fresh endpoint completes when its connection is established both
+	// ways). A target that tears down right after CLIENT_INIT otherwise
+	// may still hold UCX's half-done wire-up reply to this worker, and UCX
+	// 1.13 (tcp) asserts on such a pending reply when the target's worker
+	// is destroyed ("got REP message"): the target process aborts. The
+	// flush costs one round trip per CLIENT_INIT, off the data path.
+	if err := ep.Flush(ucp.CompleterFunc(func(comp ucp.Completion) {
+		if comp.Err != nil {
+			// The host error callback deals with the client; its target
+			// learns why CLIENT_INIT failed.
+			c.answer(Notification{}, cmdErr(t, ErrConnect, "reaching the target: "+comp.Err.Error()))
+			return
+		}
+		c.answer(n, nil)
+	}), 0); err != nil {
+		c.answer(n, nil) // no flush possible (closing): answer as before
+	}
 	return nil
 }
 
