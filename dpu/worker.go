@@ -31,8 +31,10 @@ type Worker struct {
 	addr   []byte
 
 	handlers []*handlerEntry
-	byOp     [rdmo.OpUserBase]*handlerEntry
-	userOps  map[uint32]*handlerEntry // fixed after New
+	// replyFree are reply buffers for acks with a result (loop-owned).
+	replyFree []*replyBuf
+	byOp      [rdmo.OpUserBase]*handlerEntry
+	userOps   map[uint32]*handlerEntry // fixed after New
 
 	stats counters
 
