@@ -140,7 +140,7 @@ func FuzzHandlers(f *testing.F) {
 		}
 		op := opsList[int(which)%len(opsList)]
 		tg := heap(rand.New(rand.NewPCG(3, 4)))
-		foreign := bytes.Clone(tg.Memory(3))
+		foreignMem := bytes.Clone(tg.Memory(foreign))
 		md := model{rdmotest.NewModel(tg)}
 		before := rdmotest.NewModel(tg)
 		hdr, err := wire.AppendUserRequest(nil, wire.Header{ClientID: client, Op: op}, sub)
@@ -159,7 +159,7 @@ func FuzzHandlers(f *testing.F) {
 		if len(res.Data) > rdmo.MaxResultData {
 			t.Fatalf("result of %d bytes", len(res.Data))
 		}
-		if !bytes.Equal(tg.Memory(3), foreign) {
+		if !bytes.Equal(tg.Memory(foreign), foreignMem) {
 			t.Fatal("the other client's region changed")
 		}
 		if err := md.m.Diff(tg); err != nil {

@@ -11,9 +11,10 @@
 // bucket at fault; a failed request changes nothing in target memory.
 //
 // Ordering: a handler runs one client's requests in arrival order, and
-// every request sees the effects of the requests before it (the worker's
-// client executor serialises a client's handlers, and a handler that
-// writes makes its writes visible with Target.Flush before it reads again).
+// every request sees the effects of the requests before it, without FENCE:
+// the worker's client executor serialises a client's handlers, the atomics
+// complete inside Target.Sync, and a handler that Puts makes its writes
+// visible with Target.Flush before it returns.
 // Requests of a batch that do not depend on each other share a
 // Target.Sync, so a batch of N lookups costs the rounds of one.
 package ops

@@ -14,7 +14,8 @@ type indirectHandler struct{ rdmo.BaseHandler }
 // each hop checked against the request's region before it is read, then
 // read or write at the end. The reads of a run of indirect reads go in
 // lockstep, one Sync per hop for all of them; a write is made visible
-// (Target.Flush) before a later request of the batch reads.
+// (Target.Flush) before the handler goes on, so every later request of the
+// client sees it.
 func NewIndirect() rdmo.Handler { return indirectHandler{} }
 
 func (indirectHandler) Info() rdmo.HandlerInfo {
@@ -50,7 +51,10 @@ func (indirectHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results [
 			chase(t, reqs, results, ws[:len(ws)-1])
 			one := []walk{last}
 			chase(t, reqs, results, one)
-			if results[i].Status == rdmo.StatusOK && i < len(reqs)-1 {
+			// Visible before anything else of the client reads: the rest
+			// of this batch, or a batch of another handler, which may
+			// start before this one completes.
+			if results[i].Status == rdmo.StatusOK {
 				if err := t.Flush(); err != nil {
 					results[i] = rdmo.ResultOf(fmt.Errorf("indirect write: %w", err))
 				}

@@ -81,7 +81,7 @@ func (kvHandler) Info() rdmo.HandlerInfo {
 
 func (kvHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	for i := range reqs {
-		results[i] = kvOne(t, &reqs[i], i < len(reqs)-1)
+		results[i] = kvOne(t, &reqs[i])
 	}
 }
 
@@ -141,7 +141,7 @@ func probe(t rdmo.Target, tb kvTable, key uint64) (idx uint64, found, free bool,
 	return 0, false, false, rdmo.Result{}, true
 }
 
-func kvOne(t rdmo.Target, req *rdmo.Request, more bool) rdmo.Result {
+func kvOne(t rdmo.Target, req *rdmo.Request) rdmo.Result {
 	r, err := DecodeKV(req)
 	if err != nil {
 		return rdmo.ResultOf(err)
@@ -187,11 +187,11 @@ func kvOne(t rdmo.Target, req *rdmo.Request, more bool) rdmo.Result {
 			return rdmo.ResultOf(fmt.Errorf("kv insert: %w", err))
 		}
 	}
-	if more {
-		// The next request of the batch reads what this one wrote.
-		if err := t.Flush(); err != nil {
-			return rdmo.ResultOf(fmt.Errorf("kv insert: %w", err))
-		}
+	// Whatever runs next (this batch's next request, or another batch of
+	// the client, which may start before this one completes) reads what
+	// this insert wrote.
+	if err := t.Flush(); err != nil {
+		return rdmo.ResultOf(fmt.Errorf("kv insert: %w", err))
 	}
 	if found {
 		return rdmo.Result{Value: 1}

@@ -13,23 +13,43 @@ import (
 	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
-// The test heap: region 1 of client 1, and region 3 of client 2 (foreign).
+// The test heap: region own of client 1 at base, and region foreign of
+// client 2 at fbase. They are variables so that the same heap, model and
+// generator run against a real worker, whose addresses and region ids are
+// its own (useLayout).
 const (
-	client   = 1
-	own      = rdmo.RegionID(1)
-	foreign  = rdmo.RegionID(3)
-	unknown  = rdmo.RegionID(9)
-	base     = 0x10000
-	size     = 0x4000
-	fbase    = 0x30000
-	counters = base          // 32 u64 counters
-	graph    = base + 0x100  // 256 u64 words of pointers
-	head     = base + 0x900  // the free list's head
-	blocks   = base + 0x1000 // 32 blocks of 64 bytes
-	table    = base + 0x2000 // kv table: 64 buckets of 8+16 bytes
-	buckets  = 64
-	vsize    = 16
+	client  = 1
+	size    = 0x4000
+	buckets = 64
+	vsize   = 16
 )
+
+var (
+	own         = rdmo.RegionID(1)
+	foreign     = rdmo.RegionID(3)
+	unknown     = rdmo.RegionID(9)
+	base        uint64
+	fbase       uint64 = 0x30000
+	counters    uint64 // 32 u64 counters
+	graph       uint64 // 256 u64 words of pointers
+	head        uint64 // the free list's head
+	blocks      uint64 // 32 blocks of 64 bytes
+	table       uint64 // kv table: 64 buckets of 8+16 bytes
+	withForeign = true
+)
+
+func useLayout(b uint64, region rdmo.RegionID, foreignRegion bool) {
+	base, own, withForeign = b, region, foreignRegion
+	unknown = region + 1000
+	if !foreignRegion {
+		foreign = region + 2000 // registered by nobody
+	} else {
+		foreign = 3
+	}
+	counters, graph, head, blocks, table = b, b+0x100, b+0x900, b+0x1000, b+0x2000
+}
+
+func init() { useLayout(0x10000, 1, true) }
 
 // heap builds the target memory: pointers that form chains, cycles, nils,
 // misaligned and foreign pointers; a free list; an empty kv table.
@@ -37,9 +57,11 @@ func heap(rng *rand.Rand) *rdmotest.Target {
 	tg := rdmotest.NewTarget(client)
 	tg.DeferPuts = true // Puts land at Flush or batch end, as on a real worker
 	mem := tg.AddRegion(own, base, size)
-	fm := tg.AddRegionFor(2, foreign, fbase, 256)
-	for i := range fm {
-		fm[i] = byte(i)
+	if withForeign {
+		fm := tg.AddRegionFor(2, foreign, fbase, 256)
+		for i := range fm {
+			fm[i] = byte(i)
+		}
 	}
 	le := func(addr uint64, v uint64) {
 		off := addr - base
