@@ -116,3 +116,58 @@ func TestCallResults(t *testing.T) {
 		}
 	})
 }
+
+type namedHandler struct {
+	rdmo.BaseHandler
+	name, version string
+	op            uint32
+}
+
+func (h namedHandler) Info() rdmo.HandlerInfo {
+	return rdmo.HandlerInfo{Name: h.name, Version: h.version, Ops: []uint32{h.op}}
+}
+
+func (namedHandler) HandleBatch(rdmo.Target, []rdmo.Request, []rdmo.Result) {}
+
+// Two handlers with one name, or one op id, are refused with both named.
+func TestDuplicateHandlersRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a, b namedHandler
+		want []string
+	}{
+		{"same name", namedHandler{name: "kv", version: "1.0.0", op: 100}, namedHandler{name: "kv", version: "2.0.0", op: 101},
+			[]string{`"kv"`, "1.0.0", "2.0.0"}},
+		{"same op", namedHandler{name: "mine", version: "1", op: 100}, namedHandler{name: "theirs", version: "1", op: 100},
+			[]string{`"mine"`, `"theirs"`, "100"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, err := dpu.New(dpu.Config{Handlers: []rdmo.Handler{c.a, c.b}})
+			if err == nil {
+				w.Close()
+				t.Fatal("accepted")
+			}
+			for _, s := range c.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%v does not name %s", err, s)
+				}
+			}
+		})
+	}
+}
+
+// Plugin ops are named by their handler in logs, metrics and stats.
+func TestOpLabels(t *testing.T) {
+	if got := dpu.OpLabel(38, "kv"); got != "kv(38)" {
+		t.Errorf("OpLabel(38, kv) = %q", got)
+	}
+	if got := dpu.OpLabel(rdmo.OpAppend, "append"); got != "append" {
+		t.Errorf("OpLabel(append) = %q", got)
+	}
+	forEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{resultHandler{}}})
+		if got := e.w.Stats().OpNames[opResult]; got != "test-result(56)" {
+			t.Errorf("Stats.OpNames[%d] = %q", opResult, got)
+		}
+	})
+}

@@ -535,7 +535,7 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 func (w *Worker) recordFailure(q *rq, seq uint64, op uint32, st rdmo.Status, detail string, short bool) {
 	w.countFailure(q, seq, op, st)
 	if ce := w.reqLog.Check(zap.WarnLevel, "rdmo request failed"); ce != nil {
-		opName := rdmo.OpName(op)
+		opName := w.opName(op)
 		if short {
 			opName = "unknown"
 		}

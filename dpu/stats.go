@@ -57,11 +57,16 @@ type Stats struct {
 	Clients  int              `msgpack:"clients"`
 	RQs      int              `msgpack:"rqs"`
 	Regions  int              `msgpack:"regions"`
+
+	// OpNames names the registered user ops (OpLabel: "kv(38)"), for
+	// logs and metrics.
+	OpNames map[uint32]string `msgpack:"op_names"`
 }
 
 type counters struct {
 	reqOps    [rdmo.OpUserBase]atomic.Uint64
 	reqUser   map[uint32]*atomic.Uint64 // registered user ops; fixed after New
+	opNames   map[uint32]string         // their OpLabels; fixed after New
 	reqOther  atomic.Uint64             // unregistered user ops
 	bytes     atomic.Uint64
 	dropped   atomic.Uint64
@@ -148,6 +153,10 @@ func (w *Worker) Stats() Stats {
 		Acks:              c.acks.Load(),
 		Failures:          map[rdmo.Status]uint64{},
 		InFlight:          map[uint64]int64{},
+		OpNames:           make(map[uint32]string, len(c.opNames)),
+	}
+	for op, n := range c.opNames {
+		s.OpNames[op] = n
 	}
 	for op := range c.reqOps {
 		if n := c.reqOps[op].Load(); n != 0 {

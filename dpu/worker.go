@@ -154,6 +154,7 @@ func New(cfg Config) (*Worker, error) {
 		rqAddr:     map[string]*rq{},
 	}
 	w.stats.reqUser = map[uint32]*atomic.Uint64{}
+	w.stats.opNames = map[uint32]string{}
 	w.comp = &completer{w}
 	if err := w.register(cfg.Handlers); err != nil {
 		return nil, err
@@ -176,6 +177,12 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		if len(e.info.Ops) == 0 {
 			return fmt.Errorf("dpu: handler %q serves no op", e.info.Name)
 		}
+		for _, prev := range w.handlers {
+			if prev.info.Name == e.info.Name {
+				return fmt.Errorf("dpu: two handlers named %q (version %s, ops %v; version %s, ops %v)",
+					e.info.Name, prev.info.Version, prev.info.Ops, e.info.Version, e.info.Ops)
+			}
+		}
 		for _, op := range e.info.Ops {
 			if op > rdmo.OpScatter && !rdmo.IsUserOp(op) {
 				return fmt.Errorf("dpu: handler %q claims reserved op %d", e.info.Name, op)
@@ -188,6 +195,7 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 			} else {
 				w.userOps[op] = e
 				w.stats.reqUser[op] = new(atomic.Uint64)
+				w.stats.opNames[op] = OpLabel(op, e.info.Name)
 			}
 		}
 		w.handlers = append(w.handlers, e)
@@ -201,6 +209,23 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		w.handlers = append(w.handlers, e)
 	}
 	return nil
+}
+
+// OpLabel names an op for logs and metrics: the reference ops by their
+// names, a user op by its handler's name and its id ("kv(38)").
+func OpLabel(op uint32, handler string) string {
+	if !rdmo.IsUserOp(op) || handler == "" {
+		return rdmo.OpName(op)
+	}
+	return handler + "(" + utoa(uint64(op)) + ")"
+}
+
+// opName is OpLabel for an op of this worker.
+func (w *Worker) opName(op uint32) string {
+	if n, ok := w.stats.opNames[op]; ok {
+		return n
+	}
+	return rdmo.OpName(op)
 }
 
 func (w *Worker) lookup(op uint32) *handlerEntry {

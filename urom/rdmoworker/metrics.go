@@ -96,7 +96,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
 	for _, op := range ops {
-		counter(c.requests, st.Requests[op], id, opLabel(op))
+		counter(c.requests, st.Requests[op], id, opLabel(op, st.OpNames))
 	}
 	counter(c.reqBytes, st.Bytes, id)
 	counter(c.dropped, st.Dropped, id)
@@ -132,10 +132,14 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	return nil
 }
 
-// opLabel names an op for the "op" label.
-func opLabel(op uint32) string {
+// opLabel names an op for the "op" label: a plugin's op by its handler's
+// name (dpu.OpLabel).
+func opLabel(op uint32, names map[uint32]string) string {
 	if op == dpu.OtherOp {
 		return "other"
+	}
+	if n, ok := names[op]; ok {
+		return n
 	}
 	return rdmo.OpName(op)
 }
