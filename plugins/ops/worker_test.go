@@ -44,7 +44,7 @@ var (
 )
 
 // pluginDir builds the pack's six plugin binaries once per test run.
-func pluginDir(t *testing.T) string {
+func pluginDir(t testing.TB) string {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "rdmo-ops-plugins-")
 		if buildErr != nil {
@@ -66,7 +66,7 @@ func pluginDir(t *testing.T) string {
 
 // startService runs a UROM service in this process whose workers are this
 // test binary.
-func startService(t *testing.T, tr ucptest.Transport, plugins bool) string {
+func startService(t testing.TB, tr ucptest.Transport, plugins bool) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := urom.Config{
 		Listen:           "127.0.0.1:0",
@@ -106,34 +106,8 @@ func TestWorkerModel(t *testing.T) {
 				ucptest.CheckLeaks(t)
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				addr := startService(t, tr, mode == "plugin")
-				local, err := target.NewLocal(target.LocalOptions{Config: tr.Config()})
-				if err != nil {
-					ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
-				}
-				mem, err := local.Allocate(size)
-				if err != nil {
-					t.Fatal(err)
-				}
-				local.Start()
-				defer local.Close()
-				plugins := names
-				if mode == "plugin" {
-					plugins = nil
-					for _, n := range names {
-						plugins = append(plugins, "plugin:"+n)
-					}
-				}
-				tg, err := target.New(ctx, target.Options{ServiceAddress: addr, Env: tr.Env(), ClientID: client,
-					Address: local.Address(), Plugins: plugins})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tg.Close()
-				reg, err := tg.Register(ctx, mem)
-				if err != nil {
-					t.Fatal(err)
-				}
+				fx := newFixture(t, ctx, tr, mode == "plugin")
+				mem, reg := fx.mem, fx.reg
 				// The heap at the real address, mirrored by an rdmotest.Target
 				// the model and the generator use.
 				useLayout(mem.Address(), rdmo.RegionID(reg.ID), false)
@@ -144,20 +118,14 @@ func TestWorkerModel(t *testing.T) {
 				md := model{rdmotest.NewModel(mirror)}
 				g := gen{rng: rng, tg: mirror}
 
-				in, err := initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: client, UCX: tr.Config()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer in.Close()
-				if _, err := tg.CreateRQ(ctx, in.Address()); err != nil {
-					t.Fatal(err)
-				}
+				in := fx.connect(t, ctx)
 				ok := 0
 				for round := 0; round < 40; round++ {
 					reqs := make([]rdmo.Request, 1+rng.IntN(12))
 					waits := make([]*initiator.CallWait, len(reqs))
 					for i := range reqs {
 						reqs[i] = g.make(names[rng.IntN(len(names))])
+						var err error
 						if waits[i], err = in.CallAsync(ctx, reqs[i].Op, reqs[i].Sub, reqs[i].Payload); err != nil {
 							t.Fatal(err)
 						}
@@ -187,4 +155,62 @@ func TestWorkerModel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// fixture is a target with one registered region of size bytes on a worker
+// process that runs the pack (built in or as plugins).
+type fixture struct {
+	tr  ucptest.Transport
+	mem interface {
+		Bytes() []byte
+		Address() uint64
+	}
+	reg   target.Region
+	tg    *target.Target
+	local *target.Local
+}
+
+func newFixture(t testing.TB, ctx context.Context, tr ucptest.Transport, plugins bool) *fixture {
+	addr := startService(t, tr, plugins)
+	local, err := target.NewLocal(target.LocalOptions{Config: tr.Config()})
+	if err != nil {
+		ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
+	}
+	t.Cleanup(func() { local.Close() })
+	mem, err := local.Allocate(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Start()
+	list := names
+	if plugins {
+		list = nil
+		for _, n := range names {
+			list = append(list, "plugin:"+n)
+		}
+	}
+	tg, err := target.New(ctx, target.Options{ServiceAddress: addr, Env: tr.Env(), ClientID: client,
+		Address: local.Address(), Plugins: list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	reg, err := tg.Register(ctx, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{tr: tr, mem: mem, reg: reg, tg: tg, local: local}
+}
+
+// connect makes an initiator with a request queue on the worker.
+func (fx *fixture) connect(t testing.TB, ctx context.Context) *initiator.Initiator {
+	in, err := initiator.New(initiator.Options{WorkerAddress: fx.tg.WorkerAddress(), ClientID: client, UCX: fx.tr.Config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	if _, err := fx.tg.CreateRQ(ctx, in.Address()); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
