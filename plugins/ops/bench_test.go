@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -21,10 +22,17 @@ import (
 // gets, then the read), kv-lookup against native-kv-lookup (read the
 // bucket, then the value), fetch-add against a native atomic. Compare a
 // row's ns/op with its native row's. The worker is a separate process on
-// this machine over the first transport of ucptest, so the native side has
-// the same kind of path to the memory as the worker.
+// this machine, so the native side has the same kind of path to the
+// memory as the worker; the transport is ucptest's first (shm) or the one
+// named by RDMO_BENCH_TRANSPORT (tcp: every access a network round trip,
+// the topology these ops are for).
 func BenchmarkRoundTrips(b *testing.B) {
 	tr := ucptest.Transports[0]
+	for _, t := range ucptest.Transports {
+		if t.Name == os.Getenv("RDMO_BENCH_TRANSPORT") {
+			tr = t
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	fx := newFixture(b, ctx, tr, false)
