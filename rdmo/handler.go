@@ -1,6 +1,7 @@
 package rdmo
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -73,6 +74,12 @@ type Result struct {
 	// may point into Target.Buffer memory or into the request's payload:
 	// the worker copies it when the request completes.
 	Data []byte
+}
+
+// Equal reports whether r and o are the same result (Data compared by
+// content). Result holds a slice, so == does not compile.
+func (r Result) Equal(o Result) bool {
+	return r.Status == o.Status && r.Detail == o.Detail && r.Value == o.Value && bytes.Equal(r.Data, o.Data)
 }
 
 // Fail returns a failed Result.
