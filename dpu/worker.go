@@ -212,9 +212,11 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 }
 
 // OpLabel names an op for logs and metrics: the reference ops by their
-// names, a user op by its handler's name and its id ("kv(38)").
+// names, a user op by the name its package gave it (rdmo.DefineOp,
+// "kv-lookup(38)") when linked into this process, else by its handler's
+// name and its id ("counter(16)").
 func OpLabel(op uint32, handler string) string {
-	if !rdmo.IsUserOp(op) || handler == "" {
+	if _, ok := rdmo.DefinedOpName(op); ok || !rdmo.IsUserOp(op) || handler == "" {
 		return rdmo.OpName(op)
 	}
 	return handler + "(" + utoa(uint64(op)) + ")"

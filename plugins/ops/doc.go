@@ -22,16 +22,16 @@ package ops
 import "github.com/openrdmo/rdmo/rdmo"
 
 // Operation ids (user range; 16..31 are left to examples such as
-// examples/counter and to users).
-const (
-	OpGet           uint32 = 32 // sub: region, addr, len -> Data: the bytes
-	OpFetchAdd      uint32 = 33 // sub: region, addr, delta -> Value: old value
-	OpCompareSwap   uint32 = 34 // sub: region, addr, expected, desired -> Value: old value
-	OpIndirectRead  uint32 = 35 // sub: region, addr, shape -> Data: the bytes, Value: their address
-	OpIndirectWrite uint32 = 36 // sub: region, addr, shape; payload: the bytes -> Value: their address
-	OpAlloc         uint32 = 37 // sub: region, head -> Value: the block's address
-	OpKVLookup      uint32 = 38 // sub: region, table, key -> Data: the value
-	OpKVInsert      uint32 = 39 // sub: region, table, key; payload: the value -> Value: 1 if it replaced one
+// examples/counter and to users). OpName names them ("kv-insert(39)").
+var (
+	OpGet           = rdmo.DefineOp(32, "get")            // sub: region, addr, len -> Data: the bytes
+	OpFetchAdd      = rdmo.DefineOp(33, "fetch-add")      // sub: region, addr, delta -> Value: old value
+	OpCompareSwap   = rdmo.DefineOp(34, "compare-swap")   // sub: region, addr, expected, desired -> Value: old value
+	OpIndirectRead  = rdmo.DefineOp(35, "indirect-read")  // sub: region, addr, shape -> Data: the bytes, Value: their address
+	OpIndirectWrite = rdmo.DefineOp(36, "indirect-write") // sub: region, addr, shape; payload: the bytes -> Value: their address
+	OpAlloc         = rdmo.DefineOp(37, "alloc")          // sub: region, head -> Value: the block's address
+	OpKVLookup      = rdmo.DefineOp(38, "kv-lookup")      // sub: region, table, key -> Data: the value
+	OpKVInsert      = rdmo.DefineOp(39, "kv-insert")      // sub: region, table, key; payload: the value -> Value: 1 if it replaced one
 )
 
 // Handler names (HandlerInfo.Name, and the plugin names: rdmo-plugin-NAME).
