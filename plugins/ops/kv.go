@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math/bits"
+	"sync"
 
 	"github.com/openrdmo/rdmo/rdmo"
 )
@@ -60,7 +61,63 @@ func (tb kvTable) size() (uint64, bool) {
 	return lo + KVHeaderLen, hi == 0 && lo <= ^uint64(0)-KVHeaderLen
 }
 
-type kvHandler struct{ rdmo.BaseHandler }
+// kvHandler keeps the headers of the tables it has checked, per client,
+// region and address, so a lookup costs one read of target memory (the
+// probe window) instead of two. The header is fixed while the region is
+// registered (the layout's rule), so the cache needs no write-back and is
+// dropped with the region or the client.
+type kvHandler struct {
+	mu   sync.Mutex
+	hdrs map[kvKey]kvTable
+}
+
+type kvKey struct {
+	client rdmo.ClientID
+	region rdmo.RegionID
+	table  uint64
+}
+
+// maxCachedTables bounds the cache per handler; past it, it starts over.
+const maxCachedTables = 4096
+
+func (h *kvHandler) cached(k kvKey) (kvTable, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tb, ok := h.hdrs[k]
+	return tb, ok
+}
+
+func (h *kvHandler) remember(k kvKey, tb kvTable) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.hdrs) >= maxCachedTables {
+		clear(h.hdrs)
+	}
+	h.hdrs[k] = tb
+}
+
+func (h *kvHandler) WriteBack(rdmo.Target) error { return nil }
+
+func (h *kvHandler) RegionRemoved(t rdmo.Target, region rdmo.RegionID) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := range h.hdrs {
+		if k.client == t.ClientID() && k.region == region {
+			delete(h.hdrs, k)
+		}
+	}
+	return nil
+}
+
+func (h *kvHandler) ClientRemoved(client rdmo.ClientID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := range h.hdrs {
+		if k.client == client {
+			delete(h.hdrs, k)
+		}
+	}
+}
 
 // NewKV returns the kv handler (OpKVLookup, OpKVInsert) on tables laid out
 // as above. An insert of a present key replaces its value (Value 1), else
@@ -73,15 +130,15 @@ type kvHandler struct{ rdmo.BaseHandler }
 // reads, so no RDMO of the client observes or interleaves with a
 // half-done insert. It is not atomic with respect to other clients or the
 // target writing the table at the same time.
-func NewKV() rdmo.Handler { return kvHandler{} }
+func NewKV() rdmo.Handler { return &kvHandler{hdrs: map[kvKey]kvTable{}} }
 
-func (kvHandler) Info() rdmo.HandlerInfo {
+func (*kvHandler) Info() rdmo.HandlerInfo {
 	return rdmo.HandlerInfo{Name: NameKV, Version: Version, Ops: []uint32{OpKVLookup, OpKVInsert}, NoCachedState: true}
 }
 
-func (kvHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+func (h *kvHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	for i := range reqs {
-		results[i] = kvOne(t, &reqs[i])
+		results[i] = h.one(t, &reqs[i])
 	}
 }
 
@@ -114,9 +171,10 @@ func readTable(t rdmo.Target, r KVReq) (kvTable, rdmo.Result, bool) {
 	return tb, rdmo.Result{}, true
 }
 
-// probe finds key: the bucket index holding it (found), or the first empty
-// bucket of its probe sequence (free, when not found), or neither.
-func probe(t rdmo.Target, tb kvTable, key uint64) (idx uint64, found, free bool, res rdmo.Result, ok bool) {
+// probe finds key: the bucket index holding it (found, with its value as
+// read, in Buffer memory), or the first empty bucket of its probe sequence
+// (free, when not found), or neither.
+func probe(t rdmo.Target, tb kvTable, key uint64) (idx uint64, val []byte, found, free bool, res rdmo.Result, ok bool) {
 	home, n := KVHome(key, tb.buckets), KVProbes(tb.buckets)
 	bl := tb.bucketLen()
 	for done := uint64(0); done < n; {
@@ -125,36 +183,47 @@ func probe(t rdmo.Target, tb kvTable, key uint64) (idx uint64, found, free bool,
 		buf := t.Buffer(int(w * bl))
 		ops := [1]rdmo.RemoteOp{{Kind: rdmo.RemoteGet, Region: tb.region, Addr: tb.bucket(first), Buf: buf}}
 		if res, ok := syncOne(t, ops[:], "kv: read buckets"); !ok {
-			return 0, false, false, res, false
+			return 0, nil, false, false, res, false
 		}
 		for j := uint64(0); j < w; j++ {
 			k := le.Uint64(buf[j*bl:])
 			if k == key {
-				return first + j, true, false, rdmo.Result{}, true
+				return first + j, buf[j*bl+8 : (j+1)*bl], true, false, rdmo.Result{}, true
 			}
 			if k == 0 {
-				return first + j, false, true, rdmo.Result{}, true
+				return first + j, nil, false, true, rdmo.Result{}, true
 			}
 		}
 		done += w
 	}
-	return 0, false, false, rdmo.Result{}, true
+	return 0, nil, false, false, rdmo.Result{}, true
 }
 
-func kvOne(t rdmo.Target, req *rdmo.Request) rdmo.Result {
+func (h *kvHandler) one(t rdmo.Target, req *rdmo.Request) rdmo.Result {
 	r, err := DecodeKV(req)
 	if err != nil {
 		return rdmo.ResultOf(err)
 	}
-	tb, res, ok := readTable(t, r)
-	if !ok {
-		return res
+	key := kvKey{t.ClientID(), r.Region, r.Table}
+	tb, ok := h.cached(key)
+	if ok {
+		// Checked when it was cached; the region must still hold it.
+		size, _ := tb.size()
+		if err := checkRange(t, r.Region, r.Table, size, "kv table"); err != nil {
+			return rdmo.ResultOf(err)
+		}
+	} else {
+		var res rdmo.Result
+		if tb, res, ok = readTable(t, r); !ok {
+			return res
+		}
+		h.remember(key, tb)
 	}
 	insert := req.Op == OpKVInsert
 	if insert && uint64(len(req.Payload)) != tb.valueSize {
 		return rdmo.Fail(rdmo.StatusPayloadMismatch, "kv insert of a %d-byte value into a table of %d-byte values", len(req.Payload), tb.valueSize)
 	}
-	idx, found, free, res, ok := probe(t, tb, r.Key)
+	idx, val, found, free, res, ok := probe(t, tb, r.Key)
 	if !ok {
 		return res
 	}
@@ -162,11 +231,7 @@ func kvOne(t rdmo.Target, req *rdmo.Request) rdmo.Result {
 		if !found {
 			return rdmo.Fail(StatusNotFound, "key %#x", r.Key)
 		}
-		val := t.Buffer(int(tb.valueSize))
-		ops := [1]rdmo.RemoteOp{{Kind: rdmo.RemoteGet, Region: tb.region, Addr: tb.bucket(idx) + 8, Buf: val}}
-		if res, ok := syncOne(t, ops[:], "kv: read the value"); !ok {
-			return res
-		}
+		// The probe read whole buckets: the value came with its key.
 		return rdmo.Result{Value: tb.bucket(idx), Data: val}
 	}
 	if !found && !free {
