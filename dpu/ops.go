@@ -53,6 +53,7 @@ type targetOp struct {
 	ticket   uint64
 	rq       *rq
 	msg      [wire.FlushResponseLen]byte // opReply
+	big      *replyBuf                   // opReply: an ack with a result, instead of msg
 }
 
 type groupKind uint8
@@ -211,12 +212,17 @@ func (w *Worker) issueNow(i int32) bool {
 	case opReply:
 		if q := op.rq; q.closed || q.epFailed || q.ep == nil {
 			err = ucp.ErrClosed
+		} else if rb := op.big; rb != nil {
+			// At most wire.MaxAckMessageLen bytes: copied into C memory
+			// now, so the buffer is free once SendAM returns.
+			err = q.ep.SendAM(0, rb.b[:wire.AckResultLen], rb.b[wire.AckResultLen:rb.n], 0, nil, 0)
 		} else {
 			err = q.ep.SendAM(0, op.msg[:op.n], nil, 0, nil, 0)
 		}
 		if errors.Is(err, ucp.ErrTooManyOutstanding) {
 			return false
 		}
+		w.putReplyBuf(op.big)
 		if err != nil {
 			w.log.Debug("answer not sent", zap.Uint64("rq", op.rq.id), zap.Error(err))
 		}

@@ -378,7 +378,7 @@ func (w *Worker) reject(q *rq, seq uint64, hdr []byte, op, flags uint32, flushID
 		w.recordFailure(q, seq, op, st, detail, true)
 		return
 	}
-	w.complete(q, seq, op, flags, flushID, st, 0, detail)
+	w.complete(q, seq, op, flags, flushID, st, 0, nil, detail)
 }
 
 func (w *Worker) markDirty(c *client) {
@@ -476,12 +476,17 @@ func (w *Worker) completeBatch(b *batch) {
 		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
 			st, detail = b.g.status, b.g.detail
 		}
-		value := res.Value
-		if st != rdmo.StatusOK {
-			value = 0
+		value, data := res.Value, res.Data
+		if st == rdmo.StatusOK && len(data) > rdmo.MaxResultData {
+			st, detail = rdmo.StatusHandlerFailed, "result data of "+utoa(uint64(len(data)))+" bytes, at most "+utoa(rdmo.MaxResultData)
 		}
+		if st != rdmo.StatusOK {
+			value, data = 0, nil
+		}
+		// The data may point into the request's payload: the answer copies
+		// it before the payload is released.
+		w.complete(q, p.seq, p.op, p.flags, p.flushID, st, value, data, detail)
 		w.releasePayload(q, p)
-		w.complete(q, p.seq, p.op, p.flags, p.flushID, st, value, detail)
 		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
 	q.started -= len(b.ents)
@@ -510,7 +515,10 @@ func (w *Worker) releasePayload(q *rq, p *pending) {
 
 // complete accounts a finished request and sends its answers: the flush
 // response for a FLUSH, an ack when FlagAck asked for one.
-func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, st rdmo.Status, value uint64, detail string) {
+// An ack carries the result's data, and a failure's detail (its first
+// rdmo.MaxResultDetail bytes), in the 40-byte form (docs/PROTOCOL.md
+// section 6.4); without either it is the 32-byte ack.
+func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, st rdmo.Status, value uint64, data []byte, detail string) {
 	if st != rdmo.StatusOK {
 		w.recordFailure(q, seq, op, st, detail, false)
 	}
@@ -527,17 +535,33 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 		w.reply(q, msg[:])
 		q.watch.flushed(r)
 	case flags&rdmo.FlagAck != 0:
-		var msg [wire.AckResponseLen]byte
-		wire.AppendAck(msg[:0], wire.AckResponse{Op: op, Seq: seq, Status: st, Value: value})
+		a := wire.AckResponse{Op: op, Seq: seq, Status: st, Value: value}
+		if st != rdmo.StatusOK {
+			detail = rdmo.TruncateDetail(detail, rdmo.MaxResultDetail)
+		} else {
+			detail = ""
+		}
 		w.stats.acks.Add(1)
-		w.reply(q, msg[:])
+		if len(data) == 0 && len(detail) == 0 {
+			var msg [wire.AckResponseLen]byte
+			wire.AppendAck(msg[:0], a)
+			w.reply(q, msg[:])
+			return
+		}
+		a.DataLen, a.DetailLen = uint32(len(data)), uint32(len(detail))
+		rb := w.getReplyBuf()
+		b := wire.AppendAck(rb.b[:0], a)
+		b = append(b, data...)
+		b = append(b, detail...)
+		rb.n = len(b)
+		w.replyBig(q, rb)
 	}
 }
 
 func (w *Worker) recordFailure(q *rq, seq uint64, op uint32, st rdmo.Status, detail string, short bool) {
 	w.countFailure(q, seq, op, st)
 	if ce := w.reqLog.Check(zap.WarnLevel, "rdmo request failed"); ce != nil {
-		opName := rdmo.OpName(op)
+		opName := w.opName(op)
 		if short {
 			opName = "unknown"
 		}
@@ -570,6 +594,46 @@ func (w *Worker) reply(q *rq, msg []byte) {
 	w.issue(i)
 }
 
+// replyBuf holds an ack with a result (header, data, detail): at most
+// wire.MaxAckMessageLen bytes, which ucp copies into C memory when the send
+// is issued, so the buffer is reused at once. Loop-owned.
+type replyBuf struct {
+	b [wire.MaxAckMessageLen]byte
+	n int
+}
+
+func (w *Worker) getReplyBuf() *replyBuf {
+	if n := len(w.replyFree); n > 0 {
+		rb := w.replyFree[n-1]
+		w.replyFree = w.replyFree[:n-1]
+		return rb
+	}
+	return new(replyBuf)
+}
+
+func (w *Worker) putReplyBuf(rb *replyBuf) {
+	if rb != nil && len(w.replyFree) < maxFreeReplyBufs {
+		w.replyFree = append(w.replyFree, rb)
+	}
+}
+
+// maxFreeReplyBufs bounds the reply buffers kept for reuse.
+const maxFreeReplyBufs = 256
+
+// replyBig sends an ack with a result on the queue's endpoint.
+func (w *Worker) replyBig(q *rq, rb *replyBuf) {
+	if q.closed || q.epFailed {
+		w.putReplyBuf(rb)
+		return
+	}
+	i := w.ops.alloc()
+	op := &w.ops.ops[i]
+	op.kind = opReply
+	op.rq = q
+	op.big = rb
+	w.issue(i)
+}
+
 // startRQTeardown stops accepting requests on q and closes it once its
 // in-flight requests completed (or DrainTimeout passed). With flush, the
 // endpoint is flushed first so the answers already sent leave (over TCP
@@ -586,7 +650,7 @@ func (w *Worker) startRQTeardown(q *rq, waiter *command, failWith rdmo.Status, f
 		for q.queued() > 0 {
 			p := q.popFront()
 			w.releasePayload(q, p)
-			w.complete(q, p.seq, p.op, p.flags, p.flushID, failWith, 0, "request queue closed before the request started")
+			w.complete(q, p.seq, p.op, p.flags, p.flushID, failWith, 0, nil, "request queue closed before the request started")
 			q.putPending(p, w.cfg.MaxInFlightPerRQ)
 		}
 	}
@@ -737,8 +801,10 @@ func (a *payloadArena) reset() { a.cur, a.free = nil, nil }
 func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // Capabilities lists the wire extensions beyond the reference that this
-// worker implements, as capability strings: today wire.CapabilityBatch
-// (it unpacks BATCH containers, docs/PROTOCOL.md section 11). A target
+// worker implements, as capability strings: wire.CapabilityBatch (it
+// unpacks BATCH containers, docs/PROTOCOL.md section 11) and
+// wire.CapabilityResult (acks carry result data and failure details,
+// section 6.4). A target
 // passes them to its initiators out of band (host/oob.WorkerInfo), which
 // enable what they know (initiator.Options.Aggregate).
-func Capabilities() []string { return []string{wire.CapabilityBatch} }
+func Capabilities() []string { return []string{wire.CapabilityBatch, wire.CapabilityResult} }

@@ -64,6 +64,10 @@ type Stats struct {
 	Clients  int              `msgpack:"clients"`
 	RQs      int              `msgpack:"rqs"`
 	Regions  int              `msgpack:"regions"`
+
+	// OpNames names the registered user ops (OpLabel: "kv(38)"), for
+	// logs and metrics.
+	OpNames map[uint32]string `msgpack:"op_names"`
 }
 
 // LatencyBuckets is the number of buckets of an OpLatency: bucket 0
@@ -122,6 +126,7 @@ func (w *Worker) clock() int64 { return int64(time.Since(w.epoch)) }
 type counters struct {
 	reqOps    [rdmo.OpUserBase]atomic.Uint64
 	reqUser   map[uint32]*atomic.Uint64 // registered user ops; fixed after New
+	opNames   map[uint32]string         // their OpLabels; fixed after New
 	reqOther  atomic.Uint64             // unregistered user ops
 	bytes     atomic.Uint64
 	dropped   atomic.Uint64
@@ -226,6 +231,10 @@ func (w *Worker) Stats() Stats {
 		Failures:          map[rdmo.Status]uint64{},
 		Latency:           map[uint32]OpLatency{},
 		InFlight:          map[uint64]int64{},
+		OpNames:           make(map[uint32]string, len(c.opNames)),
+	}
+	for op, n := range c.opNames {
+		s.OpNames[op] = n
 	}
 	for op := range c.lat {
 		if l, ok := c.lat[op].snapshot(); ok {

@@ -32,8 +32,10 @@ type Worker struct {
 	addr   []byte
 
 	handlers []*handlerEntry
-	byOp     [rdmo.OpUserBase]*handlerEntry
-	userOps  map[uint32]*handlerEntry // fixed after New
+	// replyFree are reply buffers for acks with a result (loop-owned).
+	replyFree []*replyBuf
+	byOp      [rdmo.OpUserBase]*handlerEntry
+	userOps   map[uint32]*handlerEntry // fixed after New
 
 	stats counters
 	// epoch and now time requests for Stats.Latency: now is read once per
@@ -159,6 +161,7 @@ func New(cfg Config) (*Worker, error) {
 	w.cmds.Init(w.wake)
 	w.inbox.Init(w.wake)
 	w.stats.latUser = map[uint32]*latency{}
+	w.stats.opNames = map[uint32]string{}
 	w.epoch = time.Now()
 	w.comp = &completer{w}
 	if err := w.register(cfg.Handlers); err != nil {
@@ -182,6 +185,12 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		if len(e.info.Ops) == 0 {
 			return fmt.Errorf("dpu: handler %q serves no op", e.info.Name)
 		}
+		for _, prev := range w.handlers {
+			if prev.info.Name == e.info.Name {
+				return fmt.Errorf("dpu: two handlers named %q (version %s, ops %v; version %s, ops %v)",
+					e.info.Name, prev.info.Version, prev.info.Ops, e.info.Version, e.info.Ops)
+			}
+		}
 		for _, op := range e.info.Ops {
 			if op > rdmo.OpScatter && !rdmo.IsUserOp(op) {
 				return fmt.Errorf("dpu: handler %q claims reserved op %d", e.info.Name, op)
@@ -195,6 +204,7 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 				w.userOps[op] = e
 				w.stats.reqUser[op] = new(atomic.Uint64)
 				w.stats.latUser[op] = new(latency)
+				w.stats.opNames[op] = OpLabel(op, e.info.Name)
 			}
 		}
 		w.handlers = append(w.handlers, e)
@@ -208,6 +218,25 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		w.handlers = append(w.handlers, e)
 	}
 	return nil
+}
+
+// OpLabel names an op for logs and metrics: the reference ops by their
+// names, a user op by the name its package gave it (rdmo.DefineOp,
+// "kv-lookup(38)") when linked into this process, else by its handler's
+// name and its id ("counter(16)").
+func OpLabel(op uint32, handler string) string {
+	if _, ok := rdmo.DefinedOpName(op); ok || !rdmo.IsUserOp(op) || handler == "" {
+		return rdmo.OpName(op)
+	}
+	return handler + "(" + utoa(uint64(op)) + ")"
+}
+
+// opName is OpLabel for an op of this worker.
+func (w *Worker) opName(op uint32) string {
+	if n, ok := w.stats.opNames[op]; ok {
+		return n
+	}
+	return rdmo.OpName(op)
 }
 
 func (w *Worker) lookup(op uint32) *handlerEntry {

@@ -1,6 +1,7 @@
 package rdmo
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -54,14 +55,31 @@ type Request struct {
 	Rendezvous bool
 }
 
-// Result is a handler's outcome for one request.
+// Result is a handler's outcome for one request. What reaches the
+// initiator travels in the request's ack (FlagAck; docs/PROTOCOL.md
+// section 6.4): Status, Value, Data and the first MaxResultDetail bytes of
+// Detail.
 type Result struct {
-	Status Status // StatusOK, or why the request failed
-	// Detail says more about a failure, for the worker's log line.
+	// Status is StatusOK, or why the request failed: a catalogue code or
+	// one of the plugin's own (StatusUserBase..StatusUserLast).
+	Status Status
+	// Detail says more about a failure: all of it goes to the worker's log
+	// line, its first MaxResultDetail bytes to the initiator.
 	Detail string
 	// Value is returned to the initiator in the request's ack (FlagAck),
 	// for operations that produce a value.
 	Value uint64
+	// Data is returned with the ack of a successful request, at most
+	// MaxResultData bytes (more fails the request with HandlerFailed). It
+	// may point into Target.Buffer memory or into the request's payload:
+	// the worker copies it when the request completes.
+	Data []byte
+}
+
+// Equal reports whether r and o are the same result (Data compared by
+// content). Result holds a slice, so == does not compile.
+func (r Result) Equal(o Result) bool {
+	return r.Status == o.Status && r.Detail == o.Detail && r.Value == o.Value && bytes.Equal(r.Data, o.Data)
 }
 
 // Fail returns a failed Result.

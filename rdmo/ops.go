@@ -1,6 +1,9 @@
 package rdmo
 
-import "strconv"
+import (
+	"strconv"
+	"sync"
+)
 
 // Operation ids (op_id in the common request header, docs/PROTOCOL.md).
 const (
@@ -32,7 +35,33 @@ const (
 // IsUserOp reports whether op belongs to the plugin-defined range.
 func IsUserOp(op uint32) bool { return op >= OpUserBase }
 
-// OpName names an op id for logs and errors.
+var userOps sync.Map // uint32 -> string
+
+// DefineOp names a user op for OpName ("kv-insert(39)" instead of
+// "user(39)") wherever the package defining it is linked in (the plugin,
+// an initiator using its encoders), and returns op. It panics for an op
+// outside the user range, or one already defined under another name.
+func DefineOp(op uint32, name string) uint32 {
+	if !IsUserOp(op) {
+		panic("rdmo: DefineOp(" + strconv.FormatUint(uint64(op), 10) + ", " + name + "): not a user op")
+	}
+	if old, loaded := userOps.LoadOrStore(op, name); loaded && old.(string) != name {
+		panic("rdmo: op " + strconv.FormatUint(uint64(op), 10) + " defined twice: " + old.(string) + " and " + name)
+	}
+	return op
+}
+
+// DefinedOpName returns the name DefineOp gave op, if any.
+func DefinedOpName(op uint32) (string, bool) {
+	n, ok := userOps.Load(op)
+	if !ok {
+		return "", false
+	}
+	return n.(string), true
+}
+
+// OpName names an op id for logs and errors: "append", "kv-insert(39)" for
+// a user op named with DefineOp, "user(17)" for another.
 func OpName(op uint32) string {
 	switch {
 	case op == OpFlush:
@@ -44,6 +73,9 @@ func OpName(op uint32) string {
 	case op == OpBatch:
 		return "batch"
 	case IsUserOp(op):
+		if n, ok := userOps.Load(op); ok {
+			return n.(string) + "(" + strconv.FormatUint(uint64(op), 10) + ")"
+		}
 		return "user(" + strconv.FormatUint(uint64(op), 10) + ")"
 	}
 	return "reserved(" + strconv.FormatUint(uint64(op), 10) + ")"

@@ -1,9 +1,6 @@
 package rdmo
 
-import (
-	"errors"
-	"strconv"
-)
+import "errors"
 
 //go:generate go run gen_status.go
 
@@ -126,13 +123,14 @@ func Statuses() []StatusInfo {
 // send codes an older initiator does not know; those are still valid errors.
 func (s Status) Known() bool { return uint64(s) < uint64(len(statusCatalog)) }
 
-// Name returns the catalogue name ("OutOfBounds"), or "Status(n)" for a
-// code this build does not know.
+// Name returns the catalogue name ("OutOfBounds"), the name a plugin gave
+// its code (DefineStatus), "User(n)" for an undefined plugin code, or
+// "Status(n)" for a code this build does not know.
 func (s Status) Name() string {
 	if s.Known() {
 		return statusCatalog[s].Name
 	}
-	return "Status(" + strconv.FormatUint(uint64(s), 10) + ")"
+	return userName(s)
 }
 
 // String returns the short text of the code.
@@ -140,7 +138,7 @@ func (s Status) String() string {
 	if s.Known() {
 		return statusCatalog[s].Text
 	}
-	return "unknown status " + strconv.FormatUint(uint64(s), 10)
+	return userText(s)
 }
 
 // Error makes a Status usable directly as an error value.
@@ -155,6 +153,9 @@ func (s Status) Err() error {
 	}
 	if s.Known() {
 		return statusCatalog[s].Err
+	}
+	if us, ok := lookupUser(s); ok {
+		return us.err
 	}
 	return &WireError{Status: s}
 }

@@ -190,3 +190,38 @@ func TestErrorsDocUpToDate(t *testing.T) {
 		t.Fatalf("%s is out of date with the status catalogue: run go generate ./rdmo", path)
 	}
 }
+
+func TestDefineOpAndStatus(t *testing.T) {
+	op := rdmo.DefineOp(rdmo.OpUserBase+200, "test-op")
+	if got := rdmo.OpName(op); got != "test-op(216)" {
+		t.Errorf("OpName = %q", got)
+	}
+	if got := rdmo.OpName(rdmo.OpUserBase + 201); got != "user(217)" {
+		t.Errorf("OpName of an undefined op = %q", got)
+	}
+	st := rdmo.DefineStatus(rdmo.StatusUserBase+9, "TestThing", "test thing happened")
+	if st.Name() != "TestThing" || st.String() != "test thing happened" || !errors.Is(st.Err(), st) {
+		t.Errorf("defined status: %s / %s / %v", st.Name(), st, st.Err())
+	}
+	if got := (rdmo.StatusUserBase + 10).Name(); got != "User(65546)" {
+		t.Errorf("undefined user status name %q", got)
+	}
+	for _, f := range []func(){
+		func() { rdmo.DefineOp(rdmo.OpUserBase+200, "other") },
+		func() { rdmo.DefineOp(3, "batch") },
+		func() { rdmo.DefineStatus(rdmo.StatusUserBase+9, "Other", "") },
+		func() { rdmo.DefineStatus(rdmo.StatusInternal, "Mine", "") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("accepted a conflicting or out-of-range definition")
+				}
+			}()
+			f()
+		}()
+	}
+	if got := rdmo.TruncateDetail("ééé", 3); got != "é" {
+		t.Errorf("TruncateDetail cut inside a rune: %q", got)
+	}
+}

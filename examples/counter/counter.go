@@ -47,6 +47,16 @@ func Request(client uint64, region rdmo.RegionID, addr, delta uint64, flags uint
 	return hdr
 }
 
+// Sub encodes the op's sub-header: add delta to the counter at addr in
+// region (for initiator.Call).
+func Sub(region rdmo.RegionID, addr, delta uint64) []byte {
+	sub := make([]byte, SubHeaderLen)
+	binary.LittleEndian.PutUint64(sub[0:], addr)
+	binary.LittleEndian.PutUint64(sub[8:], uint64(region))
+	binary.LittleEndian.PutUint64(sub[16:], delta)
+	return sub
+}
+
 // HandleBatch runs every increment of the batch in one Sync, so a batch
 // costs one round trip to target memory however many requests it holds.
 func (handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {

@@ -18,6 +18,14 @@
 // first request into an empty queue while the progress loop sleeps, so a
 // busy stream of requests costs no system calls.
 //
+// # Results
+//
+// Call and CallAsync send a plugin operation with rdmo.FlagAck and return
+// the worker's answer: status, value, up to rdmo.MaxResultData bytes of
+// result data and, for a failure, the handler's detail (a worker that
+// advertises wire.CapabilityResult; docs/PROTOCOL.md section 6.4). A
+// failed Call is reported to its caller, not on Errors.
+//
 // # Aggregation
 //
 // With Options.Aggregate (only against a worker that advertises

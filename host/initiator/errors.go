@@ -41,9 +41,15 @@ type RequestError struct {
 	Op     uint32      // op id of the failed request
 	Seq    uint64      // its arrival sequence number on the connection
 	Status rdmo.Status // why it failed
+	// Detail is the worker's explanation (its first rdmo.MaxResultDetail
+	// bytes; empty from a worker without wire.CapabilityResult).
+	Detail string
 }
 
 func (e *RequestError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("initiator: %s seq %d failed: %v (%s): %s", rdmo.OpName(e.Op), e.Seq, e.Status, e.Status.Name(), e.Detail)
+	}
 	return fmt.Sprintf("initiator: %s seq %d failed: %v", rdmo.OpName(e.Op), e.Seq, e.Status)
 }
 

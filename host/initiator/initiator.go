@@ -104,9 +104,11 @@ type Options struct {
 	// worker, or the window fills with requests that are never answered.
 	Ack bool
 	// OnAck, if set, is called on the Initiator's progress loop for
-	// every matched ack, successful or not. data is the ack's eager
-	// result payload (user ops), valid only during the call; a rendezvous
-	// result is not fetched (data is nil). It must not block, and must
+	// every matched ack, successful or not, Calls' included. data is the
+	// result data the handler returned (rdmo.Result.Data, at most
+	// rdmo.MaxResultData bytes; nil without any, on failure, and from a
+	// worker without wire.CapabilityResult), valid only during the call.
+	// It must not block, and must
 	// not call the Initiator's blocking methods (Close, Flush, or a call
 	// that may wait for window space): the progress loop would wait
 	// for itself.
@@ -353,6 +355,10 @@ func (s Sender) Scatter(iovs []wire.IOV, chunks [][]byte) (uint64, error) {
 // User is Initiator.User with the Sender's flags and context. It returns
 // the request's sequence number, which its ack carries.
 func (s Sender) User(op uint32, sub, payload []byte) (uint64, error) {
+	return s.user(op, sub, payload, nil)
+}
+
+func (s Sender) user(op uint32, sub, payload []byte, call *CallWait) (uint64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
@@ -363,7 +369,7 @@ func (s Sender) User(op uint32, sub, payload []byte) (uint64, error) {
 		return 0, fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
 			len(sub), wire.MaxHeaderLen-wire.HeaderLen, rdmo.ErrHeaderTooLong)
 	}
-	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload)}
+	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload), call: call}
 	return s.in.enqueue(s.ctx, &r)
 }
 

@@ -51,6 +51,7 @@ type loop struct {
 type ackRec struct {
 	op   uint32
 	cost int
+	call *CallWait // nil for a request sent with FlagAck by Append, User, ...
 }
 
 const (
@@ -359,7 +360,7 @@ func (lp *loop) send(b *batch, i, n int) {
 		case e.flush != nil:
 			lp.flushes[e.flush.id] = e.flush
 		case e.flags&rdmo.FlagAck != 0:
-			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost}
+			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost, call: e.call}
 		}
 	}
 	if err := lp.ep.SendAM(amID, hdr, data, flags, lp, uint64(b.id)<<32|uint64(i)); err != nil {
@@ -443,6 +444,7 @@ func (lp *loop) entryFailed(e *entry, err error) {
 		if _, ok := lp.acks[e.seq]; ok {
 			delete(lp.acks, e.seq)
 			lp.release(e.cost)
+			e.call.fail(err)
 		}
 	default:
 		lp.release(e.cost)
@@ -574,19 +576,39 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 	delete(lp.acks, ack.Seq)
 	lp.release(rec.cost)
 	in.stats.acks.Add(1)
-	if ack.Status != rdmo.StatusOK {
-		in.stats.ackFailures.Add(1)
-		select {
-		case in.errs <- &RequestError{Op: ack.Op, Seq: ack.Seq, Status: ack.Status}:
-		default:
-			in.stats.errorsDropped.Add(1)
+	var data, detail []byte
+	if m.Rendezvous {
+		// Our worker's results fit an eager message (rdmo.MaxResultData);
+		// a rendezvous one is not fetched.
+		err = fmt.Errorf("ack data sent by rendezvous: %w", rdmo.ErrRendezvousRefused)
+	} else {
+		data, detail, err = wire.AckResult(ack, m.Data)
+	}
+	if err != nil {
+		// The ack itself is good: the request is answered, without its
+		// result, and says so.
+		in.stats.malformed.Add(1)
+		in.log.Warn("malformed ack result", zap.Error(err), zap.Uint64("seq", ack.Seq))
+		data, detail = nil, nil
+		if ack.Status == rdmo.StatusOK {
+			ack.Status = rdmo.StatusOf(err)
+			detail = []byte("ack result unreadable: " + err.Error())
 		}
 	}
-	if in.opts.OnAck != nil {
-		data := m.Data
-		if m.Rendezvous {
-			data = nil // an ack's result is small; a rendezvous one is not fetched
+	if ack.Status != rdmo.StatusOK {
+		in.stats.ackFailures.Add(1)
+		if rec.call == nil {
+			select {
+			case in.errs <- &RequestError{Op: ack.Op, Seq: ack.Seq, Status: ack.Status, Detail: string(detail)}:
+			default:
+				in.stats.errorsDropped.Add(1)
+			}
 		}
+	}
+	if rec.call != nil {
+		rec.call.finish(ack, data, detail)
+	}
+	if in.opts.OnAck != nil {
 		in.opts.OnAck(ack, data)
 	}
 }
@@ -616,6 +638,7 @@ func (lp *loop) fail(cause error) {
 		if e.flush != nil {
 			e.flush.finish(wire.FlushResponse{}, pe)
 		}
+		e.call.fail(pe)
 		slots++
 		nbytes += e.cost
 	}
@@ -632,6 +655,7 @@ func (lp *loop) fail(cause error) {
 	for seq, rec := range lp.acks {
 		lp.release(rec.cost)
 		delete(lp.acks, seq)
+		rec.call.fail(pe)
 	}
 }
 
@@ -693,6 +717,7 @@ func (lp *loop) shutdown() error {
 	for seq, rec := range lp.acks {
 		lp.release(rec.cost)
 		delete(lp.acks, seq)
+		rec.call.fail(failErr)
 	}
 	var errs []error
 	var err error

@@ -90,6 +90,7 @@ type entry struct {
 	seq            uint64
 	cost           int // window bytes
 	flush          *FlushWait
+	call           *CallWait // a Call's request (it has rdmo.FlagAck)
 	// span > 1: this entry leads a BATCH container of span entries (it
 	// and the ones after it), which is agg[aggOff:aggEnd].
 	span           int
@@ -146,6 +147,7 @@ type request struct {
 	data   []byte // the caller's payload (APPEND, user op)
 	plen   int    // payload length on the wire
 	flush  *FlushWait
+	call   *CallWait
 }
 
 // ownBufferMin: payloads at least this long are copied into a buffer of
@@ -273,7 +275,7 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 		r.flush.seq = seq
 		q.flushEnd = seq + 1
 	}
-	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, own: own}
+	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, call: r.call, own: own}
 	e.hdrOff = uint32(len(b.hdr))
 	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
 	switch r.op {

@@ -40,6 +40,13 @@ type Options struct {
 	// AppendStrategy is the worker's append strategy (rdmoworker's
 	// ConfigAppendStrategy); "" leaves the worker's default.
 	AppendStrategy string
+	// Plugins names handlers the worker loads besides the reference ones
+	// (append, flush, scatter, always built in): a built-in by its name
+	// ("kv", from the operation pack plugins/ops), a plugin binary on the
+	// service's plugin path as "plugin:NAME" (rdmo-plugin-NAME). Naming a
+	// reference handler ("plugin:append") replaces the built-in one. Empty:
+	// the service's default set (every built-in).
+	Plugins []string
 
 	// ClientID is this target's client id with the worker; 0 picks a
 	// random one.
@@ -143,7 +150,7 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	if opts.AppendStrategy != "" {
 		config = map[string]string{rdmoworker.ConfigAppendStrategy: opts.AppendStrategy}
 	}
-	w, err := t.svc.uc.Spawn(sctx, urom.SpawnOptions{Env: opts.Env, CPUs: opts.CPUs, Config: config})
+	w, err := t.svc.uc.Spawn(sctx, urom.SpawnOptions{Env: opts.Env, CPUs: opts.CPUs, Config: config, Plugins: spawnNames(opts.Plugins)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -169,6 +176,26 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	}
 	t.workerAddr, t.maxInFlight = n.Addr, n.MaxInFlightPerRQ
 	return nil
+}
+
+// spawnNames is the worker's handler list for Options.Plugins.
+func spawnNames(plugins []string) []string {
+	if len(plugins) == 0 {
+		return nil
+	}
+	var names []string
+	for _, ref := range []string{"append", "flush", "scatter"} {
+		named := false
+		for _, p := range plugins {
+			if _, n, ok := strings.Cut(p, ":"); (ok && n == ref) || p == ref {
+				named = true
+			}
+		}
+		if !named {
+			names = append(names, ref)
+		}
+	}
+	return append(names, plugins...)
 }
 
 func randomID() uint64 {

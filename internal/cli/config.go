@@ -265,6 +265,12 @@ type Config struct {
 	AppendStrategy AppendStrategy // --append-strategy
 	Ops            int            // --ops: workload size
 	SecretFile     string         // --secret-file: shared secret for authentication ("" = none)
+	// Plugins (--plugins) are handlers the server's worker loads besides
+	// append, flush and scatter: built-ins by name ("kv"), plugin binaries
+	// as "plugin:NAME" (host/target Options.Plugins). PluginPath
+	// (--plugin-path) is where the embedded service finds those binaries.
+	Plugins    []string
+	PluginPath PathList
 
 	// Logger is built from Log by the rdmo binary before Run is called; it
 	// is never nil inside a mode (App).
@@ -307,6 +313,10 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "ops", GroupRDMOFlags, "<N>")
 	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret that authenticates server and client to each other, and the server and the UROM service at --urom (empty: no authentication)")
 	Annotate(fs, "secret-file", GroupRDMOFlags, "<path>")
+	fs.StringSliceVar(&c.Plugins, "plugins", nil, "Server: handlers the worker loads besides append, flush and scatter, ','-separated: built-ins by name (get, kv, ...), plugin binaries as plugin:NAME (empty: every built-in)")
+	Annotate(fs, "plugins", GroupRDMOFlags, "<name[,name...]>")
+	fs.Var(&pathListValue{p: &c.PluginPath}, "plugin-path", "Server with the embedded service: directories searched for rdmo-plugin-NAME binaries, ':'-separated; repeatable")
+	Annotate(fs, "plugin-path", GroupRDMOFlags, "<dir[:dir...]>")
 }
 
 // Validate checks the values that single flags cannot: cross-flag rules,

@@ -210,7 +210,7 @@ func TestApplyErrors(t *testing.T) {
 		name, body, want string
 	}{
 		{"unknown key", "{\n  \"doca_program_flags\": {\n    \"devcie\": \"mlx5_0\",\n  }\n}",
-			`p.json:3:5: unknown key "devcie"; valid keys: append-strategy, device, log-format, log-level, mode, oob-port, oob-protocol, ops, sdk-log-level, secret-file, server-name, urom, urom-address`},
+			`p.json:3:5: unknown key "devcie"; valid keys: append-strategy, device, log-format, log-level, mode, oob-port, oob-protocol, ops, plugin-path, plugins, sdk-log-level, secret-file, server-name, urom, urom-address`},
 		{"json key", `{"json": "other.json"}`, `p.json:1:2: unknown key "json"`},
 		{"help key", `{"help": true}`, `p.json:1:2: unknown key "help"`},
 		{"bad level", "{\"doca_general_flags\": {\n\"log-level\": 15}}", `p.json:2:1: key "log-level": invalid log level "15"; valid levels: 10 (DISABLE), 20 (CRITICAL), 30 (ERROR), 40 (WARNING), 50 (INFO), 60 (DEBUG), 70 (TRACE)`},

@@ -360,6 +360,7 @@ func (s *server) startWorker(ctx context.Context, devCfg map[string]string, secr
 		ServiceAddress: s.cfg.UROMAddress,
 		Secret:         secret,
 		AppendStrategy: s.cfg.AppendStrategy.String(),
+		Plugins:        s.cfg.Plugins,
 		Address:        s.local.Address(),
 		Logger:         s.log,
 	}
@@ -374,7 +375,11 @@ func (s *server) startWorker(ctx context.Context, devCfg map[string]string, secr
 		if lc.Level > cli.LogWarning && lc.Level < cli.LogDebug {
 			lc.Level = cli.LogWarning
 		}
-		opts.Embedded = target.EmbeddedOptions{Command: append([]string{exe, "dpu"}, lc.ChildArgs()...)}
+		cmd := append([]string{exe, "dpu"}, lc.ChildArgs()...)
+		for _, dir := range s.cfg.PluginPath {
+			cmd = append(cmd, "--plugin-path", dir)
+		}
+		opts.Embedded = target.EmbeddedOptions{Command: cmd}
 		// The worker runs on this machine: -d applies to it too.
 		opts.Env = ucxflag.ConfigEnv(devCfg)
 	}

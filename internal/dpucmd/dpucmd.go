@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
@@ -240,7 +241,11 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 		}
 		var ops []string
 		for _, op := range p.Ops {
-			ops = append(ops, fmt.Sprintf("%s(%d)", rdmo.OpName(op), op))
+			if rdmo.IsUserOp(op) {
+				ops = append(ops, dpu.OpLabel(op, p.Name)) // "counter(16)", not "user(16)(16)"
+			} else {
+				ops = append(ops, fmt.Sprintf("%s(%d)", rdmo.OpName(op), op))
+			}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, p.Version, kind, strings.Join(ops, ","), path)
 	}

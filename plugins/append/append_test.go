@@ -114,7 +114,7 @@ func TestCoalescing(t *testing.T) {
 				addr := baseQ + 8 + uint64(len(want))
 				for i := n - 1; i >= 0; i-- {
 					addr -= uint64(len(reqs[i].Payload))
-					if res[i] != (rdmo.Result{Value: addr}) {
+					if !res[i].Equal(rdmo.Result{Value: addr}) {
 						t.Fatalf("batch %d req %d: %+v, want value %#x", b, i, res[i], addr)
 					}
 				}
@@ -168,7 +168,7 @@ func TestOneSyncForAllQueues(t *testing.T) {
 				if k == 3 {
 					base = baseQ + 8
 				}
-				if r != (rdmo.Result{Value: base + uint64(i/len(hdrs))*8}) {
+				if !r.Equal(rdmo.Result{Value: base + uint64(i/len(hdrs))*8}) {
 					t.Fatalf("req %d: %+v", i, r)
 				}
 			}
@@ -206,7 +206,7 @@ func TestRendezvousSplitsRun(t *testing.T) {
 			res := f.tg.RunBatch(f.h, reqs...)
 			addr := uint64(baseQ + 8)
 			for i, p := range ps {
-				if res[i] != (rdmo.Result{Value: addr}) {
+				if !res[i].Equal(rdmo.Result{Value: addr}) {
 					t.Fatalf("req %d: %+v want %#x", i, res[i], addr)
 				}
 				addr += uint64(len(p))
@@ -324,7 +324,7 @@ func TestSharedManyQueues(t *testing.T) {
 				reqs = append(reqs, tg.AppendReq(hdr(j), pattern(8, byte(j+round))))
 			}
 			for j, r := range tg.RunBatch(h, reqs...) {
-				if want := 0x20_0000 + 16*uint64(k+j) + 8*uint64(round); r != (rdmo.Result{Value: want}) {
+				if want := 0x20_0000 + 16*uint64(k+j) + 8*uint64(round); !r.Equal(rdmo.Result{Value: want}) {
 					t.Fatalf("round %d queue %d: %+v, want %#x", round, k+j, r, want)
 				}
 			}
@@ -486,12 +486,12 @@ func TestTargetFaults(t *testing.T) {
 		f.tg.RunBatch(f.h, f.tg.AppendReq(qhdr, []byte("a"))) // cache the demo queue
 		f.tg.Faults.Sync = rdmo.ErrTargetUnreachable
 		res := f.tg.RunBatch(f.h, f.tg.AppendReq(other, []byte("b")), f.tg.AppendReq(qhdr, []byte("c")))
-		if res[0].Status != rdmo.StatusTargetUnreachable || res[1] != (rdmo.Result{Value: baseQ + 9}) {
+		if res[0].Status != rdmo.StatusTargetUnreachable || !res[1].Equal(rdmo.Result{Value: baseQ + 9}) {
 			t.Fatalf("%+v", res)
 		}
 		f.tg.Faults.Sync = nil
 		res = f.tg.RunBatch(f.h, f.tg.AppendReq(other, []byte("b")))
-		if res[0] != (rdmo.Result{Value: baseD}) || f.d[0] != 'b' {
+		if !res[0].Equal(rdmo.Result{Value: baseD}) || f.d[0] != 'b' {
 			t.Fatalf("retry after failed read: %+v", res)
 		}
 	})
@@ -561,7 +561,7 @@ func TestRegionRemovedWritesBack(t *testing.T) {
 		le.PutUint64(f.p, baseD+100) // the consumer moved the tail while nobody owned it
 		f.tg.ResetStats()
 		res := f.tg.RunBatch(f.h, f.tg.AppendReq(a, []byte("z")), f.tg.AppendReq(qhdr, []byte("y")))
-		if res[0] != (rdmo.Result{Value: baseD + 100}) || d[100] != 'z' || res[1] != (rdmo.Result{Value: baseQ + 16}) {
+		if !res[0].Equal(rdmo.Result{Value: baseD + 100}) || d[100] != 'z' || !res[1].Equal(rdmo.Result{Value: baseQ + 16}) {
 			t.Fatalf("%+v", res)
 		}
 		if st := f.tg.Stats(); st.Syncs != 1 || st.SyncOps != 1 {

@@ -54,12 +54,12 @@ func TestSeedFlow(t *testing.T) {
 				a := rdmo.AppendHeader{PtrAddr: baseQ, PtrRkey: regQ, DataRkey: regQ}
 				res := make([]rdmo.Result, 1)
 				app.HandleBatch(tg, []rdmo.Request{tg.AppendReq(a, bytes.Repeat([]byte{0x33}, 8))}, res)
-				if res[0] != (rdmo.Result{Value: baseQ + 8}) {
+				if !res[0].Equal(rdmo.Result{Value: baseQ + 8}) {
 					t.Fatalf("append: %+v", res[0])
 				}
 				fres := make([]rdmo.Result, 1)
 				fl.HandleBatch(tg, []rdmo.Request{tg.FlushReq(0xBEEF)}, fres)
-				if fres[0] != (rdmo.Result{}) {
+				if !fres[0].Equal(rdmo.Result{}) {
 					t.Fatalf("flush: %+v", fres[0])
 				}
 				if !bytes.Equal(q[8:16], bytes.Repeat([]byte{0x33}, 8)) || le.Uint64(q) != baseQ+16 {
@@ -76,11 +76,11 @@ func TestSeedFlow(t *testing.T) {
 				}
 				res = make([]rdmo.Result, 1)
 				sc.HandleBatch(tg, []rdmo.Request{tg.ScatterReq(chunks...)}, res)
-				if res[0] != (rdmo.Result{}) {
+				if !res[0].Equal(rdmo.Result{}) {
 					t.Fatalf("scatter: %+v", res[0])
 				}
 				fl.HandleBatch(tg, []rdmo.Request{tg.FlushReq(0xBEF0)}, fres)
-				if fres[0] != (rdmo.Result{}) {
+				if !fres[0].Equal(rdmo.Result{}) {
 					t.Fatalf("flush: %+v", fres[0])
 				}
 				if !bytes.Equal(q[16:16+128], want) {

@@ -120,7 +120,7 @@ func TestMerge(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, scatter.Options{})
 			res := f.run(t, f.tg.ScatterReq(c.chunks...))
-			if res[0] != (rdmo.Result{}) {
+			if !res[0].Equal(rdmo.Result{}) {
 				t.Fatalf("%+v", res[0])
 			}
 			if st := f.tg.Stats(); st.Puts != c.puts || st.Buffers != c.buffers {

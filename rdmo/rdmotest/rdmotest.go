@@ -543,10 +543,17 @@ func (t *Target) EndBatch() {
 }
 
 // RunBatch runs reqs through h as one batch, ends the batch and returns the
-// results.
+// results. Result data is copied before the batch ends, as the worker
+// copies it into the ack when the request completes (it may point into
+// Buffer memory, which EndBatch poisons).
 func (t *Target) RunBatch(h rdmo.Handler, reqs ...rdmo.Request) []rdmo.Result {
 	results := make([]rdmo.Result, len(reqs))
 	h.HandleBatch(t, reqs, results)
+	for i := range results {
+		if results[i].Data != nil {
+			results[i].Data = append([]byte(nil), results[i].Data...)
+		}
+	}
 	t.EndBatch()
 	return results
 }

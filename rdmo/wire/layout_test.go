@@ -64,6 +64,9 @@ struct rdmo_ack_rsp {
 	uint32_t rsp_id; uint32_t op_id; uint64_t seq;
 	uint32_t status; uint32_t reserved; uint64_t value;
 };
+struct rdmo_ack_result_rsp {
+	struct rdmo_ack_rsp ack; uint32_t data_len; uint32_t detail_len;
+};
 
 /* Extension: the whole extended flush response. The reference places
  * flush_id at offset 4 (rsp_hdr + 1), unaligned, so no natural struct can
@@ -155,6 +158,9 @@ int main(void)
 	OFF(rdmo_ack_rsp, status);
 	OFF(rdmo_ack_rsp, reserved);
 	OFF(rdmo_ack_rsp, value);
+	SIZE(rdmo_ack_result_rsp);
+	OFF(rdmo_ack_result_rsp, data_len);
+	OFF(rdmo_ack_result_rsp, detail_len);
 	SIZE(rdmo_batch_hdr);
 	OFF(rdmo_batch_hdr, count);
 	SIZE(rdmo_batch_entry);
@@ -421,6 +427,9 @@ func checkLayout(t *testing.T, c map[string]uint64) {
 		{"ack status", get("off rdmo_ack_rsp.status"), wire.AckStatusOffset},
 		{"ack reserved", get("off rdmo_ack_rsp.reserved"), wire.AckReservedOffset},
 		{"ack value", get("off rdmo_ack_rsp.value"), wire.AckValueOffset},
+		{"sizeof(rdmo_ack_result_rsp)", get("size rdmo_ack_result_rsp"), wire.AckResultLen},
+		{"ack data_len", get("off rdmo_ack_result_rsp.data_len"), wire.AckDataLenOffset},
+		{"ack detail_len", get("off rdmo_ack_result_rsp.detail_len"), wire.AckDetailLenOffset},
 
 		{"batch header length", hdr + get("size rdmo_batch_hdr"), wire.BatchHeaderLen},
 		{"batch count", hdr + get("off rdmo_batch_hdr.count"), wire.BatchCountOffset},

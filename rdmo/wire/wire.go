@@ -70,6 +70,14 @@ const (
 	AckStatusOffset   = 16 // status u32
 	AckReservedOffset = 20 // reserved u32: sent as zero, ignored on receipt
 	AckValueOffset    = 24 // value u64
+
+	// The result extension (CapabilityResult): an ack that carries result
+	// data or a failure's detail is 40 bytes, and the AM data holds the
+	// data_len bytes of data followed by the detail_len bytes of detail.
+	AckResultLen       = 40
+	AckDataLenOffset   = 32 // data_len u32, at most rdmo.MaxResultData
+	AckDetailLenOffset = 36 // detail_len u32, at most rdmo.MaxResultDetail
+	MaxAckMessageLen   = AckResultLen + rdmo.MaxResultData + rdmo.MaxResultDetail
 )
 
 // Each message's last field must end inside it. A wrong constant then fails
@@ -83,6 +91,7 @@ const (
 	_ = uint(ReferenceFlushResponseLen - (FlushResponseFlushIDOffset + 8))
 	_ = uint(FlushResponseLen - (FlushResponseFirstSeqOffset + 8))
 	_ = uint(AckResponseLen - (AckValueOffset + 8))
+	_ = uint(AckResultLen - (AckDetailLenOffset + 4))
 	_ = uint(MaxHeaderLen - AppendHeaderLen)
 )
 
@@ -571,8 +580,16 @@ func ParseFlushResponse(b []byte) (FlushResponse, error) {
 	return r, nil
 }
 
-// AckResponse is the worker's answer to a request sent with rdmo.FlagAck. An
-// optional payload (for plugin ops that return data) travels as AM data.
+// CapabilityResult is the capability string of a worker that answers acks
+// with result data and failure details (the 40-byte ack, docs/PROTOCOL.md
+// section 6.4). Acks go only to requests with rdmo.FlagAck, which a
+// reference initiator never sets, so a reference peer never sees one; an
+// initiator learns from this string whether data and details can come.
+const CapabilityResult = "result-v1"
+
+// AckResponse is the worker's answer to a request sent with rdmo.FlagAck. A
+// result's data and a failure's detail (CapabilityResult) travel as AM
+// data; the header says how long each is (AckResult splits them).
 type AckResponse struct {
 	Op     uint32 // op id of the acknowledged request
 	Seq    uint64 // the request's arrival sequence number on its connection
@@ -580,6 +597,9 @@ type AckResponse struct {
 	// Value is an op-specific result: for APPEND the target address where
 	// the payload starts; for plugin ops whatever the plugin returns.
 	Value uint64
+	// DataLen and DetailLen are the lengths of the result data and the
+	// detail in the AM data; both 0 in a 32-byte ack.
+	DataLen, DetailLen uint32
 }
 
 // Err returns Status.Err(), with the op and sequence in the detail.
@@ -590,19 +610,26 @@ func (a AckResponse) Err() error {
 	return wireErr(a.Status, rdmo.OpName(a.Op)+" seq "+utoa(a.Seq))
 }
 
-// AppendAck appends the 32-byte ack response; the reserved field is zero.
+// AppendAck appends the ack response: 32 bytes, or 40 (AckResultLen) when
+// DataLen or DetailLen is set. The reserved field is zero.
 func AppendAck(dst []byte, a AckResponse) []byte {
 	dst = le.AppendUint32(dst, RspAck)
 	dst = le.AppendUint32(dst, a.Op)
 	dst = le.AppendUint64(dst, a.Seq)
 	dst = le.AppendUint32(dst, uint32(a.Status))
 	dst = le.AppendUint32(dst, 0)
-	return le.AppendUint64(dst, a.Value)
+	dst = le.AppendUint64(dst, a.Value)
+	if a.DataLen != 0 || a.DetailLen != 0 {
+		dst = le.AppendUint32(dst, a.DataLen)
+		dst = le.AppendUint32(dst, a.DetailLen)
+	}
+	return dst
 }
 
-// ParseAck decodes an ack response header. The reserved field and bytes
-// after the 32 known ones are ignored, so that later extensions can use
-// them without breaking this decoder.
+// ParseAck decodes an ack response header: 32 bytes, or at least 40 with
+// the result lengths. The reserved field and bytes after the known ones
+// are ignored, so that later extensions can use them without breaking this
+// decoder.
 func ParseAck(b []byte) (AckResponse, error) {
 	id, err := ParseResponseID(b)
 	if err != nil {
@@ -614,12 +641,40 @@ func ParseAck(b []byte) (AckResponse, error) {
 	if len(b) < AckResponseLen {
 		return AckResponse{}, wireErr(rdmo.StatusShortHeader, "ack is "+itoa(len(b))+" bytes, at least 32 needed")
 	}
-	return AckResponse{
+	a := AckResponse{
 		Op:     le.Uint32(b[AckOpOffset:]),
 		Seq:    le.Uint64(b[AckSeqOffset:]),
 		Status: rdmo.Status(le.Uint32(b[AckStatusOffset:])),
 		Value:  le.Uint64(b[AckValueOffset:]),
-	}, nil
+	}
+	if len(b) >= AckResultLen {
+		a.DataLen = le.Uint32(b[AckDataLenOffset:])
+		a.DetailLen = le.Uint32(b[AckDetailLenOffset:])
+	}
+	return a, nil
+}
+
+// AckResult splits an ack's AM data into the result data and the detail.
+// The lengths must be within rdmo.MaxResultData and rdmo.MaxResultDetail
+// and add up to len(amData) (else LengthOverflow or PayloadMismatch). The
+// slices point into amData.
+func AckResult(a AckResponse, amData []byte) (data, detail []byte, err error) {
+	if a.DataLen > rdmo.MaxResultData || a.DetailLen > rdmo.MaxResultDetail {
+		return nil, nil, wireErr(rdmo.StatusLengthOverflow, "ack result of "+utoa(uint64(a.DataLen))+
+			" data and "+utoa(uint64(a.DetailLen))+" detail bytes: at most "+itoa(rdmo.MaxResultData)+
+			" and "+itoa(rdmo.MaxResultDetail))
+	}
+	if uint64(a.DataLen)+uint64(a.DetailLen) != uint64(len(amData)) {
+		return nil, nil, wireErr(rdmo.StatusPayloadMismatch, "ack says "+utoa(uint64(a.DataLen))+" + "+
+			utoa(uint64(a.DetailLen))+" result bytes, its data has "+itoa(len(amData)))
+	}
+	if a.DataLen > 0 {
+		data = amData[:a.DataLen:a.DataLen]
+	}
+	if a.DetailLen > 0 {
+		detail = amData[a.DataLen:]
+	}
+	return data, detail, nil
 }
 
 func wireErr(s rdmo.Status, detail string) *rdmo.WireError {

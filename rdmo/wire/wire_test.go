@@ -1011,11 +1011,74 @@ func FuzzParseAck(f *testing.F) {
 		}
 		want := bytes.Clone(b[:wire.AckResponseLen])
 		clear(want[wire.AckReservedOffset : wire.AckReservedOffset+4])
+		if a.DataLen != 0 || a.DetailLen != 0 {
+			want = append(want, b[wire.AckResponseLen:wire.AckResultLen]...)
+		}
 		if enc := wire.AppendAck(nil, a); !bytes.Equal(enc, want) {
 			t.Fatalf("re-encoded %x, want %x", enc, want)
 		}
 		if (a.Status == rdmo.StatusOK) != (a.Err() == nil) {
 			t.Fatalf("Status=%d but Err()=%v", a.Status, a.Err())
+		}
+	})
+}
+
+func TestAckResult(t *testing.T) {
+	a := wire.AckResponse{Op: rdmo.OpUserBase, Seq: 7, Status: rdmo.StatusOK, Value: 9, DataLen: 3, DetailLen: 2}
+	b := wire.AppendAck(nil, a)
+	if len(b) != wire.AckResultLen {
+		t.Fatalf("ack with result lengths is %d bytes, want %d", len(b), wire.AckResultLen)
+	}
+	got, err := wire.ParseAck(b)
+	if err != nil || got != a {
+		t.Fatalf("ParseAck = %+v, %v; want %+v", got, err, a)
+	}
+	data, detail, err := wire.AckResult(got, []byte("abcde"))
+	if err != nil || string(data) != "abc" || string(detail) != "de" {
+		t.Fatalf("AckResult = %q %q %v", data, detail, err)
+	}
+	if n := len(wire.AppendAck(nil, wire.AckResponse{Op: 1})); n != wire.AckResponseLen {
+		t.Fatalf("ack without result is %d bytes, want %d", n, wire.AckResponseLen)
+	}
+	if wire.MaxAckMessageLen != 256 {
+		t.Fatalf("MaxAckMessageLen = %d: the bound is chosen to fill the 256-byte inline send slot", wire.MaxAckMessageLen)
+	}
+	for _, c := range []struct {
+		name string
+		a    wire.AckResponse
+		data []byte
+		want error
+	}{
+		{"data too long", wire.AckResponse{DataLen: rdmo.MaxResultData + 1}, make([]byte, rdmo.MaxResultData+1), rdmo.ErrLengthOverflow},
+		{"detail too long", wire.AckResponse{DetailLen: rdmo.MaxResultDetail + 1}, make([]byte, rdmo.MaxResultDetail+1), rdmo.ErrLengthOverflow},
+		{"short data", wire.AckResponse{DataLen: 4}, make([]byte, 3), rdmo.ErrPayloadMismatch},
+		{"extra data", wire.AckResponse{DataLen: 4}, make([]byte, 5), rdmo.ErrPayloadMismatch},
+		{"data on a 32-byte ack", wire.AckResponse{}, make([]byte, 1), rdmo.ErrPayloadMismatch},
+	} {
+		if _, _, err := wire.AckResult(c.a, c.data); !errors.Is(err, c.want) {
+			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func FuzzAckResult(f *testing.F) {
+	f.Add(wire.AppendAck(nil, wire.AckResponse{Op: 16, DataLen: 2, DetailLen: 1}), []byte("abc"))
+	f.Add(wire.AppendAck(nil, wire.AckResponse{Op: 16}), []byte{})
+	f.Add(wire.AppendAck(nil, wire.AckResponse{DataLen: 1 << 31, DetailLen: 1 << 31}), []byte("x"))
+	f.Fuzz(func(t *testing.T, hdr, amData []byte) {
+		a, err := wire.ParseAck(hdr)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		data, detail, err := wire.AckResult(a, amData)
+		if err != nil {
+			checkDecodeError(t, err)
+			return
+		}
+		if len(data) != int(a.DataLen) || len(detail) != int(a.DetailLen) ||
+			len(data) > rdmo.MaxResultData || len(detail) > rdmo.MaxResultDetail {
+			t.Fatalf("split %d+%d bytes for lengths %d+%d", len(data), len(detail), a.DataLen, a.DetailLen)
 		}
 	})
 }

@@ -109,7 +109,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
 	for _, op := range ops {
-		counter(c.requests, st.Requests[op], id, opLabel(op))
+		counter(c.requests, st.Requests[op], id, opLabel(op, st.OpNames))
 	}
 	counter(c.reqBytes, st.Bytes, id)
 	counter(c.dropped, st.Dropped, id)
@@ -146,7 +146,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	sort.Slice(lops, func(i, j int) bool { return lops[i] < lops[j] })
 	for _, op := range lops {
 		count, sum, buckets := latencyBuckets(st.Latency[op])
-		ch <- prometheus.MustNewConstHistogram(c.latency, count, sum, buckets, id, opLabel(op))
+		ch <- prometheus.MustNewConstHistogram(c.latency, count, sum, buckets, id, opLabel(op, st.OpNames))
 	}
 	gauge(c.clients, float64(st.Clients), id)
 	gauge(c.rqs, float64(st.RQs), id)
@@ -154,10 +154,14 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	return nil
 }
 
-// opLabel names an op for the "op" label.
-func opLabel(op uint32) string {
+// opLabel names an op for the "op" label: a plugin's op by its handler's
+// name (dpu.OpLabel).
+func opLabel(op uint32, names map[uint32]string) string {
 	if op == dpu.OtherOp {
 		return "other"
+	}
+	if n, ok := names[op]; ok {
+		return n
 	}
 	return rdmo.OpName(op)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/openrdmo/rdmo/dpu"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
+	"github.com/openrdmo/rdmo/plugins/ops"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
@@ -139,6 +140,18 @@ var builtins = []builtin{
 	{info: scatter.New(scatter.Options{}).Info(), make: func(map[string]string) (rdmo.Handler, error) {
 		return scatter.New(scatter.Options{}), nil
 	}},
+}
+
+// The operation pack (plugins/ops) is built in too. Its op ids (32..39)
+// are its own, so the reference ops behave as before; a worker spawned
+// without plugin names serves them besides append, flush and scatter.
+func init() {
+	for _, h := range ops.Handlers() {
+		name := h.Info().Name
+		builtins = append(builtins, builtin{info: h.Info(), make: func(map[string]string) (rdmo.Handler, error) {
+			return ops.ByName(name), nil
+		}})
+	}
 }
 
 // ParseStrategy reads an append strategy name ("" is owned).

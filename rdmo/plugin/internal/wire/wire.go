@@ -404,7 +404,7 @@ func (m *CallReq) decode(r *dec) {
 func (m *CallResp) sizeHint() int {
 	n := 32 + m.Err.size() + len(m.Panic) + opsSize(m.Tail)
 	for i := range m.Results {
-		n += 24 + len(m.Results[i].Detail)
+		n += 30 + len(m.Results[i].Detail) + len(m.Results[i].Data)
 	}
 	return n
 }
@@ -413,10 +413,11 @@ func (m *CallResp) appendTo(b []byte) []byte {
 	b = appendArr(b, len(m.Results))
 	for i := range m.Results {
 		res := &m.Results[i]
-		b = appendArr(b, 3)
+		b = appendArr(b, 4)
 		b = appendUint(b, uint64(res.Status))
 		b = appendStr(b, res.Detail)
 		b = appendUint(b, res.Value)
+		b = appendBin(b, res.Data)
 	}
 	b = m.Err.append(b)
 	b = appendUint(b, m.Frames)
@@ -429,8 +430,14 @@ func (m *CallResp) decode(r *dec) {
 		m.Results = make([]rdmo.Result, n)
 		for i := range m.Results {
 			res := &m.Results[i]
+			// Data (the fourth field) is newer than the other three: a
+			// result of three fields is one without data.
 			y := r.fields(3)
 			res.Status, res.Detail, res.Value = rdmo.Status(r.u32()), r.s(), r.u()
+			if y > 0 {
+				res.Data = r.bin()
+				y--
+			}
 			r.skipN(y)
 			if r.err != nil {
 				return

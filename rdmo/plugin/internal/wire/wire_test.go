@@ -69,7 +69,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Seq: 1 << 20, Op: 1 << 31, Payload: make([]byte, 70<<10), Sub: make([]byte, 300)},
 	}})
 	roundTrip(t, &CallResp{
-		Results: []rdmo.Result{{}, {Status: rdmo.StatusOutOfBounds, Detail: "d", Value: 1 << 63}, {Detail: long}},
+		Results: []rdmo.Result{{}, {Status: rdmo.StatusOutOfBounds, Detail: "d", Value: 1 << 63}, {Detail: long}, {Value: 5, Data: []byte("result")}},
 		Err:     Fault{Status: 99, Detail: "new status"},
 		Frames:  3,
 		Tail:    []Op{{Kind: OpPut, Region: 1, Addr: 2, Data: []byte("x")}, {Kind: OpPlace, Req: 5}},

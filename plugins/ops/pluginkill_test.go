@@ -1,0 +1,115 @@
+package ops_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/plugins/ops"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+)
+
+// childOf finds a live child process of pid whose command line contains
+// name (0: none).
+func childOf(pid int, name string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var p int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		var ppid int
+		fmt.Sscanf(f[1], "%d", &ppid)
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if ppid == pid && strings.Contains(string(cmd), name) && f[0] != "Z" {
+			return p
+		}
+	}
+	return 0
+}
+
+// The kv plugin killed while its calls are in flight: only kv calls fail
+// (HandlerFailed, with the detail), fetch-add calls to another plugin of
+// the same worker and client all succeed, and kv works again once the
+// worker has restarted its plugin.
+func TestPluginKilledMidStream(t *testing.T) {
+	tr := ucptest.Transports[0]
+	ucptest.CheckLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fx := newFixture(t, ctx, tr, true)
+	in := fx.connect(t, ctx)
+	base, region := fx.mem.Address(), rdmo.RegionID(fx.reg.ID)
+	hdr, _ := ops.KVLayout(512, 8)
+	copy(fx.mem.Bytes()[0x100:], hdr)
+	table := base + 0x100
+	counter := base
+	pid := childOf(fx.tg.WorkerPID(), "rdmo-plugin-kv")
+	if pid == 0 {
+		t.Fatal("no rdmo-plugin-kv process under the worker")
+	}
+	const n = 400
+	var kvs, adds []*initiator.CallWait
+	for i := 0; i < n; i++ {
+		if i == n/4 {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := in.CallAsync(ctx, ops.OpKVInsert, ops.KVReq{Region: region, Table: table, Key: uint64(1 + i%500)}.Sub(), make([]byte, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs = append(kvs, c)
+		if c, err = in.CallAsync(ctx, ops.OpFetchAdd, ops.AtomicReq{Region: region, Addr: counter, Operand: 1}.FetchAddSub(), nil); err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, c)
+	}
+	failed := 0
+	for _, c := range kvs {
+		res, err := c.Wait(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, rdmo.ErrHandlerFailed) && res.Detail != "":
+			failed++
+		default:
+			t.Fatalf("kv call: %+v, %v", res, err)
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, c := range adds {
+		res, err := c.Wait(ctx)
+		if err != nil || seen[res.Value] {
+			t.Fatalf("fetch-add during the kill: %+v, %v (value seen before: %v)", res, err, seen[res.Value])
+		}
+		seen[res.Value] = true
+	}
+	t.Logf("%d of %d kv calls failed with the plugin", failed, n)
+	// The worker restarts the plugin: kv answers again (each try is a
+	// real call; the ctx bounds the wait).
+	for {
+		_, err := in.Call(ctx, ops.OpKVInsert, ops.KVReq{Region: region, Table: table, Key: 999}.Sub(), make([]byte, 8))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rdmo.ErrHandlerFailed) || ctx.Err() != nil {
+			t.Fatalf("kv after the restart: %v", err)
+		}
+	}
+	if childOf(fx.tg.WorkerPID(), "rdmo-plugin-kv") == pid {
+		t.Fatal("the killed plugin process is still the one serving")
+	}
+}

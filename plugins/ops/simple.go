@@ -1,0 +1,143 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/openrdmo/rdmo/rdmo"
+)
+
+// checkRange returns nil when [addr, addr+n) is inside the client's region
+// id, else the Target's error (UnknownRegion, RegionNotOwned) or
+// OutOfBounds naming what.
+func checkRange(t rdmo.Target, id rdmo.RegionID, addr, n uint64, what string) error {
+	reg, err := t.Region(id)
+	if err != nil {
+		return err
+	}
+	if err := reg.CheckRange(addr, n); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// syncFailed fails every request of idx with the error of a whole Sync.
+func syncFailed(results []rdmo.Result, idx []int, name string, err error) {
+	for _, i := range idx {
+		results[i] = rdmo.ResultOf(fmt.Errorf("%s: %w", name, err))
+	}
+}
+
+type getHandler struct{ rdmo.BaseHandler }
+
+// NewGet returns the get handler: read up to rdmo.MaxResultData bytes of
+// target memory through the worker; the bytes come back as result data.
+// All gets of a batch share one Sync.
+func NewGet() rdmo.Handler { return getHandler{} }
+
+func (getHandler) Info() rdmo.HandlerInfo {
+	return rdmo.HandlerInfo{Name: NameGet, Version: Version, Ops: []uint32{OpGet}, NoCachedState: true}
+}
+
+func (getHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	ops := make([]rdmo.RemoteOp, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	for i := range reqs {
+		r, err := DecodeGet(&reqs[i])
+		if err == nil {
+			err = checkRange(t, r.Region, r.Addr, r.Len, "get")
+		}
+		if err != nil {
+			results[i] = rdmo.ResultOf(err)
+			continue
+		}
+		if r.Len == 0 {
+			continue
+		}
+		ops = append(ops, rdmo.RemoteOp{Kind: rdmo.RemoteGet, Region: r.Region, Addr: r.Addr, Buf: t.Buffer(int(r.Len))})
+		idx = append(idx, i)
+	}
+	if len(ops) == 0 {
+		return
+	}
+	if err := t.Sync(ops); err != nil {
+		syncFailed(results, idx, "get", err)
+		return
+	}
+	for k, i := range idx {
+		if ops[k].Status != rdmo.StatusOK {
+			results[i] = rdmo.Fail(ops[k].Status, "get [%#x, +%d)", ops[k].Addr, len(ops[k].Buf))
+			continue
+		}
+		results[i] = rdmo.Result{Value: uint64(len(ops[k].Buf)), Data: ops[k].Buf}
+	}
+}
+
+// atomicHandler serves fetch-add or compare-swap.
+type atomicHandler struct {
+	rdmo.BaseHandler
+	op   uint32
+	name string
+	kind rdmo.RemoteOpKind
+}
+
+// NewFetchAdd returns the fetch-add handler: add a delta to an aligned u64
+// and return the old value.
+func NewFetchAdd() rdmo.Handler {
+	return atomicHandler{op: OpFetchAdd, name: NameFetchAdd, kind: rdmo.RemoteFetchAdd}
+}
+
+// NewCompareSwap returns the compare-swap handler: store the desired value
+// if the aligned u64 holds the expected one, and return the old value (the
+// swap happened iff it equals the expected one).
+func NewCompareSwap() rdmo.Handler {
+	return atomicHandler{op: OpCompareSwap, name: NameCompareSwap, kind: rdmo.RemoteCompareSwap}
+}
+
+func (h atomicHandler) Info() rdmo.HandlerInfo {
+	return rdmo.HandlerInfo{Name: h.name, Version: Version, Ops: []uint32{h.op}, NoCachedState: true}
+}
+
+// HandleBatch runs the atomics of a batch in as few Syncs as keep them in
+// order: a Sync never holds two atomics on the same word, since the ops of
+// one Sync may complete in any order.
+func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	ops := make([]rdmo.RemoteOp, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	seen := make(map[[2]uint64]bool, len(reqs))
+	run := func() {
+		if len(ops) == 0 {
+			return
+		}
+		if err := t.Sync(ops); err != nil {
+			syncFailed(results, idx, h.name, err)
+		} else {
+			for k, i := range idx {
+				if ops[k].Status != rdmo.StatusOK {
+					results[i] = rdmo.Fail(ops[k].Status, "%s at %#x", h.name, ops[k].Addr)
+					continue
+				}
+				results[i] = rdmo.Result{Value: ops[k].Result}
+			}
+		}
+		ops, idx = ops[:0], idx[:0]
+		clear(seen)
+	}
+	for i := range reqs {
+		r, err := DecodeAtomic(&reqs[i])
+		if err == nil {
+			err = checkRange(t, r.Region, r.Addr, 8, h.name)
+		}
+		if err != nil {
+			results[i] = rdmo.ResultOf(err)
+			continue
+		}
+		key := [2]uint64{uint64(r.Region), r.Addr}
+		if seen[key] {
+			run()
+		}
+		seen[key] = true
+		ops = append(ops, rdmo.RemoteOp{Kind: h.kind, Region: r.Region, Addr: r.Addr, Operand: r.Operand, Compare: r.Compare})
+		idx = append(idx, i)
+	}
+	run()
+}

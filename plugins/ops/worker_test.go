@@ -1,0 +1,216 @@
+package ops_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/host/target"
+	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/plugins/ops"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/rdmotest"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/rdmoworker"
+)
+
+// The test binary doubles as a UROM worker process (role "worker").
+func TestMain(m *testing.M) {
+	if testproc.Role() == "worker" {
+		if err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, nil); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+var names = []string{ops.NameGet, ops.NameFetchAdd, ops.NameCompareSwap, ops.NameIndirect, ops.NameAlloc, ops.NameKV}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// pluginDir builds the pack's six plugin binaries once per test run.
+func pluginDir(t testing.TB) string {
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "rdmo-ops-plugins-")
+		if buildErr != nil {
+			return
+		}
+		args := []string{"build", "-o", buildDir + string(filepath.Separator)}
+		for _, n := range names {
+			args = append(args, "github.com/openrdmo/rdmo/plugins/ops/cmd/rdmo-plugin-"+n)
+		}
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+// startService runs a UROM service in this process whose workers are this
+// test binary.
+func startService(t testing.TB, tr ucptest.Transport, plugins bool) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := urom.Config{
+		Listen:           "127.0.0.1:0",
+		Builtins:         rdmoworker.Builtins(),
+		MaxWorkers:       2,
+		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
+		WorkerEnv:        append([]string{testproc.RoleEnv + "=worker"}, tr.Env()...),
+		ComponentVersion: rdmoworker.ComponentVersion,
+	}
+	if plugins {
+		cfg.PluginPath, cfg.Probe = []string{pluginDir(t)}, rdmoworker.Probe
+	}
+	svc, err := urom.NewService(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	addr, err := svc.Listen()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { svc.Serve(ctx); close(served) }()
+	t.Cleanup(func() { cancel(); <-served })
+	return addr
+}
+
+// TestWorkerModel runs the model test's random requests through a real
+// RDMO worker process (built-in handlers, then the plugin binaries) over
+// every transport, pipelined with CallAsync, and compares every answer and
+// the target's memory with the model.
+func TestWorkerModel(t *testing.T) {
+	for _, tr := range ucptest.Transports {
+		for _, mode := range []string{"builtin", "plugin"} {
+			t.Run(tr.Name+"/"+mode, func(t *testing.T) {
+				ucptest.CheckLeaks(t)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				fx := newFixture(t, ctx, tr, mode == "plugin")
+				mem, reg := fx.mem, fx.reg
+				// The heap at the real address, mirrored by an rdmotest.Target
+				// the model and the generator use.
+				useLayout(mem.Address(), rdmo.RegionID(reg.ID), false)
+				defer useLayout(0x10000, 1, true)
+				rng := rand.New(rand.NewPCG(7, uint64(len(tr.Name))))
+				mirror := heap(rng)
+				copy(mem.Bytes(), mirror.Memory(own))
+				md := model{rdmotest.NewModel(mirror)}
+				g := gen{rng: rng, tg: mirror}
+
+				in := fx.connect(t, ctx)
+				ok := 0
+				for round := 0; round < 40; round++ {
+					reqs := make([]rdmo.Request, 1+rng.IntN(12))
+					waits := make([]*initiator.CallWait, len(reqs))
+					for i := range reqs {
+						reqs[i] = g.make(names[rng.IntN(len(names))])
+						var err error
+						if waits[i], err = in.CallAsync(ctx, reqs[i].Op, reqs[i].Sub, reqs[i].Payload); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for i, w := range waits {
+						got, err := w.Wait(ctx)
+						want := md.run(&reqs[i])
+						if got.Status != want.st || got.Value != want.value || !bytes.Equal(got.Data, want.data) {
+							t.Fatalf("round %d request %d (op %d, sub %x): got %s %#x %x (%s, %v); model %s %#x %x",
+								round, i, reqs[i].Op, reqs[i].Sub, got.Status.Name(), got.Value, got.Data, got.Detail, err,
+								want.st.Name(), want.value, want.data)
+						}
+						if got.Status == rdmo.StatusOK {
+							ok++
+						} else if got.Detail == "" {
+							t.Errorf("failure %s without a detail", got.Status.Name())
+						}
+					}
+					// What the model wrote, the target's memory holds.
+					if !bytes.Equal(mem.Bytes(), md.m.Read(own, base, size)) {
+						t.Fatalf("round %d: target memory differs from the model", round)
+					}
+				}
+				if ok == 0 {
+					t.Fatal("no request succeeded")
+				}
+			})
+		}
+	}
+}
+
+// fixture is a target with one registered region of size bytes on a worker
+// process that runs the pack (built in or as plugins).
+type fixture struct {
+	tr  ucptest.Transport
+	mem interface {
+		Bytes() []byte
+		Address() uint64
+	}
+	reg   target.Region
+	tg    *target.Target
+	local *target.Local
+}
+
+func newFixture(t testing.TB, ctx context.Context, tr ucptest.Transport, plugins bool) *fixture {
+	addr := startService(t, tr, plugins)
+	local, err := target.NewLocal(target.LocalOptions{Config: tr.Config()})
+	if err != nil {
+		ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
+	}
+	t.Cleanup(func() { local.Close() })
+	mem, err := local.Allocate(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Start()
+	list := names
+	if plugins {
+		list = nil
+		for _, n := range names {
+			list = append(list, "plugin:"+n)
+		}
+	}
+	tg, err := target.New(ctx, target.Options{ServiceAddress: addr, Env: tr.Env(), ClientID: client,
+		Address: local.Address(), Plugins: list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	reg, err := tg.Register(ctx, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{tr: tr, mem: mem, reg: reg, tg: tg, local: local}
+}
+
+// connect makes an initiator with a request queue on the worker.
+func (fx *fixture) connect(t testing.TB, ctx context.Context) *initiator.Initiator {
+	in, err := initiator.New(initiator.Options{WorkerAddress: fx.tg.WorkerAddress(), ClientID: client, UCX: fx.tr.Config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	if _, err := fx.tg.CreateRQ(ctx, in.Address()); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
