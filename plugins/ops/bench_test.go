@@ -53,23 +53,28 @@ func BenchmarkRoundTrips(b *testing.B) {
 	copy(mem[bucket+8:], value)
 	const counter = 0x800
 
-	// The native side: the initiator's own endpoint to the target's memory.
+	// The native side: the initiator's own endpoint to the target's memory,
+	// made in each native sub-benchmark on its own goroutine (UCX binds a
+	// worker to the thread that made it; b.Run runs each on a new one).
 	uctx := ucptest.NewContext(b, tr)
-	w, err := uctx.NewWorker(ucp.WorkerOptions{})
-	if err != nil {
-		b.Fatal(err)
+	native := func(b *testing.B, body func(ep *ucp.Endpoint, rkey *ucp.RemoteKey)) {
+		w, err := uctx.NewWorker(ucp.WorkerOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		ep, err := w.Connect(fx.local.Address(), ucp.EndpointOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ep.CloseForce()
+		rkey, err := ep.UnpackRkey(fx.reg.Rkey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rkey.Close()
+		body(ep, rkey)
 	}
-	defer w.Close()
-	ep, err := w.Connect(fx.local.Address(), ucp.EndpointOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ep.CloseForce()
-	rkey, err := ep.UnpackRkey(fx.reg.Rkey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rkey.Close()
 	const tmo = 10 * time.Second
 	word, buf := make([]byte, 8), make([]byte, 8+vs)
 
@@ -84,18 +89,20 @@ func BenchmarkRoundTrips(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("native-chase/%d", d), func(b *testing.B) {
-			for b.Loop() {
-				p := base
-				for hop := 0; hop < d; hop++ {
-					if err := ep.GetSync(word, p, rkey, tmo); err != nil {
+			native(b, func(ep *ucp.Endpoint, rkey *ucp.RemoteKey) {
+				for b.Loop() {
+					p := base
+					for hop := 0; hop < d; hop++ {
+						if err := ep.GetSync(word, p, rkey, tmo); err != nil {
+							b.Fatal(err)
+						}
+						p = le.Uint64(word)
+					}
+					if err := ep.GetSync(word, p, rkey, tmo); err != nil || p != base+8*uint64(d) {
 						b.Fatal(err)
 					}
-					p = le.Uint64(word)
 				}
-				if err := ep.GetSync(word, p, rkey, tmo); err != nil || p != base+8*uint64(d) {
-					b.Fatal(err)
-				}
-			}
+			})
 		})
 	}
 	kvSub := ops.KVReq{Region: region, Table: base + tbl, Key: 7}.Sub()
@@ -111,14 +118,16 @@ func BenchmarkRoundTrips(b *testing.B) {
 		// The initiator knows the layout: read the home bucket's key, then
 		// the value.
 		at := base + bucket
-		for b.Loop() {
-			if err := ep.GetSync(buf[:8], at, rkey, tmo); err != nil || le.Uint64(buf) != 7 {
-				b.Fatal(err)
+		native(b, func(ep *ucp.Endpoint, rkey *ucp.RemoteKey) {
+			for b.Loop() {
+				if err := ep.GetSync(buf[:8], at, rkey, tmo); err != nil || le.Uint64(buf) != 7 {
+					b.Fatal(err)
+				}
+				if err := ep.GetSync(buf[8:], at+8, rkey, tmo); err != nil || !bytes.Equal(buf[8:], value) {
+					b.Fatal(err)
+				}
 			}
-			if err := ep.GetSync(buf[8:], at+8, rkey, tmo); err != nil || !bytes.Equal(buf[8:], value) {
-				b.Fatal(err)
-			}
-		}
+		})
 	})
 	faSub := ops.AtomicReq{Region: region, Addr: base + counter, Operand: 1}.FetchAddSub()
 	b.Run("fetch-add", func(b *testing.B) {
@@ -129,10 +138,12 @@ func BenchmarkRoundTrips(b *testing.B) {
 		}
 	})
 	b.Run("native-fetch-add", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := ep.AtomicSync(ucp.AtomicFetchAdd, 1, 0, base+counter, rkey, tmo); err != nil {
-				b.Fatal(err)
+		native(b, func(ep *ucp.Endpoint, rkey *ucp.RemoteKey) {
+			for b.Loop() {
+				if _, err := ep.AtomicSync(ucp.AtomicFetchAdd, 1, 0, base+counter, rkey, tmo); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
+		})
 	})
 }
