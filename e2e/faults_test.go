@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
+	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 )
@@ -89,14 +91,28 @@ func faultTargetWorkerMain() int {
 		fmt.Println("ERR", err)
 		return 1
 	}
-	ctx, uw, err := ucptest.NewChildWorker()
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
+	// The target's worker is made, progressed and closed on one goroutine
+	// (UCX binds a worker to the thread that made it).
+	type made struct {
+		ctx  *ucp.Context
+		addr []byte
+		err  error
 	}
+	ready := make(chan made, 1)
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
+		ctx, uw, err := ucptest.NewChildWorker()
+		if err != nil {
+			ready <- made{err: err}
+			return
+		}
+		defer uw.Close()
+		addr, err := uw.Address()
+		ready <- made{ctx, addr, err}
+		if err != nil {
+			return
+		}
 		for {
 			select {
 			case <-stop:
@@ -108,6 +124,12 @@ func faultTargetWorkerMain() int {
 			}
 		}
 	}()
+	m := <-ready
+	if m.err != nil {
+		fmt.Println("ERR", m.err)
+		return 1
+	}
+	ctx, addr := m.ctx, m.addr
 	const size = 256 << 20
 	mem, err := ctx.Allocate(size)
 	if err != nil {
@@ -115,7 +137,6 @@ func faultTargetWorkerMain() int {
 		return 1
 	}
 	binary.LittleEndian.PutUint64(mem.Bytes(), mem.Address()+8)
-	addr, _ := uw.Address()
 	rk, _ := mem.PackRkey()
 	bg := context.Background()
 	n, err := w.Do(bg, dpu.ClientInit{ID: 1, Addr: addr})
@@ -160,7 +181,6 @@ func faultTargetWorkerMain() int {
 			close(stop)
 			<-stopped
 			mem.Close()
-			uw.Close()
 			ctx.Close()
 			return 0
 		}
@@ -293,16 +313,31 @@ func TestFaultInitiatorKilled(t *testing.T) {
 // payloads from its memory (CMA over shared memory), and dies with many
 // such reads due. UCX 1.13 treats a read from a dead process as fatal on
 // an endpoint without peer-failure handling: that aborted the worker
-// process, every client with it. Since ucp.NewContext turns UCX's
-// shared-memory error handling on, the worker's endpoint to the initiator
-// has it, and the read fails that endpoint only: the worker process lives,
-// frees the queue, and another client's initiator loses nothing.
+// process, every client with it. With UCX's shared-memory error handling
+// on (RDMO_SHM_PEER_FAILURE=1: opt-in), the worker's endpoint to the
+// initiator has it, and the read fails that endpoint only: the worker
+// process lives, frees the queue, and another client's initiator loses
+// nothing.
 //
 // The initiator may also turn error handling off on its side
 // ("no-error-handling"): UCX then refuses its endpoint (asymmetric error
 // handling), so nothing it sends reaches a handler and there is no read
 // to fail.
 func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
+	if os.Getenv("RDMO_SHM_PEER_FAILURE") != "1" {
+		// Shared-memory peer-failure detection is opt-in (ucp.NewContext):
+		// the case is run in a test process of its own, and so in worker
+		// and initiator processes, that have it on everywhere.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(testutil.Deadline(t)))
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestFaultHostileInitiatorKilledMidRendezvous$", "-test.v")
+		cmd.Env = append(os.Environ(), "RDMO_SHM_PEER_FAILURE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestFaultHostileInitiatorKilledMidRendezvous") {
+			t.Fatalf("with RDMO_SHM_PEER_FAILURE=1: %v\n%s", err, out)
+		}
+		return
+	}
 	tr := ucptest.Transports[0] // shared memory: where CMA reads happen
 	if tr.Name != "shm" || !tr.PeerFailureDetection() {
 		t.Fatalf("transport %s (peer-failure detection %v), want shm with detection", tr.Name, tr.PeerFailureDetection())

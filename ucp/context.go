@@ -38,11 +38,17 @@ type Context struct {
 // shmErrorHandling are the UCX settings that let shared-memory endpoints
 // offer peer-failure detection: UCX 1.13 defaults them to "n", and an
 // endpoint asking for detection then finds no shared-memory transport, so
-// a dead peer on the same machine went unnoticed by UCX. NewContext turns
-// them on, unless the environment sets any of them or MM_ERROR_HANDLING
-// (which both inherit). They are transport settings, read from the
-// environment when a worker opens its interfaces (ucp_config_modify does
-// not reach them), hence setenv, once, before the first context.
+// a dead peer on the same machine goes unnoticed by UCX. They are off by
+// default: turned on (by RDMO_SHM_PEER_FAILURE=1, which NewContext turns
+// into both settings, or by setting them directly, on every process:
+// target, worker and initiators, since UCX refuses endpoints whose ends
+// disagree) they give shared-memory endpoints detection, but another
+// initiator of a dead initiator's client was seen to stall on its FLUSH
+// (docs/SECURITY.md finding 7), so the proven path (the target's
+// RQ_DESTROY abandons the dead queue's receives) stays the default.
+// They are transport settings, read from the environment when a worker
+// opens its interfaces (ucp_config_modify does not reach them), hence
+// setenv, once, before the first context.
 var shmErrorHandling = []string{"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING"}
 
 // keepaliveInterval is how often UCX checks that the peers of endpoints
@@ -58,6 +64,9 @@ const keepaliveInterval = "1s"
 var shmErrorHandlingOnce sync.Once
 
 func enableShmErrorHandling() {
+	if os.Getenv("RDMO_SHM_PEER_FAILURE") != "1" {
+		return
+	}
 	if _, ok := os.LookupEnv("UCX_KEEPALIVE_INTERVAL"); !ok {
 		os.Setenv("UCX_KEEPALIVE_INTERVAL", keepaliveInterval)
 	}
@@ -73,8 +82,9 @@ func enableShmErrorHandling() {
 
 // ShmPeerFailureDetection reports whether shared-memory endpoints of this
 // process's contexts can detect a dead peer process (a peer in another
-// process: one in the same process never dies on its own): yes unless the
-// environment turned UCX's shared-memory error handling off.
+// process: one in the same process never dies on its own): only when the
+// environment turned UCX's shared-memory error handling on
+// (RDMO_SHM_PEER_FAILURE=1, or UCX_POSIX/SYSV_ERROR_HANDLING=y).
 func ShmPeerFailureDetection() bool {
 	shmErrorHandlingOnce.Do(enableShmErrorHandling)
 	v, ok := os.LookupEnv(shmErrorHandling[0])

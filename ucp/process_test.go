@@ -409,16 +409,27 @@ func TestProcessPeerKilled(t *testing.T) {
 	})
 }
 
-// Endpoints that require peer-failure detection connect over shared memory
-// as over TCP (NewContext turns UCX's shm error handling on), and a killed
-// peer fails them with ErrPeerFailed without anyone closing them.
+// Endpoints that require peer-failure detection connect where the
+// transport can detect (TCP; shared memory with UCX's shm error handling on,
+// RDMO_SHM_PEER_FAILURE=1), and a killed peer fails them with
+// ErrPeerFailed without anyone closing them; where it cannot, Connect
+// refuses with ErrNotSupported instead of handing out an endpoint that
+// would never notice.
 func TestProcessRequireDetection(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		if !tr.PeerFailureDetection() {
-			t.Fatalf("%s: no peer-failure detection (UCX_POSIX/SYSV_ERROR_HANDLING off in the environment?)", tr.Name)
-		}
 		srv, si := startServer(t, tr)
 		w := newLocalWorker(t, tr)
+		if !tr.PeerFailureDetection() {
+			ep, err := w.Connect(si.addr, ucp.EndpointOptions{Name: "required", ErrorHandling: ucp.ErrorHandlingRequire})
+			if err == nil {
+				ep.CloseForce()
+				t.Fatalf("%s without detection: Connect requiring it succeeded", tr.Name)
+			}
+			if !errors.Is(err, ucp.ErrNotSupported) {
+				t.Fatalf("%s without detection: %v, want ErrNotSupported", tr.Name, err)
+			}
+			return
+		}
 		failed := make(chan error, 1)
 		ep, err := w.Connect(si.addr, ucp.EndpointOptions{Name: "required", ErrorHandling: ucp.ErrorHandlingRequire,
 			OnError: func(_ *ucp.Endpoint, err error) { failed <- err }})
