@@ -170,8 +170,17 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 		case <-t.done:
 		}
 	}()
-	n, err := t.do(ctx, dpu.ClientInit{ID: t.client, Addr: opts.Address})
+	// CLIENT_INIT runs to its answer even when ctx ends meanwhile (an
+	// interrupt during set-up): the worker answers once its endpoint to
+	// this process is wired up both ways, and tearing down in the middle
+	// of that wire-up makes UCX 1.13 (tcp) abort this process on the
+	// half-done reply it still holds. The wait is bounded by the command
+	// timeout; then ctx's end is reported.
+	n, err := t.do(context.WithoutCancel(ctx), dpu.ClientInit{ID: t.client, Addr: opts.Address})
 	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	t.workerAddr, t.maxInFlight = n.Addr, n.MaxInFlightPerRQ
