@@ -702,7 +702,7 @@ func TestFaultPluginKilledUnderLoad(t *testing.T) {
 	p := tg.startInitiator(tr)
 	bg := startAppender(p, q, 300, 60)
 	raw := tg.raw(t, tr)
-	plugin := childOf(rw.W.PID, "rdmo-plugin-scatter")
+	plugin := testproc.ChildOf(rw.W.PID, "rdmo-plugin-scatter")
 	if plugin == 0 {
 		t.Fatal("scatter plugin process not found")
 	}
@@ -726,7 +726,7 @@ func TestFaultPluginKilledUnderLoad(t *testing.T) {
 	scatterSome(200)
 	syscall.Kill(plugin, syscall.SIGKILL)
 	scatterSome(200)
-	testutil.WaitFor(t, "the scatter plugin's restart", func() bool { p := childOf(rw.W.PID, "rdmo-plugin-scatter"); return p != 0 && p != plugin })
+	testutil.WaitFor(t, "the scatter plugin's restart", func() bool { p := testproc.ChildOf(rw.W.PID, "rdmo-plugin-scatter"); return p != 0 && p != plugin })
 	okBefore := acks[rdmo.StatusOK]
 	if !testutil.Poll(testutil.Deadline(t), func() bool { scatterSome(1); return acks[rdmo.StatusOK] > okBefore }) {
 		t.Fatalf("scatters still fail after the restart: %v", acks)

@@ -8,35 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
-
-// childOf finds the process of pid's children whose command line contains
-// name.
-func childOf(pid int, name string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		var p int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command name: state, ppid, ...
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		var ppid int
-		fmt.Sscanf(f[1], "%d", &ppid)
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if ppid == pid && strings.Contains(string(cmd), name) && f[0] != "Z" {
-			return p
-		}
-	}
-	return 0
-}
 
 // A plugin killed mid-stream: the worker stays up, only that op's requests
 // fail (as HandlerFailed), the plugin comes back, and later requests
@@ -53,7 +29,7 @@ func TestPluginKilledMidStream(t *testing.T) {
 	sr := tg.register(1 << 16)
 	raw := tg.raw(t, tr)
 	workerPID := rw.W.PID
-	plugin := childOf(workerPID, "rdmo-plugin-scatter")
+	plugin := testproc.ChildOf(workerPID, "rdmo-plugin-scatter")
 	if plugin == 0 {
 		t.Fatal("scatter plugin process not found")
 	}
@@ -96,7 +72,7 @@ func TestPluginKilledMidStream(t *testing.T) {
 	// The plugin comes back and later scatters succeed.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if p := childOf(workerPID, "rdmo-plugin-scatter"); p != 0 && p != plugin {
+		if p := testproc.ChildOf(workerPID, "rdmo-plugin-scatter"); p != 0 && p != plugin {
 			break
 		}
 		if time.Now().After(deadline) {

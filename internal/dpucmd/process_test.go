@@ -163,28 +163,6 @@ func waitMetric(t *testing.T, murl, series string, want float64) {
 	}
 }
 
-// childOf is the pid of a live child of pid whose command line holds name.
-func childOf(pid int, name string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		ppid, _ := strconv.Atoi(f[1])
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if ppid == pid && strings.Contains(string(cmd), name) && f[0] != "Z" {
-			return p
-		}
-	}
-	return 0
-}
-
 // An operator's view of a running service: /healthz and /readyz answer,
 // `rdmo workers` lists the workers (table and JSON), a plugin process
 // killed under a worker and a SIGKILLed worker are counted by counters
@@ -243,7 +221,7 @@ func TestOperatorView(t *testing.T) {
 
 	// A plugin process killed: its worker restarts it; the service counts
 	// both.
-	plugin := childOf(withPlugin.PID, "rdmo-plugin-counter")
+	plugin := testproc.ChildOf(withPlugin.PID, "rdmo-plugin-counter")
 	if plugin == 0 {
 		t.Fatalf("no rdmo-plugin-counter process under worker pid %d", withPlugin.PID)
 	}
@@ -444,7 +422,7 @@ func TestJSONLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugin := childOf(w.PID, "rdmo-plugin-counter")
+	plugin := testproc.ChildOf(w.PID, "rdmo-plugin-counter")
 	if plugin == 0 {
 		t.Fatalf("no rdmo-plugin-counter process under worker pid %d", w.PID)
 	}

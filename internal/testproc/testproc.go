@@ -473,3 +473,32 @@ func GoBuild(ctx context.Context, out, pkg string, flags ...string) error {
 	}
 	return nil
 }
+
+// ChildOf returns a live (not zombie) child process of pid whose command
+// line contains name, or 0: how tests find a worker's plugin process to
+// kill it.
+func ChildOf(pid int, name string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var p int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name: state, ppid, ...
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		var ppid int
+		fmt.Sscanf(f[1], "%d", &ppid)
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if ppid == pid && strings.Contains(string(cmd), name) && f[0] != "Z" {
+			return p
+		}
+	}
+	return 0
+}

@@ -3,42 +3,16 @@ package ops_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/plugins/ops"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
-
-// childOf finds a live child process of pid whose command line contains
-// name (0: none).
-func childOf(pid int, name string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		var p int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		var ppid int
-		fmt.Sscanf(f[1], "%d", &ppid)
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if ppid == pid && strings.Contains(string(cmd), name) && f[0] != "Z" {
-			return p
-		}
-	}
-	return 0
-}
 
 // The kv plugin killed while its calls are in flight: only kv calls fail
 // (HandlerFailed, with the detail), fetch-add calls to another plugin of
@@ -56,7 +30,7 @@ func TestPluginKilledMidStream(t *testing.T) {
 	copy(fx.mem.Bytes()[0x100:], hdr)
 	table := base + 0x100
 	counter := base
-	pid := childOf(fx.tg.WorkerPID(), "rdmo-plugin-kv")
+	pid := testproc.ChildOf(fx.tg.WorkerPID(), "rdmo-plugin-kv")
 	if pid == 0 {
 		t.Fatal("no rdmo-plugin-kv process under the worker")
 	}
@@ -109,7 +83,7 @@ func TestPluginKilledMidStream(t *testing.T) {
 			t.Fatalf("kv after the restart: %v", err)
 		}
 	}
-	if childOf(fx.tg.WorkerPID(), "rdmo-plugin-kv") == pid {
+	if testproc.ChildOf(fx.tg.WorkerPID(), "rdmo-plugin-kv") == pid {
 		t.Fatal("the killed plugin process is still the one serving")
 	}
 }
