@@ -42,8 +42,11 @@ vet: deps
 # from the worker's own thread (package ucp), in the tests and every process
 # they start. -timeout: e2e alone took 9m15s of the former 12m under `make
 # test-under-load` (CPU hogs on both cores of a shared machine).
+# scripts/gotest.sh keeps the whole output in .test-output/go-test.log and
+# ends a failed run with a digest (failing tests, UCX assertions, the tests
+# on a crashed binary's stacks), since CI shows only the tail.
 test: deps fmt-check vet
-	RDMO_UCP_CHECK_THREADS=1 $(GO) test -race -count=1 -timeout 25m $(PKGS)
+	RDMO_UCP_CHECK_THREADS=1 GO=$(GO) ./scripts/gotest.sh -race -count=1 -timeout 25m $(PKGS)
 
 # bench runs the Go benchmarks and, alternating with them in the same run,
 # ucx_perftest's AM bandwidth test on shared memory, so the Go numbers are
