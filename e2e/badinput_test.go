@@ -25,6 +25,7 @@ import (
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
 // ---- helpers shared by the reliability tests (badinput, isolation,
@@ -910,26 +911,15 @@ func TestLimitsOverTheCommandChannel(t *testing.T) {
 func TestBadInputSpawnEnvironment(t *testing.T) {
 	testproc.CheckNoLeftovers(t)
 	tr := ucptest.Transports[0]
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	svc, err := urom.NewService(ctx, urom.Config{
-		Listen:           "127.0.0.1:0",
+	addr := uromtest.Start(t, urom.Config{
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        workerEnv(tr),
 		ComponentVersion: rdmoworker.ComponentVersion,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := svc.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { svc.Serve(ctx); close(served) }()
-	defer func() { cancel(); <-served }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)

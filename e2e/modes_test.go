@@ -16,6 +16,7 @@ import (
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
 // workerMode says where the RDMO worker runs and how its handlers are
@@ -57,9 +58,7 @@ func startWorker(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy,
 // startUROMWorker runs a UROM service in this process and spawns one worker
 // process with the named plugins (plugin binaries come from pluginDir).
 func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config map[string]string) remote {
-	ctx, cancel := context.WithCancel(context.Background())
 	cfg := urom.Config{
-		Listen:           "127.0.0.1:0",
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
@@ -72,16 +71,9 @@ func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config 
 			cfg.Probe = rdmoworker.Probe
 		}
 	}
-	svc, err := urom.NewService(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := svc.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { svc.Serve(ctx); close(served) }()
+	addr := uromtest.Start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +85,6 @@ func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config 
 	t.Cleanup(func() {
 		w.Stop(context.Background())
 		c.Close()
-		cancel()
-		<-served
 	})
 	return remote{rdmoworker.Remote{W: w}}
 }

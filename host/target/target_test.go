@@ -20,6 +20,7 @@ import (
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
 // The test binary doubles as a UROM worker process (role "worker") and as
@@ -86,21 +87,7 @@ func serviceMain(args []string) error {
 // startService runs a UROM service in this process.
 func startService(t *testing.T, tr ucptest.Transport) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := urom.NewService(ctx, serviceConfig("127.0.0.1:0", tr))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	addr, err := svc.Listen()
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { svc.Serve(ctx); close(served) }()
-	t.Cleanup(func() { cancel(); <-served })
-	return addr
+	return uromtest.Start(t, serviceConfig("127.0.0.1:0", tr))
 }
 
 func newLocal(t *testing.T, tr ucptest.Transport) *target.Local {

@@ -21,6 +21,7 @@ import (
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
 // The test binary doubles as a UROM worker process (role "worker").
@@ -67,9 +68,7 @@ func pluginDir(t testing.TB) string {
 // startService runs a UROM service in this process whose workers are this
 // test binary.
 func startService(t testing.TB, tr ucptest.Transport, plugins bool) string {
-	ctx, cancel := context.WithCancel(context.Background())
 	cfg := urom.Config{
-		Listen:           "127.0.0.1:0",
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       2,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
@@ -79,20 +78,7 @@ func startService(t testing.TB, tr ucptest.Transport, plugins bool) string {
 	if plugins {
 		cfg.PluginPath, cfg.Probe = []string{pluginDir(t)}, rdmoworker.Probe
 	}
-	svc, err := urom.NewService(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	addr, err := svc.Listen()
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { svc.Serve(ctx); close(served) }()
-	t.Cleanup(func() { cancel(); <-served })
-	return addr
+	return uromtest.Start(t, cfg)
 }
 
 // TestWorkerModel runs the model test's random requests through a real
