@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
@@ -131,6 +132,9 @@ func TestReferenceQueue(t *testing.T) {
 			ev, err := e.w.WaitFlush(ctx, client, rq, 1)
 			waiter <- res{ev, err}
 		}()
+		if !testutil.Poll(testutil.Deadline(t), func() bool { return e.w.FlushWaited(rq) }) {
+			t.Fatal("the second waiter never started waiting")
+		}
 		e.do(dpu.RQDestroy{Client: client, RQ: rq}, ref)
 		if r := <-waiter; !errors.Is(r.err, dpu.ErrUnknownRQ) || r.ev.Flushes != 1 {
 			t.Errorf("WaitFlush across RQ_DESTROY = %+v, %v", r.ev, r.err)
