@@ -204,10 +204,14 @@ func prefixBytes(magic string, version uint16, t Type, length uint32) []byte {
 	return b
 }
 
-func within(t *testing.T, elapsed, lo, hi time.Duration) {
+// notBefore checks that a wait lasted at least its limit (a clock that
+// only moves forward makes this exact). How much longer it took is not
+// asserted: a loaded machine makes anything late; which limit ended the
+// wait is checked through the error it returned.
+func notBefore(t *testing.T, elapsed, limit time.Duration) {
 	t.Helper()
-	if elapsed < lo || elapsed > hi {
-		t.Errorf("took %v, want between %v and %v", elapsed, lo, hi)
+	if elapsed < limit {
+		t.Errorf("took %v, want at least %v", elapsed, limit)
 	}
 }
 
