@@ -94,8 +94,13 @@ func (p *peer) gone() error {
 
 // explainWait is how long a side that saw the other one go away waits for
 // an explanation of its own (or from the peer) before it reports the bare
-// fact.
-const explainWait = time.Second
+// fact. The wait ends as soon as the peer explains or its connection
+// closes, so it only runs out against a peer that is alive and silent. It
+// is long because the explanation can trail the failure by seconds on a
+// busy machine: a killed worker's initiator saw its endpoint fail 1.6 s
+// before the server learned from the UROM service that the worker died
+// (1 s was too short, and the client reported a bare endpoint timeout).
+const explainWait = 10 * time.Second
 
 // explain adds the peer's side to an error that happened here: if the
 // peer stops within explainWait (it sent its reason, or its connection

@@ -11,6 +11,9 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/internal/testutil"
 )
 
 // Host is one end of a Pair.
@@ -49,7 +52,7 @@ func New(t testing.TB) *Pair {
 	var rnd [3]byte
 	rand.Read(rnd[:])
 	id := hex.EncodeToString(rnd[:])
-	// A /30 of our own per pair, from the id, so parallel pairs differ.
+	// A /24 of our own per pair, from the id, so parallel pairs differ.
 	net := fmt.Sprintf("10.%d.%d", 200+int(rnd[0])%50, rnd[1])
 	p := &Pair{
 		A: Host{NS: "rdmo-" + id + "-a", Device: "rv" + id + "a", Addr: net + ".1"},
@@ -78,7 +81,23 @@ func New(t testing.TB) *Pair {
 			t.Fatalf("netns set-up: %v", err)
 		}
 	}
+	// A veth end set up is not yet running: its carrier comes when both
+	// ends are up, asynchronously, and UCX opens TCP only on running
+	// devices. A worker started before that (seen on a loaded machine) has
+	// no TCP transport and every connection fails "Destination is
+	// unreachable".
+	for _, h := range []Host{p.A, p.B} {
+		if !testutil.Poll(time.Now().Add(30*time.Second), h.running) {
+			t.Fatalf("netns set-up: %s in %s not running after 30 s", h.Device, h.NS)
+		}
+	}
 	return p
+}
+
+// running reports whether h's device is operationally up (carrier).
+func (h Host) running() bool {
+	out, err := exec.Command("ip", "-n", h.NS, "-o", "link", "show", "dev", h.Device).CombinedOutput()
+	return err == nil && strings.Contains(string(out), "state UP")
 }
 
 func run(argv ...string) error {
