@@ -45,3 +45,15 @@ func ReadSpecAnswerAfterExit(t testing.TB) {
 	testHookBeforeReady = func(exited <-chan struct{}) { <-exited }
 	t.Cleanup(func() { testHookBeforeReady = nil })
 }
+
+// CallAsSent sends a command to w even when this host already knows w is
+// gone: as a command sent just before the death notice arrived reaches
+// the service.
+func (w *WorkerProcess) CallAsSent(ctx context.Context, kind string, req any) error {
+	body, err := encodeBody(req)
+	if err != nil {
+		return err
+	}
+	var out rawBody
+	return w.c.call(ctx, kindCommand, commandRequest{Worker: w.ID, Kind: kind, Body: body}, &out)
+}

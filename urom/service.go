@@ -347,10 +347,15 @@ func (s *Service) pluginNames() string {
 
 // session is one host connection.
 type session struct {
-	s        *Service
-	c        *conn
-	mu       sync.Mutex
-	workers  map[uint64]*workerProc
+	s       *Service
+	c       *conn
+	mu      sync.Mutex
+	workers map[uint64]*workerProc
+	// ended keeps why each of the session's workers ended (bounded by
+	// maxEnded): a command that reaches the service after a worker's end
+	// but before its host read the death notice is answered "worker
+	// died", with the reason, not "no such worker".
+	ended    map[uint64]string
 	welcomed bool // the handshake succeeded
 	notified bool // the host was told the service is shutting down
 }
@@ -436,7 +441,7 @@ func (ss *session) handle(ctx context.Context, env *envelope) {
 		}
 		w := ss.worker(req.Worker)
 		if w == nil {
-			err = errorf(codeUnknownWorker, "no worker %d of this host", req.Worker)
+			err = ss.noWorker(req.Worker)
 			break
 		}
 		var body []byte
@@ -461,6 +466,39 @@ func (ss *session) worker(id uint64) *workerProc {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.workers[id]
+}
+
+// maxEnded bounds how many ended workers a session remembers.
+const maxEnded = 1024
+
+// workerEnded moves worker id from the session's running workers to its
+// ended ones.
+func (ss *session) workerEnded(id uint64, reason string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.workers, id)
+	if ss.ended == nil {
+		ss.ended = map[uint64]string{}
+	}
+	if len(ss.ended) >= maxEnded {
+		for k := range ss.ended {
+			delete(ss.ended, k)
+			break
+		}
+	}
+	ss.ended[id] = reason
+}
+
+// noWorker is the answer to a command for a worker the session does not
+// run: "worker died" if it ran and ended, "no such worker" otherwise.
+func (ss *session) noWorker(id uint64) error {
+	ss.mu.Lock()
+	reason, ok := ss.ended[id]
+	ss.mu.Unlock()
+	if ok {
+		return errorf(codeWorkerDied, "worker %d died: %s", id, reason)
+	}
+	return errorf(codeUnknownWorker, "no worker %d of this host", id)
 }
 
 // spawn starts a worker process for the session.
@@ -789,9 +827,7 @@ func (w *workerProc) exited(err error) {
 	delete(s.workers, w.id)
 	s.mu.Unlock()
 	if w.owner != nil {
-		w.owner.mu.Lock()
-		delete(w.owner.workers, w.id)
-		w.owner.mu.Unlock()
+		w.owner.workerEnded(w.id, reason)
 		body, _ := encodeBody(WorkerDied{Worker: w.id, Reason: reason})
 		w.owner.c.write(&envelope{Kind: kindWorkerDied, Body: body})
 	}

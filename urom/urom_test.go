@@ -307,6 +307,12 @@ func TestKilledWorkerIsReportedAndOthersKeepServing(t *testing.T) {
 	if err := <-errc; !errors.Is(err, urom.ErrWorkerDied) {
 		t.Errorf("in-flight command: %v, want ErrWorkerDied", err)
 	}
+	// A command that reaches the service after the worker ended (sent
+	// before its host read the death notice) is told the worker died, and
+	// why, not that there is no such worker.
+	if err := victim.CallAsSent(ctx, "echo", "late"); !errors.Is(err, urom.ErrWorkerDied) || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("command after the death: %v, want ErrWorkerDied saying killed", err)
+	}
 	var echo string
 	if err := other.Call(ctx, "echo", "still here", &echo); err != nil || echo != "still here" {
 		t.Fatalf("other worker: %q %v", echo, err)
