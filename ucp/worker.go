@@ -533,6 +533,38 @@ func (w *Worker) FlushSync(timeout time.Duration) error {
 	return w.runSync(timeout, func(c Completer) error { return w.Flush(c, 0) })
 }
 
+// settle progresses the worker until it has been idle a few times in a
+// row (at most settleLimit), before it is destroyed. A peer that connected
+// to this worker a moment ago may have left UCX with a wire-up reply it
+// could not send yet (on TCP, while its socket to the peer still
+// connects), on an endpoint UCX made by itself that no Close of ours
+// reaches; UCX 1.13 aborts the process when it destroys a worker holding
+// such a reply (ucp_request_send_state_ff: "got REP message"). Tests that
+// tear down right after setting up hit it; a few idle rounds let the
+// reply go out first.
+func (w *Worker) settle() {
+	deadline := time.Now().Add(settleLimit)
+	for idle := 0; idle < settleIdleRounds && time.Now().Before(deadline); {
+		n, err := w.Progress()
+		if err != nil {
+			return
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		idle++
+		if _, err := w.Wait(time.Millisecond); err != nil {
+			return
+		}
+	}
+}
+
+const (
+	settleIdleRounds = 3
+	settleLimit      = 200 * time.Millisecond
+)
+
 // syncWaiter turns a completion into a flag that a blocking helper polls.
 type syncWaiter struct {
 	done bool
@@ -622,6 +654,7 @@ func (w *Worker) Close() error {
 			break
 		}
 	}
+	w.settle()
 	// Release whatever message buffers are still held by this worker.
 	if len(w.release) > 0 {
 		C.shim_progress(w.sw, 0, (*C.uintptr_t)(unsafe.Pointer(&w.release[0])), C.uint32_t(len(w.release)), 0)
