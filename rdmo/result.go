@@ -2,6 +2,7 @@ package rdmo
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -29,8 +30,10 @@ const (
 // unchanged (counting it as a failure like any other), and the initiator
 // sees the number. The name is known wherever the package defining the code
 // is linked in (the plugin, the initiator that uses its ops): such a
-// package calls DefineStatus from a package-level var or init. Codes below
-// StatusUserBase stay the catalogue's.
+// package calls DefineStatus from a package-level var or init. A worker
+// that runs the handler as a plugin process learns the names from the
+// plugin's handshake (RegisterStatuses). Codes below StatusUserBase stay
+// the catalogue's.
 const (
 	StatusUserBase Status = 1 << 16
 	StatusUserLast Status = 1<<17 - 1
@@ -54,14 +57,83 @@ type userStatus struct {
 // defined with another name (two packages claiming one code is a bug that
 // must not show up as a misnamed failure).
 func DefineStatus(code Status, name, text string) Status {
-	if !IsUserStatus(code) {
-		panic(fmt.Sprintf("rdmo: DefineStatus(%d, %q): not in the user range [%d, %d]", code, name, StatusUserBase, StatusUserLast))
-	}
-	us := userStatus{name: name, text: text, err: &WireError{Status: code}}
-	if old, loaded := userStatuses.LoadOrStore(code, us); loaded && old.(userStatus).name != name {
-		panic(fmt.Sprintf("rdmo: status %d defined twice: %q and %q", code, old.(userStatus).name, name))
+	if err := RegisterStatus(code, name, text); err != nil {
+		panic(err.Error())
 	}
 	return code
+}
+
+// MaxStatusName and MaxStatusText bound the name and text of a
+// plugin-defined status that RegisterStatus accepts: they end up in log
+// lines, metric labels and errors.
+const (
+	MaxStatusName = 64
+	MaxStatusText = 256
+)
+
+// RegisterStatus is DefineStatus for names learned at run time, such as
+// the statuses a plugin process declares when a worker loads it: it
+// returns an error instead of panicking for a code outside the user range,
+// an empty or over-long name or text, or a code this process already knows
+// under another name. Registering a code again with the same name is a
+// no-op (the first text stays).
+func RegisterStatus(code Status, name, text string) error {
+	return RegisterStatuses([]StatusInfo{{Code: code, Name: name, Text: text}})
+}
+
+// RegisterStatuses registers several statuses (Code, Name and Text of
+// each) as RegisterStatus does: all of them, or, when one is refused,
+// none.
+func RegisterStatuses(list []StatusInfo) error {
+	registerMu.Lock()
+	defer registerMu.Unlock()
+	for i, s := range list {
+		if err := checkUserStatus(s.Code, s.Name, s.Text); err != nil {
+			return err
+		}
+		if old, ok := lookupUser(s.Code); ok && old.name != s.Name {
+			return fmt.Errorf("rdmo: status %d defined twice: %q and %q", s.Code, old.name, s.Name)
+		}
+		for _, o := range list[:i] {
+			if o.Code == s.Code && o.Name != s.Name {
+				return fmt.Errorf("rdmo: status %d defined twice: %q and %q", s.Code, o.Name, s.Name)
+			}
+		}
+	}
+	for _, s := range list {
+		userStatuses.LoadOrStore(s.Code, userStatus{name: s.Name, text: s.Text, err: &WireError{Status: s.Code}})
+	}
+	return nil
+}
+
+// registerMu makes a RegisterStatuses all or nothing.
+var registerMu sync.Mutex
+
+func checkUserStatus(code Status, name, text string) error {
+	switch {
+	case !IsUserStatus(code):
+		return fmt.Errorf("rdmo: status %d (%q): not in the user range [%d, %d]", code, name, StatusUserBase, StatusUserLast)
+	case name == "" || len(name) > MaxStatusName || !utf8.ValidString(name):
+		return fmt.Errorf("rdmo: status %d: name %.80q: want 1 to %d bytes of UTF-8", code, name, MaxStatusName)
+	case len(text) > MaxStatusText || !utf8.ValidString(text):
+		return fmt.Errorf("rdmo: status %d (%s): text of %d bytes: want at most %d bytes of UTF-8", code, name, len(text), MaxStatusText)
+	}
+	return nil
+}
+
+// UserStatuses returns the plugin-defined statuses this process knows
+// (DefineStatus, RegisterStatus), in code order, with Code, Name, Text and
+// Err set. A plugin process declares them to the worker that loads it, so
+// the worker's logs, metrics and errors name them too.
+func UserStatuses() []StatusInfo {
+	var out []StatusInfo
+	userStatuses.Range(func(k, v any) bool {
+		us := v.(userStatus)
+		out = append(out, StatusInfo{Code: k.(Status), Name: us.name, Text: us.text, Err: us.err})
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Code < out[j].Code })
+	return out
 }
 
 func lookupUser(s Status) (userStatus, bool) {

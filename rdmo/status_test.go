@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/openrdmo/rdmo/rdmo"
@@ -223,5 +225,62 @@ func TestDefineOpAndStatus(t *testing.T) {
 	}
 	if got := rdmo.TruncateDetail("ééé", 3); got != "é" {
 		t.Errorf("TruncateDetail cut inside a rune: %q", got)
+	}
+}
+
+// TestRegisterStatus: the run-time form of DefineStatus (a plugin's
+// handshake) refuses what DefineStatus panics on, and bad names, with an
+// error; UserStatuses lists what the process knows, in code order.
+func TestRegisterStatus(t *testing.T) {
+	a, b := rdmo.StatusUserBase+0x7a01, rdmo.StatusUserBase+0x7a00
+	if err := rdmo.RegisterStatus(a, "RegA", "reg a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdmo.RegisterStatus(b, "RegB", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdmo.RegisterStatus(a, "RegA", "other text"); err != nil {
+		t.Errorf("same name again: %v", err)
+	}
+	if a.Name() != "RegA" || a.String() != "reg a" || !errors.Is(a.Err(), a) {
+		t.Errorf("registered status: %s / %s / %v", a.Name(), a, a.Err())
+	}
+	for _, bad := range []struct {
+		code       rdmo.Status
+		name, text string
+	}{
+		{a, "Other", ""},
+		{rdmo.StatusInternal, "Mine", ""},
+		{rdmo.StatusUserLast + 1, "Past", ""},
+		{rdmo.StatusUserBase + 0x7a02, "", "no name"},
+		{rdmo.StatusUserBase + 0x7a02, strings.Repeat("n", rdmo.MaxStatusName+1), ""},
+		{rdmo.StatusUserBase + 0x7a02, "LongText", strings.Repeat("t", rdmo.MaxStatusText+1)},
+		{rdmo.StatusUserBase + 0x7a02, "Bad\xff", ""},
+	} {
+		if err := rdmo.RegisterStatus(bad.code, bad.name, bad.text); err == nil {
+			t.Errorf("RegisterStatus(%d, %.20q, %.20q) accepted", bad.code, bad.name, bad.text)
+		}
+	}
+	// All or nothing: the good entry before the conflicting one stays out.
+	if err := rdmo.RegisterStatuses([]rdmo.StatusInfo{{Code: rdmo.StatusUserBase + 0x7a02, Name: "Fine"}, {Code: a, Name: "Clash"}}); err == nil {
+		t.Error("RegisterStatuses accepted a conflicting entry")
+	}
+	if err := rdmo.RegisterStatuses([]rdmo.StatusInfo{{Code: rdmo.StatusUserBase + 0x7a02, Name: "X"}, {Code: rdmo.StatusUserBase + 0x7a02, Name: "Y"}}); err == nil {
+		t.Error("RegisterStatuses accepted one code under two names")
+	}
+	if got := (rdmo.StatusUserBase + 0x7a02).Name(); got != "User(96770)" {
+		t.Errorf("a refused registration left a name: %q", got)
+	}
+	var seen []rdmo.Status
+	for _, s := range rdmo.UserStatuses() {
+		if s.Code == a || s.Code == b {
+			seen = append(seen, s.Code)
+		}
+		if s.Name != s.Code.Name() || s.Err == nil {
+			t.Errorf("UserStatuses entry %+v", s)
+		}
+	}
+	if !slices.Equal(seen, []rdmo.Status{b, a}) {
+		t.Errorf("UserStatuses has %v of the registered codes, want %v (code order)", seen, []rdmo.Status{b, a})
 	}
 }

@@ -36,6 +36,10 @@
 //   - scatter/N: RDMO SCATTER of N Size-byte chunks to N separate lanes.
 //   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
 //     same connection streams appends.
+//   - Only when asked for (--modes ops): chase/D, kv-lookup and fetch-add,
+//     one call of the operation pack at a time, against native-chase/D,
+//     native-kv-lookup and native-fetch-add, the one-sided accesses that
+//     give the same answer (round_ops.go).
 //
 // A row runs in rounds (about --interval each): a round ends when its time
 // is up or its queue is full; the initiators flush (or send a fin through

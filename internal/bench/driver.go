@@ -333,6 +333,9 @@ func (d *driver) stats(strategy string) (dpu.Stats, error) {
 // target memory in one round (0: unbounded).
 func (d *driver) capacity(mode string, size int) int {
 	n := d.o.Initiators
+	if isOpsMode(mode) {
+		return 0
+	}
 	if k, ok := scatterIOVs(mode); ok {
 		return d.o.QueueBytes / (n * k * size)
 	}
@@ -460,6 +463,12 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	}
 	if isQueueRow(mode) {
 		if err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: row.Strategy}, "QUEUE", &spec.Queue, time.Minute); err != nil {
+			rs.fail(err)
+			return nil
+		}
+	}
+	if isOpsMode(mode) {
+		if err := d.opsLayout(&spec); err != nil {
 			rs.fail(err)
 			return nil
 		}
@@ -596,6 +605,8 @@ func (d *driver) check(spec roundSpec, res []roundResult) error {
 		}
 	}
 	switch {
+	case isOpsMode(spec.Mode):
+		return d.opsCheck(spec, counts)
 	case isQueueRow(spec.Mode):
 		ordered := spec.Mode != ModeNativeBlocking && spec.Mode != ModeNativePipelined
 		return d.target.call("check-queue", targetReq{Size: spec.Size, Round: spec.Round, Counts: counts, Ordered: ordered}, "CHECKED", nil, 5*time.Minute)

@@ -32,6 +32,8 @@ type roundSpec struct {
 	LoadMax  int           `json:"load_max"` // flush/load: appends the queue holds for this initiator
 	Scatter  queueInfo     `json:"scatter"`  // scatter rows: the region
 	Layout   scatterLayout `json:"layout"`   // scatter rows
+
+	Ops *opsSpec `json:"ops,omitempty"` // op-pack rows (round_ops.go)
 }
 
 // roundResult is what one initiator did in a round.
@@ -261,6 +263,8 @@ func (p *initProc) round(s roundSpec) (roundResult, error) {
 		return p.native(s, 1)
 	case s.Mode == ModeNativePipelined:
 		return p.native(s, s.Window)
+	case isOpsMode(s.Mode):
+		return p.opsRound(s)
 	case s.Mode == ModeRawAM:
 		return p.rawAM(s)
 	case s.Mode == ModePingPong:

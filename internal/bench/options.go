@@ -162,6 +162,11 @@ func expandModes(names []string, iovs []int) ([]string, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
+	om, err := opsModes(names) // named only (not in the default set)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, om...)
 	want := map[string]bool{}
 	for _, n := range names {
 		n = strings.ToLower(strings.TrimSpace(n))
@@ -169,14 +174,15 @@ func expandModes(names []string, iovs []int) ([]string, error) {
 		for _, m := range all {
 			group, _, _ := strings.Cut(m, "/")
 			baseline := m == ModeRawAM || m == ModePingPong || m == ModeNativeOwned || strings.HasPrefix(m, "native-append/") || isPerftest(m)
-			if n == "all" || n == m || n == group || (n == "baselines" && baseline) || (n == "perftest" && isPerftest(m)) {
+			if n == "all" || n == m || n == group || (n == "baselines" && baseline) || (n == "perftest" && isPerftest(m)) || (n == modeGroupOps && isOpsMode(m)) {
 				want[m] = true
 				matched = true
 			}
 		}
 		if !matched {
-			return nil, fmt.Errorf("unknown mode %q; modes: %s (or the groups perftest, rdmo-append, native-append, scatter, flush, baselines, all)",
-				n, strings.Join(AllModes([]int{1, 4, 16}), ", "))
+			om, _ := opsModes(nil)
+			return nil, fmt.Errorf("unknown mode %q; modes: %s (or the groups perftest, rdmo-append, native-append, scatter, flush, baselines, ops, all)",
+				n, strings.Join(append(AllModes([]int{1, 4, 16}), om...), ", "))
 		}
 	}
 	var out []string
@@ -203,7 +209,7 @@ func strategyOf(mode string) string {
 	switch {
 	case mode == ModeRDMOAppendShared:
 		return "shared"
-	case mode == ModeRDMOAppendOwned, mode == ModeFlushIdle, mode == ModeFlushLoad, strings.HasPrefix(mode, modeScatterPrefix):
+	case mode == ModeRDMOAppendOwned, mode == ModeFlushIdle, mode == ModeFlushLoad, strings.HasPrefix(mode, modeScatterPrefix), opsRDMO(mode):
 		return "owned"
 	}
 	return ""
@@ -337,7 +343,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Var((*topologyValue)(&o.Topology), "topology", "Where the processes sit: dpu (worker next to the target on shared memory, initiators over TCP) or shm (all on shared memory)")
 	fs.Var((*intsValue)(&o.Sizes), "size", "Message size(s) in bytes, comma-separated (e.g. 8,64,512,4096)")
 	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
-	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default all): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines")
+	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines, ops (chase/N, kv-lookup, fetch-add and their native-* rows), all")
 	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "Measured time per row (after one warm-up round)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Length of a round and of a progress line")

@@ -90,6 +90,10 @@ type Row struct {
 	XNativeBlocking  float64 `json:"x_native_blocking,omitempty"`
 	XNativePipelined float64 `json:"x_native_pipelined,omitempty"`
 	LatXPingPong     float64 `json:"lat_x_pingpong,omitempty"`
+	// An op-pack row's rate and p50 ratios to its native row
+	// (round_ops.go).
+	XNative    float64 `json:"x_native,omitempty"`
+	LatXNative float64 `json:"lat_x_native,omitempty"`
 
 	Worker *WorkerFigures `json:"worker,omitempty"`
 	// The worker process's resident memory (VmRSS) before the first and
@@ -199,11 +203,12 @@ func (r *Report) finish() {
 				row.LatXPingPong = float64(row.P50) / float64(pp.P50)
 			}
 		}
+		r.opsRatios(row)
 	}
 }
 
 func roundTripRow(mode string) bool {
-	return mode == ModePingPong || mode == ModeFlushIdle || mode == ModeFlushLoad
+	return mode == ModePingPong || mode == ModeFlushIdle || mode == ModeFlushLoad || isOpsMode(mode)
 }
 
 // WriteTable prints the final table (without the columns no row fills)
@@ -212,7 +217,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nrdmo bench: topology %s, %d initiator(s), %d CPUs, %s, load average %s → %s (ratios are to rows of the same run and size)\n",
 		r.Topology, r.Initiators, r.CPUs, r.Date.Format(time.RFC3339), firstField(r.LoadAvg[0]), firstField(r.LoadAvg[1]))
 	head := []string{"mode", "size", "op/s", "MB/s", "p50", "p99", "spread", "stable", "CPU/op", "init", "worker", "target", "sys",
-		"×perftest-am", "×raw-am", "×native-owned", "×native-blk", "×native-pipe", "p50×pingpong", "writes/op", "AMs/op", "batch", "worker RSS"}
+		"×perftest-am", "×raw-am", "×native-owned", "×native-blk", "×native-pipe", "p50×pingpong", "writes/op", "AMs/op", "batch", "worker RSS", "×native", "p50×native"}
 	var cells [][]string
 	for _, row := range r.Rows {
 		c := make([]string, len(head))
@@ -245,6 +250,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		if row.WorkerRSSStart > 0 {
 			c[22] = fmt.Sprintf("%s→%s (anon %s→%s)", mib(row.WorkerRSSStart), mib(row.WorkerRSSEnd), mib(row.WorkerAnonStart), mib(row.WorkerAnonEnd))
 		}
+		c[23], c[24] = x(row.XNative), x(row.LatXNative)
 		cells = append(cells, c)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -276,6 +282,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	r.writeGoals(w)
+	r.writeOpsGoals(w)
 }
 
 func columnUsed(cells [][]string, i int) bool {

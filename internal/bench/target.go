@@ -72,6 +72,7 @@ type benchTarget struct {
 	queueW   *workerState
 	scat     *ucp.Memory
 
+	ops     opsTarget     // the op-pack rows' memory (round_ops.go)
 	scratch *ucp.Memory   // rendezvous payloads of the sink land here
 	old     []*ucp.Memory // earlier scratch memory, freed at the end
 }
@@ -170,6 +171,7 @@ func (t *benchTarget) close() {
 	if t.scratch != nil {
 		t.scratch.Close()
 	}
+	t.opsClose()
 	for _, m := range t.old {
 		m.Close()
 	}
@@ -387,6 +389,9 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 		}
 		ls.reply("STATS", st)
 	default:
+		if ok, err := t.handleOps(ctx, ls, verb, body); ok {
+			return err
+		}
 		return fmt.Errorf("unknown command %q", verb)
 	}
 	return nil

@@ -95,7 +95,13 @@ func newServer(h rdmo.Handler, log *zap.Logger) *server {
 
 func (s *server) Info(context.Context) (*wire.InfoResp, error) {
 	i := s.h.Info()
-	return &wire.InfoResp{Name: i.Name, Version: i.Version, Ops: i.Ops, Pid: int64(os.Getpid()), NoCachedState: i.NoCachedState}, nil
+	r := &wire.InfoResp{Name: i.Name, Version: i.Version, Ops: i.Ops, Pid: int64(os.Getpid()), NoCachedState: i.NoCachedState}
+	// Every plugin-defined status this process knows, so that the
+	// worker's logs, metrics and errors name the handler's failures.
+	for _, st := range rdmo.UserStatuses() {
+		r.Statuses = append(r.Statuses, wire.StatusName{Code: uint32(st.Code), Name: st.Name, Text: st.Text})
+	}
+	return r, nil
 }
 
 // target serves the worker's Target stream for the life of the process:

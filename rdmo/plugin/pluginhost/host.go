@@ -561,6 +561,29 @@ func (h *Handler) restartAfter(delay time.Duration) {
 	}
 }
 
+// MaxStatuses bounds the plugin-defined statuses a plugin may declare.
+const MaxStatuses = 1024
+
+// registerStatuses makes the statuses a plugin process declared (its
+// rdmo.DefineStatus calls) known to this process, so that the worker's
+// logs, metrics and errors name them as the plugin does. A status this
+// process already knows under another name (a built-in handler's, another
+// plugin's) refuses the plugin: one code with two meanings would be
+// reported under the wrong one.
+func registerStatuses(handler string, sts []wire.StatusName) error {
+	if len(sts) > MaxStatuses {
+		return fmt.Errorf("plugin %s declares %d statuses, at most %d", handler, len(sts), MaxStatuses)
+	}
+	list := make([]rdmo.StatusInfo, len(sts))
+	for i, s := range sts {
+		list[i] = rdmo.StatusInfo{Code: rdmo.Status(s.Code), Name: s.Name, Text: s.Text}
+	}
+	if err := rdmo.RegisterStatuses(list); err != nil {
+		return fmt.Errorf("plugin %s: its statuses: %w", handler, err)
+	}
+	return nil
+}
+
 func sameInfo(a, b rdmo.HandlerInfo) bool {
 	return a.Name == b.Name && a.Version == b.Version && slices.Equal(a.Ops, b.Ops) && a.NoCachedState == b.NoCachedState
 }
@@ -653,6 +676,9 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 	}
 	if h.opts.Version != "" && info.Version != h.opts.Version {
 		return nil, info, fmt.Errorf("plugin %s is version %q, want %q", info.Name, info.Version, h.opts.Version)
+	}
+	if err := registerStatuses(info.Name, ir.Statuses); err != nil {
+		return nil, info, err
 	}
 	sctx, scancel := context.WithCancel(context.Background())
 	st, err := rc.Conn.NewStream(sctx, &wire.ServiceDesc.Streams[0], wire.MethodTarget, grpc.CallContentSubtype(h.codec))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/rdmo"
+	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 )
 
@@ -77,7 +79,14 @@ func TestMain(m *testing.M) {
 // (TestWorkerDeathEndsPlugin).
 const envHostMode = "RDMO_PLUGIN_TEST_HOST"
 
+// envHostClash makes the stand-in name the test plugin's status
+// differently before it loads the plugin (TestPluginStatusClash).
+const envHostClash = "RDMO_PLUGIN_TEST_CLASH"
+
 func hostMode(path string) int {
+	if os.Getenv(envHostClash) != "" {
+		rdmo.DefineStatus(tp.StatusRefused, "HostsOwn", "the host's meaning of the code")
+	}
 	h, err := pluginhost.Load(context.Background(), path, pluginhost.LoadOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

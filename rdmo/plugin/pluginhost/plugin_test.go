@@ -594,3 +594,20 @@ func TestClosedHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPluginStatusNames: the statuses a plugin process defines reach the
+// host with the handshake, so the worker's logs, metrics and errors name
+// them. The test plugin defines its status in its main package, which this
+// test binary does not link: only the handshake can have told it.
+func TestPluginStatusNames(t *testing.T) {
+	h := load(t, pluginhost.LoadOptions{})
+	if got := tp.StatusRefused.Name(); got != tp.StatusRefusedName {
+		t.Fatalf("after Load the host names the plugin's status %q, want %q", got, tp.StatusRefusedName)
+	}
+	tg, _ := newTarget(t)
+	res := run(h, tg, ctlReq(tg, "refuse"))
+	wantStatus(t, res, tp.StatusRefused)
+	if err := res[0].Status.Err(); err == nil || !strings.Contains(err.Error(), "refused on command") {
+		t.Errorf("the status's error is %v, want the plugin's text", err)
+	}
+}

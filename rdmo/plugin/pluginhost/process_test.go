@@ -20,6 +20,7 @@ import (
 
 	"github.com/openrdmo/rdmo/internal/testutil"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
 )
@@ -286,4 +287,23 @@ func TestWorkerDeathEndsPlugin(t *testing.T) {
 	start := time.Now()
 	waitGone(t, pid)
 	t.Logf("plugin exited %v after its worker", time.Since(start))
+}
+
+// TestPluginStatusClash: a plugin that names a status the host already
+// knows under another name is refused at Load, and the error names both
+// (in a stand-in worker process: the clash must not reach this one).
+func TestPluginStatusClash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), envHostMode+"="+testPluginPath, envHostClash+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the stand-in loaded a plugin whose status clashes with its own:\n%s", out)
+	}
+	for _, want := range []string{"HostsOwn", testplugin.StatusRefusedName, strconv.Itoa(int(testplugin.StatusRefused))} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, out)
+		}
+	}
 }

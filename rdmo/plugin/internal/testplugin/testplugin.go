@@ -43,6 +43,14 @@ const (
 	OpCache uint32 = 20
 )
 
+// StatusRefused is the plugin-defined status of OpCtl "refuse". Its name
+// is defined (rdmo.DefineStatus) only in the plugin's main package, which
+// no test links: a host names it only if the handshake told it.
+const StatusRefused = rdmo.StatusUserBase + 0x7e57
+
+// StatusRefusedName is the name the plugin gives StatusRefused.
+const StatusRefusedName = "TestRefused"
+
 // Modes of OpPut.
 const (
 	PutDirect   = 0 // Put straight from the payload
@@ -93,7 +101,8 @@ func (h *Handler) event(format string, args ...any) {
 // HandleBatch implements rdmo.Handler. OpCtl commands: "panic", "exit",
 // "sleep <duration>" (logs "sleeping" first), "warn <message>" (a WARN log line), "flush" (Target
 // Flush), "fence" (Target WriteBackAll), "events" (Detail = the hook calls seen,
-// comma-separated), "pid" (Value = the process id).
+// comma-separated), "pid" (Value = the process id), "refuse" (fails with
+// StatusRefused).
 func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, res []rdmo.Result) {
 	for i := range reqs {
 		r := &reqs[i]
@@ -194,6 +203,8 @@ func (h *Handler) ctl(t rdmo.Target, cmd string) rdmo.Result {
 		return rdmo.Result{Detail: strings.Join(h.events, ",")}
 	case "pid":
 		return rdmo.Result{Value: uint64(os.Getpid())}
+	case "refuse":
+		return rdmo.Result{Status: StatusRefused, Detail: "refused on command"}
 	default:
 		return rdmo.Fail(rdmo.StatusPayloadMismatch, "unknown command %q", cmd)
 	}

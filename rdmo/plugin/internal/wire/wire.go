@@ -17,7 +17,7 @@ import (
 //
 // Service rdmo.plugin.v1.Handler (the plugin process serves it):
 //
-//	Info          unary   InfoReq  -> InfoResp   name, version, ops, NoCachedState
+//	Info          unary   InfoReq  -> InfoResp   name, version, ops, NoCachedState, statuses
 //	HandleBatch   unary   CallReq  -> CallResp   one call per batch
 //	WriteBack     unary   CallReq  -> CallResp   Handler.WriteBack
 //	RegionRemoved unary   CallReq  -> CallResp   Handler.RegionRemoved
@@ -232,6 +232,16 @@ type InfoResp struct {
 	Ops           []uint32
 	Pid           int64
 	NoCachedState bool // rdmo.HandlerInfo.NoCachedState; absent from older plugins (false)
+	// Statuses are the plugin-defined statuses the plugin process knows
+	// (rdmo.UserStatuses), so the worker names them too; absent from
+	// older plugins.
+	Statuses []StatusName
+}
+
+// StatusName is a plugin-defined status: its code, name and text.
+type StatusName struct {
+	Code       uint32
+	Name, Text string
 }
 
 // CallReq is one invocation of the handler: a batch, or a hook.
@@ -320,9 +330,15 @@ func (m *InfoReq) sizeHint() int            { return 1 }
 func (m *InfoReq) appendTo(b []byte) []byte { return appendArr(b, 0) }
 func (m *InfoReq) decode(r *dec)            { r.skipN(r.fields(0)) }
 
-func (m *InfoResp) sizeHint() int { return 32 + len(m.Name) + len(m.Version) + 5*len(m.Ops) }
+func (m *InfoResp) sizeHint() int {
+	n := 32 + len(m.Name) + len(m.Version) + 5*len(m.Ops)
+	for _, s := range m.Statuses {
+		n += 16 + len(s.Name) + len(s.Text)
+	}
+	return n
+}
 func (m *InfoResp) appendTo(b []byte) []byte {
-	b = appendArr(b, 5)
+	b = appendArr(b, 6)
 	b = appendStr(b, m.Name)
 	b = appendStr(b, m.Version)
 	b = appendArr(b, len(m.Ops))
@@ -330,7 +346,15 @@ func (m *InfoResp) appendTo(b []byte) []byte {
 		b = appendUint(b, uint64(o))
 	}
 	b = appendInt(b, m.Pid)
-	return appendBool(b, m.NoCachedState)
+	b = appendBool(b, m.NoCachedState)
+	b = appendArr(b, len(m.Statuses))
+	for _, s := range m.Statuses {
+		b = appendArr(b, 3)
+		b = appendUint(b, uint64(s.Code))
+		b = appendStr(b, s.Name)
+		b = appendStr(b, s.Text)
+	}
+	return b
 }
 func (m *InfoResp) decode(r *dec) {
 	x := r.fields(4)
@@ -344,6 +368,20 @@ func (m *InfoResp) decode(r *dec) {
 	m.Pid = r.i()
 	if x > 0 && r.err == nil {
 		m.NoCachedState = r.t()
+		x--
+	}
+	if x > 0 && r.err == nil {
+		if n := r.count(minStatusLen); n > 0 && r.err == nil {
+			m.Statuses = make([]StatusName, n)
+			for i := range m.Statuses {
+				y := r.fields(3)
+				m.Statuses[i] = StatusName{Code: r.u32(), Name: r.s(), Text: r.s()}
+				r.skipN(y)
+				if r.err != nil {
+					return
+				}
+			}
+		}
 		x--
 	}
 	r.skipN(x)

@@ -25,6 +25,8 @@ func wireSamples() []wireMsg {
 	return []wireMsg{
 		&InfoReq{},
 		&InfoResp{Name: "scatter", Version: "1.0.0", Ops: []uint32{2, 16}, Pid: 4242},
+		&InfoResp{Name: "kv", Version: "1.0.0", Ops: []uint32{38, 39}, Pid: 7, NoCachedState: true,
+			Statuses: []StatusName{{Code: 65795, Name: "NotFound", Text: "key not in the table"}}},
 		&CallReq{Inv: 1, Client: 2, Region: 3, Reqs: []rdmo.Request{
 			{Seq: 1, Client: 2, Op: 16, Flags: 2, Sub: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
 			{Seq: 2, Client: 2, Op: 17, Length: 1 << 20, Rendezvous: true},
@@ -110,6 +112,9 @@ func TestPluginWireAllocationBound(t *testing.T) {
 		// An infoResp of n op ids.
 		{"infoResp ops", func() wireMsg { return new(InfoResp) },
 			cat([]byte{0x94, 0xa0, 0xa0}, arr32(n), bytes.Repeat([]byte{0x10}, n), []byte{0})},
+		// An infoResp of n statuses, each 3 fields of one byte.
+		{"infoResp statuses", func() wireMsg { return new(InfoResp) },
+			cat([]byte{0x96, 0xa0, 0xa0, 0x90, 0, 0xc2}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0xa0, 0xa0}, n))},
 		// A callReq of n requests (worker to plugin).
 		{"CallReq requests", func() wireMsg { return new(CallReq) },
 			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0x10, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
@@ -148,6 +153,8 @@ func TestPluginWireHostileCounts(t *testing.T) {
 		{"callResp tail: 2^32-1", func() wireMsg { return new(CallResp) },
 			cat([]byte{0x95, 0x90, 0x92, 0, 0xa0, 0}, arr32(1<<32-1), pad)},
 		{"infoResp ops: 2^32-1", func() wireMsg { return new(InfoResp) }, cat([]byte{0x94, 0xa0, 0xa0}, arr32(1<<32-1), pad)},
+		{"infoResp statuses: 2^32-1", func() wireMsg { return new(InfoResp) },
+			cat([]byte{0x96, 0xa0, 0xa0, 0x90, 0, 0xc2}, arr32(1<<32-1), pad)},
 		{"callReq requests: one per byte", func() wireMsg { return new(CallReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(64), pad)},
 		{"callReq requests: 2^32-1", func() wireMsg { return new(CallReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(1<<32-1), pad)},
 		{"answer sync results: one per byte", func() wireMsg { return new(Answer) },

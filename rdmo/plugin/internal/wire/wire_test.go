@@ -52,6 +52,14 @@ func TestWireRoundTrip(t *testing.T) {
 	roundTrip(t, &InfoReq{})
 	roundTrip(t, &InfoResp{Name: "x", Version: "1.0", Ops: []uint32{16, 1 << 31}, Pid: 42})
 	roundTrip(t, &InfoResp{Name: "y", Ops: []uint32{2}, NoCachedState: true})
+	roundTrip(t, &InfoResp{Name: "z", Ops: []uint32{38}, Statuses: []StatusName{
+		{Code: 65793, Name: "NilPointer", Text: "indirect op met a nil pointer"}, {Code: 1<<17 - 1, Name: "Last"}}})
+	// An older plugin's InfoResp (5 fields, no statuses) still decodes.
+	old := appendBool(appendInt(appendArr(appendStr(appendStr(appendArr(nil, 5), "old"), "0.9"), 0), 9), true)
+	var ir InfoResp
+	if err := unmarshal(old, &ir); err != nil || ir.Name != "old" || ir.Pid != 9 || !ir.NoCachedState || ir.Statuses != nil {
+		t.Errorf("older InfoResp: %+v %v", ir, err)
+	}
 	// A reference op's decoded sub-header travels as its raw bytes.
 	app := rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 5, DataRkey: 6}
 	roundTrip(t, &CallReq{Inv: 2, Client: 2, Reqs: []rdmo.Request{

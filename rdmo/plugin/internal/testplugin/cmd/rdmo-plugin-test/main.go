@@ -7,9 +7,14 @@ import (
 	"os"
 	"runtime/pprof"
 
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin"
 	"github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
 )
+
+// The plugin's own status, defined here only: the host learns its name
+// from the handshake (pluginhost's TestPluginStatusNames).
+var _ = rdmo.DefineStatus(testplugin.StatusRefused, testplugin.StatusRefusedName, "the test plugin refused on command")
 
 func main() {
 	if p := os.Getenv("RDMO_TESTPLUGIN_CPUPROFILE"); p != "" {

@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestShortOps runs the op-pack rows in the DPU picture with two
+// initiators and two value sizes: every call's answer and every native
+// access's is checked against the layout the target made for the round,
+// and the target checks its memory after every round. No timing is
+// asserted.
+func TestShortOps(t *testing.T) {
+	o := DefaultOptions()
+	o.Topology = TopologyDPU
+	o.Initiators = 2
+	o.Sizes = []int{8, 200}
+	o.Modes = []string{"chase/1", "chase/4", "native-chase/1", "native-chase/4", "kv-lookup", "native-kv-lookup", "fetch-add", "native-fetch-add"}
+	o.MaxOps = 2 * kvKeysPer // every key twice; fewer than --short's default, for a loaded machine
+	rep := runShort(t, o)
+	for _, size := range o.Sizes {
+		for _, m := range []string{"chase/1", "chase/4", ModeKVLookup, ModeFetchAdd} {
+			row := rep.Row(m, size)
+			if row == nil || row.XNative == 0 || row.LatXNative == 0 {
+				t.Errorf("%s %d B: no ratios to its native row: %+v", m, size, row)
+			}
+		}
+	}
+}
+
+func TestOpsModes(t *testing.T) {
+	got, err := expandModes([]string{"ops"}, nil)
+	want := []string{"chase/1", "native-chase/1", "chase/2", "native-chase/2", "chase/4", "native-chase/4", "chase/8", "native-chase/8",
+		ModeKVLookup, ModeNativeKVLookup, ModeFetchAdd, ModeNativeFetchAdd}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("ops: got %v %v, want %v", got, err, want)
+	}
+	got, err = expandModes([]string{"chase/3", "native-chase/16", "fetch-add"}, nil)
+	want = []string{"chase/3", "native-chase/16", ModeFetchAdd}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("got %v %v, want %v", got, err, want)
+	}
+	if all, _ := expandModes(nil, []int{1}); slices.ContainsFunc(all, isOpsMode) {
+		t.Errorf("the default rows include op-pack rows: %v", all)
+	}
+	for _, bad := range []string{"chase/0", "chase/17", "native-chase/x"} {
+		if _, err := expandModes([]string{bad}, nil); err == nil {
+			t.Errorf("mode %q accepted", bad)
+		}
+	}
+	for m, s := range map[string]string{"chase/4": "owned", "native-chase/4": "", ModeKVLookup: "owned", ModeNativeFetchAdd: ""} {
+		if got := strategyOf(m); got != s {
+			t.Errorf("strategyOf(%s) = %q, want %q", m, got, s)
+		}
+	}
+}
