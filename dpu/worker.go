@@ -35,7 +35,10 @@ type Worker struct {
 	// replyFree are reply buffers for acks with a result (loop-owned).
 	replyFree []*replyBuf
 	byOp      [rdmo.OpUserBase]*handlerEntry
-	userOps   map[uint32]*handlerEntry // fixed after New
+	// flushEntry is byOp[OpFlush] when it is the built-in flush handler,
+	// whose no-op FLUSHes the loop answers itself (flushInline).
+	flushEntry *handlerEntry
+	userOps    map[uint32]*handlerEntry // fixed after New
 
 	stats counters
 	// epoch and now time requests for Stats.Latency: now is read once per
@@ -82,6 +85,9 @@ type Worker struct {
 	spun   atomic.Int64
 	sleeps atomic.Uint64
 	spins  atomic.Uint64
+	// inlineFlushes counts the FLUSHes the loop answered itself
+	// (flushInline), for tests.
+	inlineFlushes atomic.Uint64
 }
 
 type handlerEntry struct {
@@ -216,6 +222,9 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		e := &handlerEntry{h: fl, info: fl.Info()}
 		w.byOp[rdmo.OpFlush] = e
 		w.handlers = append(w.handlers, e)
+	}
+	if e := w.byOp[rdmo.OpFlush]; flush.Is(e.h) {
+		w.flushEntry = e
 	}
 	return nil
 }
@@ -499,6 +508,7 @@ func (w *Worker) handleItem(it *inboxItem) {
 	case itemBatchDone:
 		b := it.b
 		w.atExec--
+		b.c.atExec--
 		w.submit(it.ops, nil, nil)
 		b.g.sealed = true
 		b.c.queued--
@@ -506,6 +516,7 @@ func (w *Worker) handleItem(it *inboxItem) {
 		w.groupCheck(&b.g)
 	case itemDeregDone:
 		w.atExec--
+		it.c.atExec--
 		w.deregDone(it.c, it.reg, it.cmd, it.err)
 	case itemExited:
 		it.c.exited = true
