@@ -264,16 +264,28 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	}
 	ct := container{m: m}
 	it := wire.NewBatchIter(m.Data, count)
+	// Requests are counted per run of one op (bytes: counted with the
+	// container), one atomic add per run instead of per request.
+	var runOp uint32
+	var run uint64
 	for it.Next() {
 		seq := q.nextSeq
 		q.nextSeq++
 		hdr, data := it.Header(), it.Payload()
 		rh, err := it.Request()
-		if len(hdr) >= wire.HeaderLen && rh.Header.Op != rdmo.OpBatch {
-			w.stats.request(rh.Header.Op, 0) // bytes: counted with the container
+		if op := rh.Header.Op; len(hdr) >= wire.HeaderLen && op != rdmo.OpBatch {
+			if run > 0 && op != runOp {
+				w.stats.requests(runOp, run)
+				run = 0
+			}
+			runOp = op
+			run++
 		}
 		ct.poff = it.PayloadOffset()
 		w.request(q, seq, hdr, rh, err, data, len(data), false, nil, &ct)
+	}
+	if run > 0 {
+		w.stats.requests(runOp, run)
 	}
 }
 
@@ -508,13 +520,14 @@ func (w *Worker) flushInline(c *client, q *rq) bool {
 func (w *Worker) completeBatch(b *batch) {
 	q := b.rq
 	now := w.clock()
+	var lat latencyRun
 	if b.h == w.flushEntry && b.g.status == rdmo.StatusOK && b.results[0].Status == rdmo.StatusOK {
 		// A FLUSH (always alone in its batch: it is fenced) wrote back
 		// everything the batches dispatched before it cached.
 		b.c.cleanAt = max(b.c.cleanAt, b.cached)
 	}
 	for i, p := range b.ents {
-		w.stats.observe(p.op, now-p.arrived)
+		lat.observe(&w.stats, p.op, now-p.arrived)
 		res := b.results[i]
 		st, detail := res.Status, res.Detail
 		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
@@ -533,6 +546,7 @@ func (w *Worker) completeBatch(b *batch) {
 		w.releasePayload(q, p)
 		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
+	lat.flush(&w.stats)
 	q.started -= len(b.ents)
 	b.c.putBatch(b)
 	w.markDirty(q.c)
