@@ -461,6 +461,7 @@ func (in *Initiator) PeerFailed(cause error) {
 		q.failed = pe
 	}
 	q.failReq = true
+	q.attn.Store(true)
 	q.broadcast()
 	q.Unlock()
 	in.w.Wake()
@@ -475,6 +476,7 @@ func (in *Initiator) Close() error {
 		q := &in.q
 		q.Lock()
 		q.closed = true
+		q.attn.Store(true)
 		q.broadcast()
 		q.Unlock()
 		in.w.Wake()

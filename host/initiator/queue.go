@@ -41,6 +41,10 @@ type queue struct {
 	closed    bool  // Close was called: no new requests
 	failed    error // the peer failed: every call fails with this
 	failReq   bool  // PeerFailed was called: the progress loop must act
+	// attn is closed || failReq, written under the mutex, so that the
+	// polling loop finds an empty queue without taking the mutex the
+	// producers use.
+	attn atomic.Bool
 }
 
 func (q *queue) init(window, windowBytes, credits int, wake func()) {
