@@ -468,7 +468,7 @@ func (lp *loop) settle() {
 	}
 	q := &lp.in.q
 	q.Lock()
-	q.confirmed = lp.confirmed
+	q.confirm(lp.confirmed)
 	q.release(lp.freedSlots, lp.freedBytes)
 	q.Unlock()
 	lp.settledConfirmed = lp.confirmed
