@@ -12,3 +12,17 @@ func (w *Worker) IdleCounters() (spun time.Duration, sleeps, spins uint64) {
 // InlineFlushes is how many FLUSHes the loop answered without the
 // executor since New.
 func (w *Worker) InlineFlushes() uint64 { return w.inlineFlushes.Load() }
+
+// FlushWaiting reports whether a WaitFlush caller is waiting on request
+// queue rq.
+func (w *Worker) FlushWaiting(rq uint64) bool {
+	w.regMu.Lock()
+	q := w.rqByID[rq]
+	w.regMu.Unlock()
+	if q == nil {
+		return false
+	}
+	q.watch.mu.Lock()
+	defer q.watch.mu.Unlock()
+	return q.watch.ch != nil
+}
