@@ -114,7 +114,14 @@ func startSink(b *testing.B) *benchPeer {
 		b.Fatal(err)
 	}
 	p := &benchPeer{w: w, base: base}
-	if p.ep, err = w.Connect(addr, ucp.EndpointOptions{}); err != nil {
+	// UCP_BENCH_ERROR_HANDLING=none connects without peer-failure
+	// detection, as ucx_perftest does without -e (over TCP UCX then has
+	// zero-copy rendezvous lanes, which detection rules out).
+	var eo ucp.EndpointOptions
+	if os.Getenv("UCP_BENCH_ERROR_HANDLING") == "none" {
+		eo.ErrorHandling = ucp.ErrorHandlingNone
+	}
+	if p.ep, err = w.Connect(addr, eo); err != nil {
 		b.Fatal(err)
 	}
 	if p.rkey, err = p.ep.UnpackRkey(rk); err != nil {
