@@ -386,10 +386,21 @@ func (w *Worker) destroyRkey(r *region) {
 	r.destroyWhenIdle = false
 }
 
-// bouncePool recycles the buffers of Places into unmapped target memory.
+// bouncePool recycles the buffers of Places into unmapped target memory,
+// keeping up to bouncePoolBytes of free buffers across its size classes
+// (powers of two from 4 KiB). A queue streaming large payloads has tens of
+// them in flight at once (the initiator's byte window is 64 MiB): a pool of
+// a few buffers per class made every payload beyond them a fresh
+// allocation, and over RDMA a fresh registration of its memory for the put.
 type bouncePool struct {
-	free map[int][][]byte
+	free  map[int][][]byte
+	bytes int // bytes of the free buffers held
 }
+
+// bouncePoolBytes bounds the free bounce memory a worker keeps: a burst's
+// worth of 1 MiB payloads, held for the next one rather than returned to
+// the garbage collector.
+const bouncePoolBytes = 64 << 20
 
 func (p *bouncePool) get(n int) []byte {
 	size := 4096
@@ -399,6 +410,7 @@ func (p *bouncePool) get(n int) []byte {
 	if l := p.free[size]; len(l) > 0 {
 		b := l[len(l)-1]
 		p.free[size] = l[:len(l)-1]
+		p.bytes -= size
 		return b[:n]
 	}
 	return make([]byte, n, size)
@@ -406,10 +418,12 @@ func (p *bouncePool) get(n int) []byte {
 
 func (p *bouncePool) put(b []byte) {
 	size := cap(b)
+	if p.bytes+size > bouncePoolBytes {
+		return
+	}
 	if p.free == nil {
 		p.free = map[int][][]byte{}
 	}
-	if len(p.free[size]) < 4 {
-		p.free[size] = append(p.free[size], b[:size])
-	}
+	p.free[size] = append(p.free[size], b[:size])
+	p.bytes += size
 }

@@ -153,7 +153,7 @@ func TestShortSHM(t *testing.T) {
 }
 
 func TestRecords(t *testing.T) {
-	for _, size := range []int{8, 9, 15, 16, 17, 64, 1000} {
+	for _, size := range []int{8, 9, 15, 16, 17, 64, 1000, patternPeriod + 7, patternPeriod + 8, patternPeriod + 9, 3*patternPeriod + 13, 1 << 20} {
 		b := make([]byte, size)
 		fillRecord(b, 3, 70000, 12345)
 		if !recordOK(b, 3, 70000, 12345) {
@@ -168,6 +168,27 @@ func TestRecords(t *testing.T) {
 			b[size-1] ^= 1
 			if recordOK(b, 3, 70000, 12345) {
 				t.Errorf("size %d: corrupted last byte not detected", size)
+			}
+			b[size-1] ^= 1
+		}
+		if size >= 8+2*patternPeriod {
+			// A later period swapped with the first one's bytes from
+			// another record (a fragment placed from the wrong payload).
+			o := make([]byte, size)
+			fillRecord(o, 3, 70000, 12346)
+			copy(b[8+patternPeriod:8+2*patternPeriod], o[8+patternPeriod:])
+			if recordOK(b, 3, 70000, 12345) {
+				t.Errorf("size %d: a period from another record not detected", size)
+			}
+		}
+		if size >= 1<<16 {
+			// Two 32 KiB fragments of the body landed swapped.
+			fillRecord(b, 3, 70000, 12345)
+			s := append([]byte(nil), b[8:8+32<<10]...)
+			copy(b[8:], b[8+32<<10:8+64<<10])
+			copy(b[8+32<<10:], s)
+			if recordOK(b, 3, 70000, 12345) {
+				t.Errorf("size %d: swapped fragments not detected", size)
 			}
 		}
 	}
