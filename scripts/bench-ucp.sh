@@ -6,12 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}
 export UCX_TLS=${UCX_TLS:-shm,self}
-go test -c -o /tmp/ucp.bench.test ./ucp >/dev/null
+# A directory of its own: runs from other worktrees (or make bench-ucx-1.18
+# next to make bench) would otherwise overwrite one binary.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go test -c -o "$tmp/ucp.bench.test" ./ucp >/dev/null
 ratios=()
+# Which UCX: make bench-ucx-1.18 runs this script against another one.
+echo "UCX $(pkg-config --modversion ucx), UCX_TLS=$UCX_TLS${UCX_PROTO_ENABLE:+, UCX_PROTO_ENABLE=$UCX_PROTO_ENABLE}"
 printf '%-6s %14s %14s %8s\n' round perftest_msg/s go_msg/s ratio
 for r in $(seq "$rounds"); do
   pt=$(scripts/perftest-am.sh 64)
-  gor=$(UCP_BENCH_CHILD_CPU=0 taskset -c 1 /tmp/ucp.bench.test -test.run '^$' -test.bench 'AMRate64$' -test.benchtime 2000000x \
+  gor=$(UCP_BENCH_CHILD_CPU=0 taskset -c 1 "$tmp/ucp.bench.test" -test.run '^$' -test.bench 'AMRate64$' -test.benchtime 2000000x \
         | awk '/msg\/s/ {for (i=1;i<=NF;i++) if ($(i+1)=="msg/s") print $i}')
   ratio=$(awk -v a="$gor" -v b="$pt" 'BEGIN{printf "%.2f", a/b}')
   ratios+=("$ratio")

@@ -7,6 +7,7 @@
 #
 #   scripts/ucx118.sh            build the root if needed, run the tests
 #   scripts/ucx118.sh -- CMD...  run CMD in the repository inside the root
+#                                (make bench-ucx-1.18 runs `make bench`)
 #
 # Environment:
 #   UCX118_ROOT    cached root (default /var/cache/rdmo/trixie-ucx); kept
@@ -16,20 +17,38 @@
 #   UCX118_E2E     -run pattern of the e2e tests to run (mk/ucx118.mk)
 #   DEBIAN_MIRROR  mirror for debootstrap (default: the first deb.debian.org-
 #                  style URI of the host's apt sources)
+#   UCX_*          passed into the root as they are (UCX_TLS,
+#                  UCX_PROTO_ENABLE, ...); nothing else of the caller's
+#                  environment is
 #
 # Any failure to build or enter the root is an error, never a skip: it needs
-# root (chroot, mount) and a Debian mirror.
+# root (chroot, mount, unshare) and a Debian mirror.
 set -euo pipefail
+
+die() { echo "ucx118: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, mount, chroot)"
+
+# Each run mounts in a mount namespace of its own, so its mounts go away
+# with its last process on every exit path (also SIGKILL, where no trap
+# runs), and runs at the same time (a test run and a bench run, several
+# worktrees) neither see nor unmount each other's mounts of the shared root.
+if [ -z "${UCX118_IN_NS:-}" ]; then
+  command -v unshare >/dev/null || die "needs unshare (util-linux)"
+  UCX118_IN_NS=1 exec unshare --mount --propagation private "$(readlink -f "$0")" "$@"
+fi
+
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 root=${UCX118_ROOT:-/var/cache/rdmo/trixie-ucx}
 goroot=$(go env GOROOT)
 gomodcache=$(go env GOMODCACHE)
-gocache=$(go env GOCACHE)
 
-die() { echo "ucx118: $*" >&2; exit 1; }
-
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap, mount, chroot)"
+# What the root holds besides minbase: the build (libucx-dev, gcc,
+# pkg-config, libc6-dev) and what `make bench` runs (make, ucx_perftest from
+# ucx-utils, ss from iproute2). A root cached before a package joined this
+# list gets it installed on its next run (ensure_pkgs).
+root_pkgs=(libucx-dev gcc pkg-config libc6-dev make ucx-utils iproute2)
 
 sudo_apt() {
   export DEBIAN_FRONTEND=noninteractive
@@ -49,8 +68,7 @@ mirror() {
 }
 
 build_root() {
-  if [ -x "$root/usr/bin/gcc" ] && [ -x "$root/usr/bin/ucx_perftest" ] &&
-     chroot "$root" pkg-config --exists ucx 2>/dev/null; then
+  if [ -x "$root/usr/bin/gcc" ] && chroot "$root" pkg-config --exists ucx 2>/dev/null; then
     return
   fi
   command -v debootstrap >/dev/null || sudo_apt debootstrap
@@ -61,8 +79,7 @@ build_root() {
   rm -rf "$tmp"
   mkdir -p "$(dirname "$root")"
   echo "ucx118: building $root from $(mirror) (about a minute, once)"
-  # ucx-utils and iproute2: ucx_perftest and ss, for `make bench` inside.
-  if ! debootstrap --variant=minbase --include=libucx-dev,gcc,pkg-config,libc6-dev,ucx-utils,iproute2 \
+  if ! debootstrap --variant=minbase --include="$(IFS=,; echo "${root_pkgs[*]}")" \
        trixie "$tmp" "$(mirror)" >"$tmp.log" 2>&1; then
     tail -20 "$tmp.log" >&2
     rm -rf "$tmp"
@@ -73,6 +90,24 @@ build_root() {
   mv "$tmp" "$root"
 }
 
+# ensure_pkgs installs what root_pkgs lists and the root lacks (a root
+# built before the list grew), with the root's own apt (/proc and /dev
+# mounted); nothing runs when all are there.
+ensure_pkgs() {
+  local p missing=()
+  for p in "${root_pkgs[@]}"; do
+    chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$p")
+  done
+  [ ${#missing[@]} = 0 ] && return
+  echo "ucx118: installing ${missing[*]} into $root"
+  local apt=(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin
+             DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 -y -qq)
+  "${apt[@]}" install --no-install-recommends "${missing[@]}" \
+    || { "${apt[@]}" update && "${apt[@]}" install --no-install-recommends "${missing[@]}"; } \
+    || die "could not install ${missing[*]} into $root"
+}
+
 mounted=()
 cleanup() {
   local i m
@@ -80,6 +115,7 @@ cleanup() {
     umount -l "${mounted[$i]}" 2>/dev/null || true
   done
   # And whatever the tests mounted inside (ip netns mounts /run/netns).
+  # Only this run's: the mount namespace is its own.
   for m in $(awk -v r="$root" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/self/mounts | sort -r); do
     umount -l "$m" 2>/dev/null || true
   done
@@ -117,6 +153,14 @@ bind "$gomodcache" /root/go/pkg/mod
 mkdir -p "$root/root/.cache/go-build"
 bind "$repo" /src
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# debootstrap writes no /etc/hosts, and without one "localhost" (which
+# ucx_perftest's client is given) does not resolve inside.
+[ -e "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+ensure_pkgs
+
+# UCX_* of the caller's environment, passed in as they are.
+ucx_env=()
+while IFS= read -r kv; do ucx_env+=("$kv"); done < <(env | grep '^UCX_[A-Za-z0-9_]*=' || true)
 
 inroot() {
   chroot "$root" /usr/bin/env -i \
@@ -124,6 +168,7 @@ inroot() {
     GOPATH=/root/go GOMODCACHE=/root/go/pkg/mod GOCACHE=/root/.cache/go-build \
     GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 \
     CI="${CI:-}" TMPDIR=/tmp RDMO_UCP_CHECK_THREADS="${RDMO_UCP_CHECK_THREADS:-}" \
+    ${ucx_env[@]+"${ucx_env[@]}"} \
     /bin/sh -c 'cd /src && exec "$@"' sh "$@"
 }
 
