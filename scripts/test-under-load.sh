@@ -8,15 +8,16 @@
 #
 # LOAD_HOGS   hogs to run (default: one per core, nproc)
 # LOAD_RUNS   how many times to run the suite (default 1); stops at the first red run
-# LOAD_MAX    upper bound on each hog's life (default 40m), so a hog outlives
-#             this script by no more than that even if the script is SIGKILLed
+# LOAD_MAX    upper bound on each hog's life (default 20 minutes per run), so
+#             a hog outlives this script by no more than that even if the
+#             script is SIGKILLed
 # Every exit path (success, failure, ^C, TERM) stops the hogs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 HOGS="${LOAD_HOGS:-$(nproc)}"
 RUNS="${LOAD_RUNS:-1}"
-MAX="${LOAD_MAX:-40m}"
+MAX="${LOAD_MAX:-$((RUNS * 20))m}"
 MAKE="${MAKE:-make}"
 
 hogs=()
