@@ -332,13 +332,16 @@ static void shim_conn_cb(ucp_conn_request_h conn_request, void *arg)
  *     (ucp_am_data_release), which must happen on the worker's thread;
  *  3. runs ucp_worker_progress until it reports no more work, at most
  *     `budget` times, so one round cannot run forever under a flood.
- * Returns the number of events recorded; Go reads them from w->events.
+ * Returns the number of events recorded; Go reads them from w->events, and
+ * w->busy counts the progress calls that did any work, UCX's own wire-up
+ * included, which no event of ours shows (Worker.settle).
  * Off the owner thread (check on) it touches nothing and returns 0; Go sees
  * w->wrong_tid and returns ErrWrongThread. */
 uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release,
                        uint32_t nrelease, uint32_t budget)
 {
     w->nevents   = 0;
+    w->busy      = 0;
     w->arena_len = 0;
     if (off_thread(w)) {
         return 0;
@@ -351,6 +354,7 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
         if (ucp_worker_progress(w->worker) == 0) {
             break;
         }
+        w->busy++;
     }
     return w->nevents;
 }

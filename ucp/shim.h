@@ -139,6 +139,8 @@ struct shim_worker {
     shim_am_ctx_t *am[SHIM_MAX_AM_ID];
     shim_event_t *events;
     uint32_t      nevents;
+    uint32_t      busy;         /* ucp_worker_progress calls of the last
+                                   round that did work, ours or UCX's own */
     uint32_t      events_cap;
     uint8_t      *arena;
     uint64_t      arena_len;

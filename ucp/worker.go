@@ -96,6 +96,7 @@ type Worker struct {
 
 	inProgress  bool
 	outstanding int
+	active      bool // UCX did work in some Progress round (settle)
 
 	wakeMu sync.RWMutex // Wake (any goroutine) against Close
 }
@@ -364,6 +365,9 @@ func (w *Worker) Progress() (int, error) {
 		return 0, err
 	}
 	w.release = w.release[:0]
+	if w.sw.busy > 0 {
+		w.active = true
+	}
 	w.collectSubmitted()
 
 	delivered := 0
@@ -533,27 +537,36 @@ func (w *Worker) FlushSync(timeout time.Duration) error {
 	return w.runSync(timeout, func(c Completer) error { return w.Flush(c, 0) })
 }
 
-// settle progresses the worker until it has been idle a few times in a
-// row (at most settleLimit), before it is destroyed. A peer that connected
+// settle progresses the worker until UCX has done nothing for settleQuiet
+// (at most settleLimit), before it is destroyed. A peer that connected
 // to this worker a moment ago may have left UCX with a wire-up reply it
 // could not send yet (on TCP, while its socket to the peer still
 // connects), on an endpoint UCX made by itself that no Close of ours
 // reaches; UCX 1.13 aborts the process when it destroys a worker holding
-// such a reply (ucp_request_send_state_ff: "got REP message"). Tests that
-// tear down right after setting up hit it; a few idle rounds let the
-// reply go out first.
+// such a reply (ucp_request_send_state_ff: "got REP message"; a debug
+// assertion its later releases dropped). Quiet is judged by UCX's own
+// work (shim_worker.busy), not by events of ours, since wire-up makes
+// none, and over time rather than rounds: on a loaded machine the peer
+// may take milliseconds to accept the connection the reply waits for.
+// A worker that never did anything has nothing to settle.
 func (w *Worker) settle() {
-	deadline := time.Now().Add(settleLimit)
-	for idle := 0; idle < settleIdleRounds && time.Now().Before(deadline); {
+	if !w.active {
+		return
+	}
+	start := time.Now()
+	quietSince := start
+	for {
 		n, err := w.Progress()
 		if err != nil {
 			return
 		}
-		if n > 0 {
-			idle = 0
-			continue
+		now := time.Now()
+		if n > 0 || w.sw.busy > 0 {
+			quietSince = now
 		}
-		idle++
+		if now.Sub(quietSince) >= settleQuiet || now.Sub(start) >= settleLimit {
+			return
+		}
 		if _, err := w.Wait(time.Millisecond); err != nil {
 			return
 		}
@@ -561,8 +574,8 @@ func (w *Worker) settle() {
 }
 
 const (
-	settleIdleRounds = 3
-	settleLimit      = 200 * time.Millisecond
+	settleQuiet = 10 * time.Millisecond
+	settleLimit = 500 * time.Millisecond
 )
 
 // syncWaiter turns a completion into a flag that a blocking helper polls.
