@@ -166,9 +166,13 @@ func (lp *loop) recycle(b *batch) {
 // whether Close or PeerFailed asked for attention.
 func (lp *loop) take() (b *batch, closing, failReq bool) {
 	q := &lp.in.q
+	if q.Len() == 0 && !q.attn.Load() {
+		return nil, false, false
+	}
 	q.Lock()
 	closing, failReq = q.closed, q.failReq
 	q.failReq = false
+	q.attn.Store(q.closed)
 	if q.Len() > 0 {
 		b, _ = q.SwapLocked(lp.newBatch())
 	}
@@ -464,7 +468,7 @@ func (lp *loop) settle() {
 	}
 	q := &lp.in.q
 	q.Lock()
-	q.confirmed = lp.confirmed
+	q.confirm(lp.confirmed)
 	q.release(lp.freedSlots, lp.freedBytes)
 	q.Unlock()
 	lp.settledConfirmed = lp.confirmed
