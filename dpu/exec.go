@@ -31,11 +31,17 @@ type client struct {
 	rqs      []*rq
 	rr       int
 	queued   int // batches handed to the executor, HandleBatch not returned
-	dirty    bool
-	stopping bool // no more batches: the executor was told to stop
-	exited   bool
-	waiters  []*command // RemoveClient calls waiting for the removal
-	batches  []*batch   // recycled batches (per client: Buffer memory never crosses clients)
+	atExec   int // batches and commands at the executor, not returned
+	// cached counts the batches dispatched to handlers that may cache
+	// state (HandlerInfo.NoCachedState false); cleanAt is its value when
+	// the last FLUSH that succeeded was dispatched. While they are equal,
+	// WriteBackAll has nothing to write (see flushInline).
+	cached, cleanAt uint64
+	dirty           bool
+	stopping        bool // no more batches: the executor was told to stop
+	exited          bool
+	waiters         []*command // RemoveClient calls waiting for the removal
+	batches         []*batch   // recycled batches (per client: Buffer memory never crosses clients)
 	// Rendezvous placements in flight, so that a flush is issued only
 	// after the placements before it finished (their data is written by
 	// the receive itself, or by a Put after it, not covered by an
@@ -100,6 +106,7 @@ func (c *client) pushExec(it execItem) {
 	c.w.readied++
 	if it.kind != execStop {
 		c.w.atExec++
+		c.atExec++
 	}
 	c.exQ.Push(it)
 }
@@ -116,6 +123,9 @@ type batch struct {
 	results []rdmo.Result
 	ops     []targetOp // executor: ops not yet handed to the loop
 	bufs    bufArena   // Target.Buffer memory, valid until completion
+	// cached is client.cached when the batch was dispatched (a FLUSH
+	// batch that succeeds makes it client.cleanAt).
+	cached uint64
 }
 
 func (b *batch) add(p *pending) {

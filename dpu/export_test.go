@@ -9,10 +9,13 @@ func (w *Worker) IdleCounters() (spun time.Duration, sleeps, spins uint64) {
 	return time.Duration(w.spun.Load()), w.sleeps.Load(), w.spins.Load()
 }
 
-// FlushWaited reports whether someone waits in WaitFlush on request queue
-// rq: a test that closes the queue under a waiter must know the waiter is
-// there, or it may come after the close and find no queue at all.
-func (w *Worker) FlushWaited(rq uint64) bool {
+// InlineFlushes is how many FLUSHes the loop answered without the
+// executor since New.
+func (w *Worker) InlineFlushes() uint64 { return w.inlineFlushes.Load() }
+
+// FlushWaiting reports whether a WaitFlush caller is waiting on request
+// queue rq.
+func (w *Worker) FlushWaiting(rq uint64) bool {
 	w.regMu.Lock()
 	q := w.rqByID[rq]
 	w.regMu.Unlock()

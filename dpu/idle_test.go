@@ -72,3 +72,38 @@ func TestStuckHandlerLoopSleeps(t *testing.T) {
 		}
 	})
 }
+
+// A FLUSH with nothing to write back or wait for is answered by the loop
+// without a hand-off to the executor; one after a batch of a handler that
+// caches state goes to the executor and writes that state back, and so
+// does every FLUSH until one succeeded.
+func TestIdleFlushInline(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		cache := newCache()
+		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(cache)})
+		s := e.newSetup(1, 4096, 0, 4096)
+		in := s.in
+		flush := func(id uint64, inline bool) {
+			t.Helper()
+			before := e.w.InlineFlushes()
+			if _, f := in.flush(id); f.Failed != 0 {
+				t.Fatalf("flush %d: %+v", id, f)
+			}
+			if got := e.w.InlineFlushes() - before; got != map[bool]uint64{false: 0, true: 1}[inline] {
+				t.Fatalf("flush %d: answered inline %d times, want inline=%v", id, got, inline)
+			}
+		}
+		flush(1, true) // nothing ran yet
+		for i, v := range []uint64{0xABCD, 0x1234} {
+			in.ack(in.send(userReq(1, opCache, rdmo.FlagAck, s.region, s.base+64, v), nil, 0))
+			if got := le.Uint64(s.mem(s.base+64, 8)); got == v {
+				t.Fatalf("cached value %#x written before the flush", v)
+			}
+			flush(uint64(10*i+2), false) // writes the cached value back
+			if got := le.Uint64(s.mem(s.base+64, 8)); got != v {
+				t.Fatalf("after the flush the target holds %#x, want %#x", got, v)
+			}
+			flush(uint64(10*i+3), true) // nothing left to write
+		}
+	})
+}

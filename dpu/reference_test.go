@@ -132,9 +132,9 @@ func TestReferenceQueue(t *testing.T) {
 			ev, err := e.w.WaitFlush(ctx, client, rq, 1)
 			waiter <- res{ev, err}
 		}()
-		if !testutil.Poll(testutil.Deadline(t), func() bool { return e.w.FlushWaited(rq) }) {
-			t.Fatal("the second waiter never started waiting")
-		}
+		// Destroyed before the waiter found it, the queue would be
+		// unknown to it, not closed under it.
+		testutil.WaitFor(t, "the WaitFlush caller to wait", func() bool { return e.w.FlushWaiting(rq) })
 		e.do(dpu.RQDestroy{Client: client, RQ: rq}, ref)
 		if r := <-waiter; !errors.Is(r.err, dpu.ErrUnknownRQ) || r.ev.Flushes != 1 {
 			t.Errorf("WaitFlush across RQ_DESTROY = %+v, %v", r.ev, r.err)

@@ -264,16 +264,28 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	}
 	ct := container{m: m}
 	it := wire.NewBatchIter(m.Data, count)
+	// Requests are counted per run of one op (bytes: counted with the
+	// container), one atomic add per run instead of per request.
+	var runOp uint32
+	var run uint64
 	for it.Next() {
 		seq := q.nextSeq
 		q.nextSeq++
 		hdr, data := it.Header(), it.Payload()
 		rh, err := it.Request()
-		if len(hdr) >= wire.HeaderLen && rh.Header.Op != rdmo.OpBatch {
-			w.stats.request(rh.Header.Op, 0) // bytes: counted with the container
+		if op := rh.Header.Op; len(hdr) >= wire.HeaderLen && op != rdmo.OpBatch {
+			if run > 0 && op != runOp {
+				w.stats.requests(runOp, run)
+				run = 0
+			}
+			runOp = op
+			run++
 		}
 		ct.poff = it.PayloadOffset()
 		w.request(q, seq, hdr, rh, err, data, len(data), false, nil, &ct)
+	}
+	if run > 0 {
+		w.stats.requests(runOp, run)
 	}
 }
 
@@ -443,10 +455,17 @@ func (w *Worker) nextReady(c *client) *rq {
 // dispatch makes a batch of the contiguous requests at q's head that share
 // a handler (a fenced request only ever leads a batch).
 func (w *Worker) dispatch(c *client, q *rq) {
+	if w.flushInline(c, q) {
+		return
+	}
 	b := c.getBatch()
 	b.rq = q
 	first := q.popFront()
 	b.h = first.h
+	b.cached = c.cached
+	if !b.h.info.NoCachedState {
+		c.cached++
+	}
 	b.add(first)
 	for q.queued() > 0 && len(b.ents) < w.cfg.MaxBatch {
 		p := q.queue[q.head]
@@ -464,13 +483,51 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	c.pushExec(execItem{kind: execBatch, b: b})
 }
 
+// flushInline answers a FLUSH at q's head on the loop, without the
+// executor, when the built-in flush handler would do nothing: the client's
+// executor is idle (so what it owns, read below, was last written before
+// it handed its last item back), no batch of a handler that may cache state
+// ran since the last FLUSH that succeeded (WriteBackAll would write
+// nothing), every write so far was a copy through a mapping of target
+// memory (visible already) and every Place finished (Target.Flush has
+// nothing to wait for). That is the common idle flush: it costs no
+// hand-off to the executor and back. The counters move as if the handler
+// had run (a batch of one, a WriteBackAll, a Flush).
+func (w *Worker) flushInline(c *client, q *rq) bool {
+	p := q.queue[q.head]
+	if p.op != rdmo.OpFlush || p.h != w.flushEntry || c.atExec > 0 || c.cached != c.cleanAt ||
+		c.dirtyUCX || c.placesDone.Load() != c.placed || c.hostFailed.Load() {
+		return false
+	}
+	q.popFront()
+	w.inlineFlushes.Add(1)
+	st := &w.stats
+	st.batch(1)
+	st.fences.Add(1)
+	st.flushes.Add(1)
+	st.observe(p.op, w.clock()-p.arrived)
+	w.complete(q, p.seq, p.op, p.flags, p.flushID, rdmo.StatusOK, 0, nil, "")
+	w.releasePayload(q, p)
+	q.putPending(p, w.cfg.MaxInFlightPerRQ)
+	if q.closing {
+		w.advanceRQ(q)
+	}
+	return true
+}
+
 // completeBatch completes a batch's requests once HandleBatch returned and
 // every operation it issued finished.
 func (w *Worker) completeBatch(b *batch) {
 	q := b.rq
 	now := w.clock()
+	var lat latencyRun
+	if b.h == w.flushEntry && b.g.status == rdmo.StatusOK && b.results[0].Status == rdmo.StatusOK {
+		// A FLUSH (always alone in its batch: it is fenced) wrote back
+		// everything the batches dispatched before it cached.
+		b.c.cleanAt = max(b.c.cleanAt, b.cached)
+	}
 	for i, p := range b.ents {
-		w.stats.observe(p.op, now-p.arrived)
+		lat.observe(&w.stats, p.op, now-p.arrived)
 		res := b.results[i]
 		st, detail := res.Status, res.Detail
 		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
@@ -489,6 +546,7 @@ func (w *Worker) completeBatch(b *batch) {
 		w.releasePayload(q, p)
 		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
+	lat.flush(&w.stats)
 	q.started -= len(b.ents)
 	b.c.putBatch(b)
 	w.markDirty(q.c)

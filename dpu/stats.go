@@ -98,15 +98,48 @@ type latency struct {
 }
 
 func (l *latency) observe(ns int64) {
+	l.add(latencyBucket(ns), 1, uint64(max(ns, 0)))
+}
+
+func (l *latency) add(bucket int, n, sumNs uint64) {
+	l.buckets[bucket].Add(n)
+	l.sumNs.Add(sumNs)
+}
+
+func latencyBucket(ns int64) int {
 	if ns < 0 {
 		ns = 0
 	}
-	b := bits.Len64(uint64(ns) / 1000)
-	if b > LatencyBuckets-1 {
-		b = LatencyBuckets - 1
+	return min(bits.Len64(uint64(ns)/1000), LatencyBuckets-1)
+}
+
+// latencyRun accumulates the latencies of consecutive requests of one op
+// that fall in one bucket (a batch's requests mostly arrived together), so
+// that the shared counters take one atomic add per run, not per request.
+type latencyRun struct {
+	op     uint32
+	bucket int
+	n, sum uint64
+}
+
+// observe adds a request to the run, publishing the run first when the
+// request does not belong to it.
+func (r *latencyRun) observe(c *counters, op uint32, ns int64) {
+	b := latencyBucket(ns)
+	if r.n > 0 && (r.op != op || r.bucket != b) {
+		r.flush(c)
 	}
-	l.buckets[b].Add(1)
-	l.sumNs.Add(uint64(ns))
+	r.op, r.bucket = op, b
+	r.n++
+	r.sum += uint64(max(ns, 0))
+}
+
+// flush publishes the run.
+func (r *latencyRun) flush(c *counters) {
+	if r.n > 0 {
+		c.latencyOf(r.op).add(r.bucket, r.n, r.sum)
+	}
+	*r = latencyRun{}
 }
 
 func (l *latency) snapshot() (OpLatency, bool) {
@@ -154,31 +187,37 @@ type counters struct {
 }
 
 // observe times a completed request of op.
-func (c *counters) observe(op uint32, ns int64) {
+func (c *counters) observe(op uint32, ns int64) { c.latencyOf(op).observe(ns) }
+
+func (c *counters) latencyOf(op uint32) *latency {
 	switch {
 	case op < rdmo.OpUserBase:
-		c.lat[op].observe(ns)
+		return &c.lat[op]
 	default:
 		if l := c.latUser[op]; l != nil {
-			l.observe(ns)
-		} else {
-			c.latOther.observe(ns)
+			return l
 		}
+		return &c.latOther
 	}
 }
 
 func (c *counters) request(op uint32, n int) {
+	c.requests(op, 1)
+	c.bytes.Add(uint64(n))
+}
+
+// requests counts k requests of op (their bytes are counted elsewhere).
+func (c *counters) requests(op uint32, k uint64) {
 	switch {
 	case op < rdmo.OpUserBase:
-		c.reqOps[op].Add(1)
+		c.reqOps[op].Add(k)
 	default:
 		if p := c.reqUser[op]; p != nil {
-			p.Add(1)
+			p.Add(k)
 		} else {
-			c.reqOther.Add(1)
+			c.reqOther.Add(k)
 		}
 	}
-	c.bytes.Add(uint64(n))
 }
 
 func (c *counters) failure(s rdmo.Status) {

@@ -35,7 +35,10 @@ type Worker struct {
 	// replyFree are reply buffers for acks with a result (loop-owned).
 	replyFree []*replyBuf
 	byOp      [rdmo.OpUserBase]*handlerEntry
-	userOps   map[uint32]*handlerEntry // fixed after New
+	// flushEntry is byOp[OpFlush] when it is the built-in flush handler,
+	// whose no-op FLUSHes the loop answers itself (flushInline).
+	flushEntry *handlerEntry
+	userOps    map[uint32]*handlerEntry // fixed after New
 
 	stats counters
 	// epoch and now time requests for Stats.Latency: now is read once per
@@ -82,6 +85,9 @@ type Worker struct {
 	spun   atomic.Int64
 	sleeps atomic.Uint64
 	spins  atomic.Uint64
+	// inlineFlushes counts the FLUSHes the loop answered itself
+	// (flushInline), for tests.
+	inlineFlushes atomic.Uint64
 }
 
 type handlerEntry struct {
@@ -216,6 +222,9 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 		e := &handlerEntry{h: fl, info: fl.Info()}
 		w.byOp[rdmo.OpFlush] = e
 		w.handlers = append(w.handlers, e)
+	}
+	if e := w.byOp[rdmo.OpFlush]; flush.Is(e.h) {
+		w.flushEntry = e
 	}
 	return nil
 }
@@ -413,13 +422,12 @@ func (w *Worker) run(started chan<- error) {
 			sp.yieldDue = sp.yieldDue || w.readied > 0
 			if sp.active() && w.readied > 0 {
 				// Work after a quiet spell that readied an executor (a
-				// request/response conversation): it sits in this P's
-				// run queue; let it run now, on this thread, instead of
-				// waiting for the runtime to wake another one. Under
-				// load the loop does not yield: the executor runs on
-				// another thread, in parallel with it.
+				// request/response conversation): let the thread the
+				// runtime woke for it run now, should it wait for this
+				// CPU. Under load the loop does not yield: the executor
+				// runs on another thread, in parallel with it.
 				sp.yieldDue = false
-				yieldThread()
+				yieldThread(sp.procs)
 			}
 			continue
 		}
@@ -428,9 +436,11 @@ func (w *Worker) run(started chan<- error) {
 		}
 		// A goroutine this loop readied (a Do caller it answered) may sit
 		// in this P's run queue; a cgo call that blocks keeps the P until
-		// sysmon takes it back. Yield first so it runs now.
+		// sysmon takes it back. Yield the P first so it runs now (on
+		// another thread: the loop's is locked; a sleep is rare enough
+		// for the two thread switches this costs).
 		sp.yieldDue = false
-		yieldThread()
+		runtime.Gosched()
 		if sp.spun > 0 {
 			w.spun.Add(int64(sp.spun))
 			w.spins.Add(1)
@@ -452,6 +462,7 @@ func (w *Worker) run(started chan<- error) {
 		}
 		w.sleeping.Store(false)
 		sp.slept(woken)
+		sp.procs = runtime.GOMAXPROCS(0)
 	}
 	w.closeErr = w.teardown()
 }
@@ -499,6 +510,7 @@ func (w *Worker) handleItem(it *inboxItem) {
 	case itemBatchDone:
 		b := it.b
 		w.atExec--
+		b.c.atExec--
 		w.submit(it.ops, nil, nil)
 		b.g.sealed = true
 		b.c.queued--
@@ -506,6 +518,7 @@ func (w *Worker) handleItem(it *inboxItem) {
 		w.groupCheck(&b.g)
 	case itemDeregDone:
 		w.atExec--
+		it.c.atExec--
 		w.deregDone(it.c, it.reg, it.cmd, it.err)
 	case itemExited:
 		it.c.exited = true
@@ -598,14 +611,22 @@ func (w *Worker) maintain() {
 	}
 }
 
-// yieldThread lets the goroutines waiting in the loop's P run queue (an
-// executor it just readied) run now. A goroutine locked to its thread
-// cannot share it: its runtime.Gosched hands the P to another thread and
-// parks its own until it gets the P back. The loop used to unlock for the
-// yield and resume on whichever thread it got, which was cheaper, but UCX
-// binds the worker to one thread (UCX 1.18 aborts when another thread
-// touches it), and ucp.NewWorker's own lock keeps the loop on its thread.
-func yieldThread() {
+// yieldThread lets an executor the loop just readied run now. The
+// runtime put it in the loop's P run queue and, with more than one P, woke
+// another thread to take it from there; the loop yields the CPU to the
+// threads that want it (sched_yield), keeping its P. A goroutine locked to
+// its thread cannot share it: a runtime.Gosched would hand the P to another
+// thread and park the loop's until it gets the P back, two thread switches
+// through futexes per yield, which a profile of a saturated worker showed
+// as a tenth of its time. With one P the executor can run only when the
+// loop gives the P up, so there it does (Gosched). UCX binds the worker to
+// one thread (UCX 1.18 aborts when another thread touches it), and
+// ucp.NewWorker's own lock keeps the loop on its thread.
+func yieldThread(procs int) {
+	if procs > 1 {
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
 	runtime.Gosched()
 }
 
@@ -659,9 +680,10 @@ type spinner struct {
 	sleptAt   time.Time     // when the idle period that slept began
 	sleptOnce bool          // the current idle period included a sleep
 	yieldDue  bool          // an executor was readied since the last yield
+	procs     int           // GOMAXPROCS, read at the start and after each sleep
 }
 
-func (s *spinner) reset() { *s = spinner{window: spinMin} }
+func (s *spinner) reset() { *s = spinner{window: spinMin, procs: runtime.GOMAXPROCS(0)} }
 
 // active records a round that found work. It reports whether the loop
 // had been quiet before: at least quietRounds empty rounds, or a sleep.
@@ -703,15 +725,14 @@ func (s *spinner) idle(outstanding bool) bool {
 		limit = spinPending
 	}
 	if s.spun = time.Since(s.since); s.spun < limit {
-		// Poll politely: let an executor readied by a busy round, which
-		// may still wait in this P's run queue, run now (a Gosched also
-		// wakes an idle thread, a futex call: only when one was
-		// readied), and let the threads that want this CPU (a peer
-		// process on a small machine, the initiator of this very
-		// conversation) run first (a no-op when the CPU is ours).
-		if s.yieldDue {
+		// Poll politely: let the threads that want this CPU (an
+		// executor's, a peer process on a small machine, the initiator
+		// of this very conversation) run first (a no-op when the CPU is
+		// ours). With one P an executor readied by a busy round can run
+		// only when the loop gives the P up (yieldThread).
+		if s.yieldDue && s.procs < 2 {
 			s.yieldDue = false
-			yieldThread()
+			yieldThread(s.procs)
 		}
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		return false

@@ -51,6 +51,11 @@ func (c *CallWait) Done() <-chan struct{} { return c.done }
 // when ctx ended first (the call stays outstanding: Wait again, or let it
 // go); ErrClosed or a *PeerFailedError when no answer can come.
 func (c *CallWait) Wait(ctx context.Context) (Result, error) {
+	var stop <-chan struct{}
+	if ctx != nil {
+		stop = ctx.Done()
+	}
+	spinFor(c.done, stop)
 	if ctx == nil {
 		<-c.done
 		return c.res, c.err

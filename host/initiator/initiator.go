@@ -394,6 +394,11 @@ func (f *FlushWait) Done() <-chan struct{} { return f.done }
 // matches the first failure's status), ctx.Err() when ctx ended first (the
 // flush stays outstanding), ErrClosed or a *PeerFailedError.
 func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
+	var stop <-chan struct{}
+	if ctx != nil {
+		stop = ctx.Done()
+	}
+	spinFor(f.done, stop)
 	if ctx == nil {
 		<-f.done
 		return f.rsp, f.err
@@ -456,6 +461,7 @@ func (in *Initiator) PeerFailed(cause error) {
 		q.failed = pe
 	}
 	q.failReq = true
+	q.attn.Store(true)
 	q.broadcast()
 	q.Unlock()
 	in.w.Wake()
@@ -470,6 +476,7 @@ func (in *Initiator) Close() error {
 		q := &in.q
 		q.Lock()
 		q.closed = true
+		q.attn.Store(true)
 		q.broadcast()
 		q.Unlock()
 		in.w.Wake()

@@ -660,7 +660,10 @@ func TestRendezvousPayloads(t *testing.T) {
 // and the stream end with a peer-failure error in bounded time.
 func TestPeerKilledMidStream(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: time.Second, Logger: zaptest.NewLogger(t)})
+		// No flow control: with the stand-in holding, the stream would use
+		// up the credits (nothing confirms them) and the FlushAsync below
+		// would wait for one forever if the stream got there first.
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, Credits: -1, CloseTimeout: time.Second, Logger: zaptest.NewLogger(t)})
 		streamErr := make(chan error, 1)
 		go func() {
 			for {
@@ -722,7 +725,9 @@ func TestPeerKilledMidStream(t *testing.T) {
 // detect it): Close still ends in bounded time and fails what waits.
 func TestCloseAfterUndetectedPeerDeath(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
-		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, CloseTimeout: 200 * time.Millisecond})
+		// No flow control, as in TestPeerKilledMidStream: the FlushAsync
+		// after hold must not wait for credits the held stand-in never returns.
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, Credits: -1, CloseTimeout: 200 * time.Millisecond})
 		streamErr := make(chan error, 1)
 		go func() {
 			for {

@@ -46,6 +46,11 @@ type loop struct {
 	failed error // the peer failed (*PeerFailedError)
 	fatal  bool  // the UCP worker is unusable (events lost)
 	idle   int
+	// patient is set when an answer was awaited for pendingSpins rounds
+	// in vain (a long Call, a stalled worker): the loop then sleeps after
+	// idleSpins until something arrives, rather than spin again after
+	// every sleep, which would keep a third of a core busy.
+	patient bool
 }
 
 type ackRec struct {
@@ -166,9 +171,13 @@ func (lp *loop) recycle(b *batch) {
 // whether Close or PeerFailed asked for attention.
 func (lp *loop) take() (b *batch, closing, failReq bool) {
 	q := &lp.in.q
+	if q.Len() == 0 && !q.attn.Load() {
+		return nil, false, false
+	}
 	q.Lock()
 	closing, failReq = q.closed, q.failReq
 	q.failReq = false
+	q.attn.Store(q.closed)
 	if q.Len() > 0 {
 		b, _ = q.SwapLocked(lp.newBatch())
 	}
@@ -197,23 +206,25 @@ func (lp *loop) run() {
 		lp.settle()
 		if b != nil || n > 0 {
 			lp.idle = 0
+			lp.patient = false
 			continue
 		}
 		lp.idle++
-		// An answer is due soon while sends are out or a flush waits
-		// for its answer: a flush's round trip is far shorter than a
-		// sleep's wake-up through the kernel, so the loop keeps polling
-		// for a bounded number of rounds before it sleeps. With nothing
-		// outstanding it sleeps after idleSpins.
-		awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0
-		if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.idle >= pendingSpins) {
+		// An answer is due soon while sends are out or a flush or an
+		// acked request (a Call) waits for its answer: a round trip is
+		// far shorter than a sleep's wake-up through the kernel, so the
+		// loop keeps polling for a bounded number of rounds before it
+		// sleeps. With nothing outstanding it sleeps after idleSpins.
+		awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0
+		if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.patient || lp.idle >= pendingSpins) {
+			lp.patient = awaiting
 			lp.idle = 0
 			lp.sleep()
 			continue
 		}
 		if lp.idle >= idleSpins {
 			if lp.sendsOut == 0 && runtime.GOMAXPROCS(0) > 1 {
-				// Only a flush's answer is awaited: yield the CPU to
+				// Only answers are awaited: yield the CPU to
 				// other threads but keep the P. The loop is locked to
 				// its thread (UCX binds the worker to it), and a locked
 				// goroutine's Gosched parks its thread on a futex and
@@ -464,7 +475,7 @@ func (lp *loop) settle() {
 	}
 	q := &lp.in.q
 	q.Lock()
-	q.confirmed = lp.confirmed
+	q.confirm(lp.confirmed)
 	q.release(lp.freedSlots, lp.freedBytes)
 	q.Unlock()
 	lp.settledConfirmed = lp.confirmed

@@ -22,8 +22,12 @@ type queue struct {
 	window, windowBytes int
 	inflight            int // window slots in use
 	inflightBytes       int // window bytes in use
-	waiters             int // producers waiting for window space
-	space               chan struct{}
+	// Producers waiting: for window space, and for credits (a flush
+	// answer). Freed window space wakes only the first kind, so a
+	// stream whose producer waits for credits is not woken by every
+	// send that completes, only to find no credit and wait again.
+	windowWaiters, creditWaiters int
+	space                        chan struct{}
 
 	// sleeping is set by the loop before it checks the batch and waits
 	// for work; the producer that puts the first request into the empty
@@ -41,6 +45,10 @@ type queue struct {
 	closed    bool  // Close was called: no new requests
 	failed    error // the peer failed: every call fails with this
 	failReq   bool  // PeerFailed was called: the progress loop must act
+	// attn is closed || failReq, written under the mutex, so that the
+	// polling loop finds an empty queue without taking the mutex the
+	// producers use.
+	attn atomic.Bool
 }
 
 func (q *queue) init(window, windowBytes, credits int, wake func()) {
@@ -49,20 +57,33 @@ func (q *queue) init(window, windowBytes, credits int, wake func()) {
 	q.Init(wake)
 }
 
-// broadcast wakes every producer waiting for window space. Called with mu
-// held.
+// broadcast wakes every waiting producer. Called with mu held.
 func (q *queue) broadcast() {
-	if q.waiters > 0 {
+	if q.windowWaiters+q.creditWaiters > 0 {
 		close(q.space)
 		q.space = make(chan struct{})
 	}
 }
 
-// release returns window space; called with mu held.
+// release returns window space and wakes the producers waiting for it;
+// called with mu held.
 func (q *queue) release(slots, nbytes int) {
 	q.inflight -= slots
 	q.inflightBytes -= nbytes
-	q.broadcast()
+	if q.windowWaiters > 0 && (slots > 0 || nbytes > 0) {
+		q.broadcast()
+	}
+}
+
+// confirm records a flush answer's flow-control mark and wakes the
+// producers waiting for credits when it moved; called with mu held.
+func (q *queue) confirm(confirmed uint64) {
+	if confirmed != q.confirmed {
+		q.confirmed = confirmed
+		if q.creditWaiters > 0 {
+			q.broadcast()
+		}
+	}
 }
 
 // batch is a group of requests encoded back to back. Headers and small
@@ -229,14 +250,18 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 			in.stats.windowWaits.Add(1)
 		}
 		space := q.space
-		q.waiters++
+		waiters := &q.windowWaiters
+		if !creditsOK {
+			waiters = &q.creditWaiters
+		}
+		*waiters++
 		q.Unlock()
 		select {
 		case <-space:
 		case <-done:
 		}
 		q.Lock()
-		q.waiters--
+		*waiters--
 		if ctx != nil && ctx.Err() != nil {
 			q.Unlock()
 			putBuf(own)

@@ -35,6 +35,16 @@ func New() rdmo.Handler { return handler{} }
 
 type handler struct{ rdmo.BaseHandler } // no state of its own
 
+// Is reports whether h is this package's handler (New). A worker may then
+// answer a FLUSH that has nothing to do without running the handler: its
+// HandleBatch is exactly WriteBackAll then Flush, so when no handler can
+// hold state to write back and no write awaits completion the result is
+// OK with no effect.
+func Is(h rdmo.Handler) bool {
+	_, ok := h.(handler)
+	return ok
+}
+
 func (handler) Info() rdmo.HandlerInfo {
 	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpFlush}, NoCachedState: true}
 }
