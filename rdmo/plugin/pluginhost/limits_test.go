@@ -2,6 +2,7 @@ package pluginhost_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
 	tp "github.com/openrdmo/rdmo/rdmo/plugin/internal/testplugin"
@@ -15,7 +16,11 @@ import (
 // or a Fetch too large for one fail with LengthOverflow, and the plugin is
 // never restarted for any of it.
 func TestMessageLimit(t *testing.T) {
-	h := load(t, pluginhost.LoadOptions{})
+	// Each call here moves tens of MiB between two race-instrumented
+	// processes: on a loaded machine one took over the default 10 s
+	// CallTimeout, and the plugin was killed as hung. This test is about
+	// sizes, not time, so the bound is only a hang guard.
+	h := load(t, pluginhost.LoadOptions{CallTimeout: 3 * time.Minute})
 	tg, _ := newTarget(t)
 	pid := h.Pid()
 
