@@ -411,7 +411,7 @@ func TestProcessPeerKilled(t *testing.T) {
 
 // Endpoints that require peer-failure detection connect where the
 // transport can detect (TCP; shared memory with UCX's shm error handling on,
-// RDMO_SHM_PEER_FAILURE=1), and a killed peer fails them with
+// NewContext's default), and a killed peer fails them with
 // ErrPeerFailed without anyone closing them; where it cannot, Connect
 // refuses with ErrNotSupported instead of handing out an endpoint that
 // would never notice.
