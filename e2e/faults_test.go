@@ -313,20 +313,20 @@ func TestFaultInitiatorKilled(t *testing.T) {
 // such reads due. UCX 1.13 treats a read from a dead process as fatal on
 // an endpoint without peer-failure handling: that aborted the worker
 // process, every client with it. With UCX's shared-memory error handling
-// on (RDMO_SHM_PEER_FAILURE=1: opt-in), the worker's endpoint to the
-// initiator has it, and the read fails that endpoint only: the worker
-// process lives, frees the queue, and another client's initiator loses
-// nothing.
+// on (ucp.NewContext's default), the worker's endpoint to the initiator
+// has it, and the read fails that endpoint only: the worker process lives,
+// frees the queue, and another client's initiator loses nothing.
 //
 // The initiator may also turn error handling off on its side
 // ("no-error-handling"): UCX then refuses its endpoint (asymmetric error
 // handling), so nothing it sends reaches a handler and there is no read
 // to fail.
 func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
-	if os.Getenv("RDMO_SHM_PEER_FAILURE") != "1" {
-		// Shared-memory peer-failure detection is opt-in (ucp.NewContext):
-		// the case is run in a test process of its own, and so in worker
-		// and initiator processes, that have it on everywhere.
+	if !ucptest.Transports[0].PeerFailureDetection() {
+		// This process runs with shared-memory error handling off
+		// (RDMO_SHM_PEER_FAILURE=0): the case runs in a test process of
+		// its own, and so in worker and initiator processes, that have
+		// the default.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Until(testutil.Deadline(t)))
 		defer cancel()
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestFaultHostileInitiatorKilledMidRendezvous$", "-test.v")

@@ -133,20 +133,40 @@ func expectReferencePass(t *testing.T, srv, client *testproc.Proc) {
 
 // The C initiator, written like the reference client, runs the reference
 // demo unchanged against `rdmo -m server` (which tells its exchange from
-// rdmo's by itself), over TCP and over shared memory: both exit 0.
+// rdmo's by itself), over TCP and over shared memory: both exit 0. The
+// server has UCX's shared-memory error handling on (ucp.NewContext's
+// default); over shared memory the C initiator runs with UCX's own default
+// (off, as a DOCA application has it) and with it on: its endpoint asks
+// for no error handling either way, and so does the server's to it.
 func TestCInitiatorAgainstServer(t *testing.T) {
 	for _, tr := range ucptest.Transports {
-		t.Run(tr.Name, func(t *testing.T) {
-			needBinaries(t)
-			srv, port := server(t, tr)
-			client := start(t, "doca_client", tr, cClient, "127.0.0.1", port)
-			expectReferencePass(t, srv, client)
-			for _, want := range []string{"append of 8 bytes done and flushed", "scatter of 16 chunks done and flushed", "RDMO demo done"} {
-				if !strings.Contains(client.Stdout(), want) {
-					t.Errorf("C initiator output lacks %q:\n%s", want, client.Stdout())
-				}
+		variants := []struct {
+			name string
+			env  []string
+		}{{"", nil}}
+		if tr.Name == "shm" {
+			variants = []struct {
+				name string
+				env  []string
+			}{
+				{"ucx-default", []string{"UCX_POSIX_ERROR_HANDLING=n", "UCX_SYSV_ERROR_HANDLING=n"}},
+				{"shm-error-handling", []string{"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}},
 			}
-		})
+		}
+		for _, v := range variants {
+			t.Run(strings.TrimSuffix(tr.Name+"/"+v.name, "/"), func(t *testing.T) {
+				needBinaries(t)
+				srv, port := server(t, tr)
+				client := testproc.StartCommand(t, []string{cClient, "127.0.0.1", port}, testproc.Options{
+					Name: "doca_client", Env: append(tr.Env(), v.env...), Grace: -1})
+				expectReferencePass(t, srv, client)
+				for _, want := range []string{"append of 8 bytes done and flushed", "scatter of 16 chunks done and flushed", "RDMO demo done"} {
+					if !strings.Contains(client.Stdout(), want) {
+						t.Errorf("C initiator output lacks %q:\n%s", want, client.Stdout())
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -38,17 +38,18 @@ type Context struct {
 // shmErrorHandling are the UCX settings that let shared-memory endpoints
 // offer peer-failure detection: UCX 1.13 defaults them to "n", and an
 // endpoint asking for detection then finds no shared-memory transport, so
-// a dead peer on the same machine goes unnoticed by UCX. They are off by
-// default: turned on (by RDMO_SHM_PEER_FAILURE=1, which NewContext turns
-// into both settings, or by setting them directly, on every process:
-// target, worker and initiators, since UCX refuses endpoints whose ends
-// disagree) they give shared-memory endpoints detection, but another
-// initiator of a dead initiator's client was seen to stall on its FLUSH
-// (docs/SECURITY.md finding 7), so the proven path (the target's
-// RQ_DESTROY abandons the dead queue's receives) stays the default.
-// They are transport settings, read from the environment when a worker
-// opens its interfaces (ucp_config_modify does not reach them), hence
-// setenv, once, before the first context.
+// a dead peer on the same machine goes unnoticed by UCX. NewContext turns
+// both on (docs/SECURITY.md finding 7: a hostile initiator dying
+// mid-rendezvous then fails its own endpoint instead of aborting the
+// worker), unless RDMO_SHM_PEER_FAILURE=0 or the environment sets one of
+// them (or UCX_MM_ERROR_HANDLING) itself. Processes whose settings differ
+// still connect: an endpoint asking for detection (ErrorHandlingPrefer)
+// falls back to none when the peer's transport lacks it, and an endpoint
+// made without (ErrorHandlingNone, the DOCA-style initiators') connects to
+// a peer that has it, as long as the two endpoints of a connection ask for
+// the same mode. They are transport settings, read from the environment
+// when a worker opens its interfaces (ucp_config_modify does not reach
+// them), hence setenv, once, before the first context.
 var shmErrorHandling = []string{"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING"}
 
 // keepaliveInterval is how often UCX checks that the peers of endpoints
@@ -64,7 +65,7 @@ const keepaliveInterval = "1s"
 var shmErrorHandlingOnce sync.Once
 
 func enableShmErrorHandling() {
-	if os.Getenv("RDMO_SHM_PEER_FAILURE") != "1" {
+	if os.Getenv("RDMO_SHM_PEER_FAILURE") == "0" {
 		return
 	}
 	if _, ok := os.LookupEnv("UCX_KEEPALIVE_INTERVAL"); !ok {
@@ -82,9 +83,9 @@ func enableShmErrorHandling() {
 
 // ShmPeerFailureDetection reports whether shared-memory endpoints of this
 // process's contexts can detect a dead peer process (a peer in another
-// process: one in the same process never dies on its own): only when the
-// environment turned UCX's shared-memory error handling on
-// (RDMO_SHM_PEER_FAILURE=1, or UCX_POSIX/SYSV_ERROR_HANDLING=y).
+// process: one in the same process never dies on its own): unless the
+// environment turned UCX's shared-memory error handling off
+// (RDMO_SHM_PEER_FAILURE=0, or UCX_POSIX/SYSV_ERROR_HANDLING=n).
 func ShmPeerFailureDetection() bool {
 	shmErrorHandlingOnce.Do(enableShmErrorHandling)
 	v, ok := os.LookupEnv(shmErrorHandling[0])

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,12 @@ func TestMain(m *testing.M) {
 		os.Exit(childInitiator())
 	case "sink":
 		os.Exit(childSink())
+	case "shm-settings":
+		// What NewContext's environment handling decided, before any
+		// context: the detection it reports and the settings it left.
+		fmt.Printf("%v %s %s %s\n", ucp.ShmPeerFailureDetection(), os.Getenv("UCX_POSIX_ERROR_HANDLING"),
+			os.Getenv("UCX_SYSV_ERROR_HANDLING"), os.Getenv("UCX_KEEPALIVE_INTERVAL"))
+		os.Exit(0)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", testproc.Role())
 		os.Exit(2)
@@ -409,9 +417,43 @@ func TestProcessPeerKilled(t *testing.T) {
 	})
 }
 
+// Shared-memory error handling is on by default; RDMO_SHM_PEER_FAILURE=0
+// turns it off, and settings the environment makes itself win (each case
+// in a child process of a clean environment: the settings are read once
+// per process).
+func TestShmErrorHandlingSettings(t *testing.T) {
+	var clean []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "RDMO_SHM_PEER_FAILURE", "UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_MM_ERROR_HANDLING", "UCX_KEEPALIVE_INTERVAL":
+		default:
+			clean = append(clean, kv)
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		want string // detection, posix, sysv, keepalive
+	}{
+		{nil, "true y y 1s"},
+		{[]string{"RDMO_SHM_PEER_FAILURE=1"}, "true y y 1s"},
+		{[]string{"RDMO_SHM_PEER_FAILURE=0"}, "false   "},
+		{[]string{"UCX_POSIX_ERROR_HANDLING=n"}, "false n  1s"},
+		{[]string{"UCX_MM_ERROR_HANDLING=n"}, "false   1s"},
+		{[]string{"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y", "RDMO_SHM_PEER_FAILURE=0"}, "true y y "},
+		{[]string{"UCX_KEEPALIVE_INTERVAL=5s"}, "true y y 5s"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(slices.Clip(clean), testproc.RoleEnv+"=shm-settings"), c.env...)
+		out, err := cmd.Output()
+		if got := strings.TrimSuffix(string(out), "\n"); err != nil || got != c.want {
+			t.Errorf("environment %q: %q (%v), want %q", c.env, got, err, c.want)
+		}
+	}
+}
+
 // Endpoints that require peer-failure detection connect where the
 // transport can detect (TCP; shared memory with UCX's shm error handling on,
-// RDMO_SHM_PEER_FAILURE=1), and a killed peer fails them with
+// NewContext's default), and a killed peer fails them with
 // ErrPeerFailed without anyone closing them; where it cannot, Connect
 // refuses with ErrNotSupported instead of handing out an endpoint that
 // would never notice.

@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,11 @@ import (
 func TestPluginKilledMidStream(t *testing.T) {
 	tr := ucptest.Transports[0]
 	ucptest.CheckLeaks(t)
+	// The plugins are built before the test's clock starts: this is the
+	// first test of the package that needs them, and on a loaded machine
+	// the build alone took longer than the whole budget (a call then
+	// timed out waiting for an answer that was never late).
+	pluginDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fx := newFixture(t, ctx, tr, true)
@@ -60,14 +66,14 @@ func TestPluginKilledMidStream(t *testing.T) {
 		case errors.Is(err, rdmo.ErrHandlerFailed) && res.Detail != "":
 			failed++
 		default:
-			t.Fatalf("kv call: %+v, %v", res, err)
+			t.Fatalf("kv call: %+v, %v\n%s", res, err, fx.state(in))
 		}
 	}
 	seen := map[uint64]bool{}
 	for _, c := range adds {
 		res, err := c.Wait(ctx)
 		if err != nil || seen[res.Value] {
-			t.Fatalf("fetch-add during the kill: %+v, %v (value seen before: %v)", res, err, seen[res.Value])
+			t.Fatalf("fetch-add during the kill: %+v, %v (value seen before: %v)\n%s", res, err, seen[res.Value], fx.state(in))
 		}
 		seen[res.Value] = true
 	}
@@ -80,10 +86,21 @@ func TestPluginKilledMidStream(t *testing.T) {
 			break
 		}
 		if !errors.Is(err, rdmo.ErrHandlerFailed) || ctx.Err() != nil {
-			t.Fatalf("kv after the restart: %v", err)
+			t.Fatalf("kv after the restart: %v\n%s", err, fx.state(in))
 		}
 	}
 	if testproc.ChildOf(fx.tg.WorkerPID(), "rdmo-plugin-kv") == pid {
 		t.Fatal("the killed plugin process is still the one serving")
 	}
+}
+
+// state describes the initiator's and the worker's counters, for a failure
+// message: an unanswered call shows as acks outstanding on one side or the
+// other, and a plugin that never came back as no kv plugin process.
+func (fx *fixture) state(in *initiator.Initiator) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, err := fx.tg.Stats(ctx)
+	return fmt.Sprintf("initiator stats: %+v\nworker stats (%v): %+v\nkv plugin process: %d",
+		in.Stats(), err, ws, testproc.ChildOf(fx.tg.WorkerPID(), "rdmo-plugin-kv"))
 }

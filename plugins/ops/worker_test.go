@@ -90,6 +90,9 @@ func TestWorkerModel(t *testing.T) {
 		for _, mode := range []string{"builtin", "plugin"} {
 			t.Run(tr.Name+"/"+mode, func(t *testing.T) {
 				ucptest.CheckLeaks(t)
+				if mode == "plugin" {
+					pluginDir(t) // built outside the test's time budget
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				fx := newFixture(t, ctx, tr, mode == "plugin")
