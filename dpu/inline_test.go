@@ -21,6 +21,7 @@ const (
 	inlineFail         // fail with StatusTestFull and a detail naming arg
 	inlinePanic        // panic
 	inlineFetch        // Fetch the payload and Put it at addr; Value: its length
+	inlineNull         // nothing
 )
 
 type inlineHandler struct{ rdmo.BaseHandler }
@@ -49,6 +50,7 @@ func (inlineHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []r
 			}
 			results[i] = rdmo.ResultOf(err)
 			results[i].Value = uint64(len(data))
+		case inlineNull:
 		}
 	}
 }

@@ -402,16 +402,16 @@ func (w *Worker) markDirty(c *client) {
 
 func (w *Worker) pumpDirty() {
 	for len(w.dirty) > 0 {
+		// Two buffers take turns: a pump may mark clients dirty again (a
+		// batch run inline completes at once), into the other one.
 		d := w.dirty
-		w.dirty = nil
+		w.dirty = w.dirtySpare[:0]
 		for i, c := range d {
 			c.dirty = false
 			w.pump(c)
 			d[i] = nil
 		}
-		if w.dirty == nil {
-			w.dirty = d[:0]
-		}
+		w.dirtySpare = d[:0]
 	}
 }
 

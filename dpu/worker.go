@@ -77,6 +77,7 @@ type Worker struct {
 	cmdBuf     []*command
 	itemBuf    []inboxItem
 	dirty      []*client // clients whose request queues may dispatch
+	dirtySpare []*client // pumpDirty's second buffer
 	readied    int       // executors readied in this round (see run)
 	round      uint64    // rounds of the loop, for client.inlineRound
 	atExec     int       // batches and commands handed to executors, not returned
