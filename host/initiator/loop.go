@@ -216,6 +216,14 @@ func (lp *loop) run() {
 			if lp.answered {
 				lp.answered = false
 				lp.answeredAt = time.Now()
+				// The caller that has its answer now may be waiting
+				// for this very CPU (three polling threads, this loop,
+				// the caller and the worker's, share two cores on a
+				// small machine): give it the CPU at once rather than
+				// after the idle rounds below.
+				if runtime.GOMAXPROCS(0) > 1 {
+					syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+				}
 			}
 			continue
 		}
