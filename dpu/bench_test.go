@@ -133,3 +133,39 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInlineRoundTrip is BenchmarkRoundTrip with a handler that
+// declares HandlerInfo.Inline: over shared memory the loop runs each batch
+// itself (no executor hand-off); over tcp the region is not mapped and it
+// goes to the executor as before. allocs/op covers the inline path.
+func BenchmarkInlineRoundTrip(b *testing.B) {
+	for _, tr := range ucptest.Transports {
+		b.Run(tr.Name, func(b *testing.B) {
+			e := newEnv(b, tr, dpu.Config{Logger: nopLogger(), Handlers: []rdmo.Handler{inlineHandler{}}})
+			s := e.newSetup(1, 4096, 0, 4096)
+			in := s.in
+			in.flush(1)
+			hdr := inlineReq(1, rdmo.FlagAck, inlineNull, s.region, s.base, 0)
+			acks := 0
+			in.w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) { acks += len(msgs) }))
+			st0 := e.w.Stats()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := in.ep.SendAM(0, hdr, nil, ucp.SendReply, nil, 0); err != nil {
+					b.Fatal(err)
+				}
+				deadline := time.Now().Add(waitLimit)
+				for spins := 0; acks <= i; spins++ {
+					in.w.Progress()
+					if spins&4095 == 4095 && time.Now().After(deadline) {
+						b.Fatal("no ack")
+					}
+				}
+			}
+			b.StopTimer()
+			st := e.w.Stats()
+			b.ReportMetric(float64(st.InlineBatches-st0.InlineBatches)/float64(b.N), "inline/op")
+		})
+	}
+}

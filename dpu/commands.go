@@ -490,6 +490,9 @@ func (w *Worker) mrReg(c *command, cmd MRReg) *CommandError {
 	w.allRegions[r.id] = r
 	w.regMu.Unlock()
 	cl.nregions++
+	if r.mapping == nil {
+		cl.unmapped++
+	}
 	w.log.Debug("region registered", zap.Uint64("client", cl.id), zap.Uint64("region", r.id),
 		zap.Uint64("va", cmd.VA), zap.Uint64("len", cmd.Len), zap.Bool("mapped", r.mapping != nil))
 	c.answer(Notification{Type: t, Client: cl.id, Region: r.id}, nil)
@@ -546,6 +549,9 @@ func (w *Worker) forgetRegion(cl *client, r *region) {
 		}
 		cl.regions.Store(&m)
 		cl.nregions--
+		if r.mapping == nil {
+			cl.unmapped--
+		}
 	}
 	w.regMu.Lock()
 	delete(w.allRegions, r.id)

@@ -57,6 +57,17 @@ type Config struct {
 	// MaxBatch bounds the requests handed to one HandleBatch call.
 	MaxBatch int
 
+	// UCXAtomics makes Target.Sync's atomics go through UCX also on
+	// memory mapped into the worker. By default the worker does those with
+	// the CPU's atomic instructions on its mapping, without a round trip to
+	// the target's progress: that agrees with every atomic UCX does on one
+	// host without an RDMA NIC (its software atomics are CPU atomics in the
+	// target process, its shared-memory transports' CPU atomics in the
+	// caller's). Set it when initiators use an RDMA NIC's device atomics
+	// (UCX_ATOMIC_MODE=device) on the words the handlers' atomics touch:
+	// those are atomic only with respect to other atomics through the NIC.
+	UCXAtomics bool
+
 	// DrainTimeout bounds how long RQ_DESTROY (and client removal) waits
 	// for in-flight requests before closing the endpoint anyway.
 	DrainTimeout time.Duration

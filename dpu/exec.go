@@ -28,10 +28,14 @@ type client struct {
 	// Loop-owned.
 	hostEP   *ucp.Endpoint
 	nregions int
+	unmapped int // regions not mapped into the worker (served through UCX)
 	rqs      []*rq
 	rr       int
 	queued   int // batches handed to the executor, HandleBatch not returned
 	atExec   int // batches and commands at the executor, not returned
+	// inlineRound is the loop round (Worker.round) of the client's last
+	// batch run on the loop (runInline): one per client and round.
+	inlineRound uint64
 	// cached counts the batches dispatched to handlers that may cache
 	// state (HandlerInfo.NoCachedState false); cleanAt is its value when
 	// the last FLUSH that succeeded was dispatched. While they are equal,

@@ -211,6 +211,7 @@ type initiator struct {
 	client  uint64
 	seq     uint64
 	acks    map[uint64]wire.AckResponse
+	details map[uint64]string // an ack's failure detail, by seq
 	flushes []wire.FlushResponse
 	order   []string // "ack:<seq>" / "flush:<id>" in arrival order
 	bad     []string
@@ -223,13 +224,18 @@ func (e *env) newInitiator(client uint64) *initiator {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	in := &initiator{t: e.t, w: w, client: client, acks: map[uint64]wire.AckResponse{}}
+	in := &initiator{t: e.t, w: w, client: client, acks: map[uint64]wire.AckResponse{}, details: map[uint64]string{}}
 	if in.addr, err = w.Address(); err != nil {
 		e.t.Fatal(err)
 	}
 	w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) {
 		for _, m := range msgs {
 			in.response(m.Header)
+			if a, err := wire.ParseAck(m.Header); err == nil && a.DetailLen > 0 {
+				if _, detail, err := wire.AckResult(a, m.Data); err == nil {
+					in.details[a.Seq] = string(detail)
+				}
+			}
 		}
 	}))
 	e.t.Cleanup(in.close)

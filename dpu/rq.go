@@ -402,16 +402,16 @@ func (w *Worker) markDirty(c *client) {
 
 func (w *Worker) pumpDirty() {
 	for len(w.dirty) > 0 {
+		// Two buffers take turns: a pump may mark clients dirty again (a
+		// batch run inline completes at once), into the other one.
 		d := w.dirty
-		w.dirty = nil
+		w.dirty = w.dirtySpare[:0]
 		for i, c := range d {
 			c.dirty = false
 			w.pump(c)
 			d[i] = nil
 		}
-		if w.dirty == nil {
-			w.dirty = d[:0]
-		}
+		w.dirtySpare = d[:0]
 	}
 }
 
@@ -458,6 +458,11 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	if w.flushInline(c, q) {
 		return
 	}
+	inline := w.inlineOK(c, q.queue[q.head])
+	limit := w.cfg.MaxBatch
+	if inline {
+		limit = min(limit, maxInline)
+	}
 	b := c.getBatch()
 	b.rq = q
 	first := q.popFront()
@@ -467,9 +472,9 @@ func (w *Worker) dispatch(c *client, q *rq) {
 		c.cached++
 	}
 	b.add(first)
-	for q.queued() > 0 && len(b.ents) < w.cfg.MaxBatch {
+	for q.queued() > 0 && len(b.ents) < limit {
 		p := q.queue[q.head]
-		if p.h != b.h || p.fenced() {
+		if p.h != b.h || p.fenced() || inline && p.rndv {
 			break
 		}
 		b.add(q.popFront())
@@ -478,9 +483,59 @@ func (w *Worker) dispatch(c *client, q *rq) {
 		b.reqs[i].Client = rdmo.ClientID(c.id)
 	}
 	q.started += len(b.ents)
-	c.queued++
 	w.stats.batch(len(b.ents))
+	if inline {
+		w.runInline(c, b)
+		return
+	}
+	c.queued++
 	c.pushExec(execItem{kind: execBatch, b: b})
+}
+
+// maxInline bounds the requests of a batch the loop runs itself: with
+// handlers of about a microsecond per request (rdmo.HandlerInfo.Inline)
+// the loop is away from UCX and the other clients for some 64 µs at most,
+// and only once per client and round (client.inlineRound).
+const maxInline = 64
+
+// inlineOK reports whether the batch that p leads may run on the loop
+// (runInline) instead of the client's executor. Order is kept: the
+// executor is idle (every batch dispatched before returned from
+// HandleBatch, nothing queued for it) and a fenced head reached dispatch
+// only once everything before it completed (nextReady), exactly as on the
+// executor. And nothing the batch can call waits for the loop: every
+// region of the client is mapped (Put and Get are copies, atomics the
+// CPU's), no payload is rendezvous (no Fetch or Place), and Flush has
+// nothing to wait for (no UCX write or Place since the last one). Only
+// handlers that declare Inline (built-ins; a plugin's handler never does,
+// its HandlerInfo comes over the plugin protocol without the flag), and
+// one batch per client and loop round, so one client's stream cannot keep
+// the loop from the others: its next batch goes to the executor.
+func (w *Worker) inlineOK(c *client, p *pending) bool {
+	return p.h.info.Inline && !p.rndv && c.atExec == 0 && c.inlineRound != w.round &&
+		c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()
+}
+
+// runInline runs a batch on the loop as the client's executor would: the
+// executor is idle (inlineOK), so the loop may use what it owns (the
+// target, dirtyUCX, placed) until it hands it the next item; a panic is
+// caught and fails the batch's requests (callHandler); then the batch
+// completes as one the executor handed back. It saves the two hand-offs
+// between threads that a batch at the executor costs (the wake-up of the
+// executor, and of the loop by its answer), each a wait for a CPU when the
+// machine is busy.
+func (w *Worker) runInline(c *client, b *batch) {
+	c.inlineRound = w.round
+	w.stats.inlined.Add(1)
+	t := &c.tgt
+	t.bind(b, &b.g, &b.ops, &b.bufs)
+	t.inline = true
+	c.callHandler(b)
+	t.inline = false
+	t.unbind()
+	w.submit(b.ops, nil, nil)
+	b.g.sealed = true
+	w.groupCheck(&b.g)
 }
 
 // flushInline answers a FLUSH at q's head on the loop, without the

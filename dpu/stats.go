@@ -46,6 +46,12 @@ type Stats struct {
 	Flushes           uint64 `msgpack:"flushes"`   // Target.Flush calls
 	Readbacks         uint64 `msgpack:"readbacks"` // visibility reads after a flush
 	HandlerPanics     uint64 `msgpack:"handler_panics"`
+	// InlineBatches counts the batches (of Batches) that ran on the loop
+	// instead of the client's executor (rdmo.HandlerInfo.Inline), and
+	// CPUAtomics the Sync atomics done with the CPU's atomic instructions
+	// on a mapping of target memory instead of through UCX.
+	InlineBatches uint64 `msgpack:"inline_batches"`
+	CPUAtomics    uint64 `msgpack:"cpu_atomics"`
 
 	// Answers sent.
 	FlushResponses uint64 `msgpack:"flush_responses"`
@@ -178,6 +184,8 @@ type counters struct {
 	flushes   atomic.Uint64
 	readbacks atomic.Uint64
 	panics    atomic.Uint64
+	inlined   atomic.Uint64
+	cpuAtoms  atomic.Uint64
 	flushRsp  atomic.Uint64
 	acks      atomic.Uint64
 	failures  [32]atomic.Uint64 // by status; the last counts codes >= 31
@@ -265,6 +273,8 @@ func (w *Worker) Stats() Stats {
 		Flushes:           c.flushes.Load(),
 		Readbacks:         c.readbacks.Load(),
 		HandlerPanics:     c.panics.Load(),
+		InlineBatches:     c.inlined.Load(),
+		CPUAtomics:        c.cpuAtoms.Load(),
 		FlushResponses:    c.flushRsp.Load(),
 		Acks:              c.acks.Load(),
 		Failures:          map[rdmo.Status]uint64{},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
@@ -42,6 +43,9 @@ type target struct {
 	ops  *[]targetOp // ops not yet handed to the loop
 	bufs *bufArena
 	sync []targetOp // scratch for Sync/Flush/Fetch ops
+	// inline: the loop itself runs the batch (Worker.runInline), so no
+	// call may wait for the loop.
+	inline bool
 }
 
 var _ rdmo.Target = (*target)(nil)
@@ -55,6 +59,10 @@ func (t *target) unbind() { t.b, t.g, t.ops, t.bufs = nil, nil, nil, nil }
 var (
 	errUnbound     = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "Target used outside a handler call"}
 	errUnreachable = &rdmo.WireError{Status: rdmo.StatusTargetUnreachable, Detail: "the endpoint to the target failed or the client was removed"}
+	// errInlineWait fails a call that would wait for the loop in a batch
+	// the loop runs itself. Worker.inlineOK rules that out; this keeps a
+	// mistake there from becoming a deadlock of the whole worker.
+	errInlineWait = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "a Target call would wait for the worker's loop in a batch run on it"}
 )
 
 func wireErr(s rdmo.Status, detail string) error { return &rdmo.WireError{Status: s, Detail: detail} }
@@ -175,6 +183,13 @@ func (t *target) Sync(ops []rdmo.RemoteOp) error {
 				o.Status = rdmo.StatusOutOfBounds
 				continue
 			}
+			if r.mapping != nil && !t.w.cfg.UCXAtomics {
+				if p := wordAt(r.mapping, o.Addr-r.base); p != nil {
+					o.Result = cpuAtomic(o.Kind, p, o.Operand, o.Compare)
+					st.cpuAtoms.Add(1)
+					continue
+				}
+			}
 			op := targetOp{kind: opAtomic, g: &t.c.sync, c: t.c, r: r, raddr: o.Addr, value: o.Operand, res: o}
 			switch o.Kind {
 			case rdmo.RemoteFetchAdd:
@@ -191,6 +206,16 @@ func (t *target) Sync(ops []rdmo.RemoteOp) error {
 	}
 	if len(t.sync) == 0 {
 		return nil
+	}
+	if t.inline {
+		for i := range t.sync {
+			if o := t.sync[i].res; o != nil {
+				o.Status = rdmo.StatusInternal
+			}
+		}
+		clear(t.sync)
+		t.sync = t.sync[:0]
+		return errInlineWait
 	}
 	if t.c.unfenced {
 		// Reads and atomics must see the UCX writes issued before them.
@@ -296,6 +321,9 @@ func (t *target) Fetch(req *rdmo.Request) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.inline {
+		return nil, errInlineWait
+	}
 	buf := t.Buffer(int(req.Length))
 	p.moved = true
 	t.w.stats.fetches.Add(1)
@@ -320,6 +348,9 @@ func (t *target) Flush() error {
 		// a copy through the mapping (visible already) and every Place
 		// finished. No round trip through the loop.
 		return nil
+	}
+	if t.inline {
+		return errInlineWait
 	}
 	op := targetOp{kind: opFlush, g: &t.c.sync, c: t.c}
 	if t.c.dirtyUCX {
@@ -416,5 +447,45 @@ func (a *bufArena) reset() {
 	if len(a.big) > maxBig {
 		clear(a.big[maxBig:])
 		a.big = a.big[:maxBig]
+	}
+}
+
+// wordAt returns the u64 at offset off of a mapping of target memory, or
+// nil when its address in this process is not 8-byte aligned (the target
+// address is; a mapping at another alignment is served through UCX).
+func wordAt(m []byte, off uint64) *uint64 {
+	p := unsafe.Pointer(&m[off])
+	if uintptr(p)%8 != 0 {
+		return nil
+	}
+	return (*uint64)(p)
+}
+
+// cpuAtomic does a Sync atomic on a word of mapped target memory with the
+// CPU's atomic instructions and returns the old value. This agrees with
+// UCX's atomics on the same word from anyone on this host: UCX's software
+// atomics (an initiator over tcp, or this worker's own endpoint) run in
+// the target process's progress as CPU atomics on the same physical memory,
+// and its shared-memory transports do CPU atomics in the caller's process
+// on their mapping; x86 and arm64 atomics on one cache-coherent host are
+// atomic with respect to each other whatever the virtual address
+// (Config.UCXAtomics covers an RDMA NIC's device atomics, which are not).
+// It needs no round trip to the target, and no wait for the loop.
+func cpuAtomic(kind rdmo.RemoteOpKind, p *uint64, operand, compare uint64) uint64 {
+	switch kind {
+	case rdmo.RemoteFetchAdd:
+		return atomic.AddUint64(p, operand) - operand
+	case rdmo.RemoteSwap:
+		return atomic.SwapUint64(p, operand)
+	default: // RemoteCompareSwap
+		for {
+			old := atomic.LoadUint64(p)
+			if old != compare {
+				return old // linearised at the load: no swap
+			}
+			if atomic.CompareAndSwapUint64(p, compare, operand) {
+				return compare
+			}
+		}
 	}
 }

@@ -77,7 +77,9 @@ type Worker struct {
 	cmdBuf     []*command
 	itemBuf    []inboxItem
 	dirty      []*client // clients whose request queues may dispatch
+	dirtySpare []*client // pumpDirty's second buffer
 	readied    int       // executors readied in this round (see run)
+	round      uint64    // rounds of the loop, for client.inlineRound
 	atExec     int       // batches and commands handed to executors, not returned
 
 	// Idle accounting, for tests: time spun without work before sleeping,
@@ -403,6 +405,7 @@ func (w *Worker) run(started chan<- error) {
 	sp.reset()
 	var progressErr, waitErr error // logged once each
 	for {
+		w.round++
 		w.readied = 0 // counted by completions in Progress too
 		n, err := w.uw.Progress()
 		if err != nil && progressErr == nil {

@@ -23,6 +23,23 @@ type HandlerInfo struct {
 	// restarted, nothing was lost, so the next flush need not fail. The
 	// default (false) is the safe assumption.
 	NoCachedState bool
+	// Inline declares that HandleBatch may run on the worker's loop (the
+	// goroutine that drives UCX for every client) instead of the client's
+	// executor goroutine, which saves the two thread hand-offs of a batch
+	// (docs/ARCHITECTURE.md, "dpu"). A handler that declares it does
+	// nothing that blocks besides Target calls, takes about a microsecond
+	// per request, and is safe to call from any goroutine (calls for one
+	// client still never overlap). The worker decides per batch: only when
+	// the client's executor is idle, every Target call the batch can make
+	// completes without waiting for the loop (all of the client's regions
+	// mapped into the worker, no rendezvous payload), at most one batch of
+	// a bounded size per client and loop round; otherwise the batch goes
+	// to the executor as usual. Order, FENCE, results and a caught panic
+	// are the same either way. A plugin's handler runs on the executor
+	// whatever it declares (its calls cross a process boundary), and the
+	// flag does not travel over the plugin protocol. The default (false)
+	// is the safe assumption.
+	Inline bool
 }
 
 // Request is one RDMO request as the worker hands it to a handler. It is

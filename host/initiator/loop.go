@@ -51,6 +51,12 @@ type loop struct {
 	// idleSpins until something arrives, rather than spin again after
 	// every sleep, which would keep a third of a core busy.
 	patient bool
+	// answered is set when the loop handed a caller the answer it waited
+	// for (a Call's ack, a Flush's response) in this round; answeredAt is
+	// when the last round that did so ended, zero once the conversation
+	// window after it has passed (see run).
+	answered   bool
+	answeredAt time.Time
 }
 
 type ackRec struct {
@@ -207,6 +213,18 @@ func (lp *loop) run() {
 		if b != nil || n > 0 {
 			lp.idle = 0
 			lp.patient = false
+			if lp.answered {
+				lp.answered = false
+				lp.answeredAt = time.Now()
+				// The caller that has its answer now may be waiting
+				// for this very CPU (three polling threads, this loop,
+				// the caller and the worker's, share two cores on a
+				// small machine): give it the CPU at once rather than
+				// after the idle rounds below.
+				if runtime.GOMAXPROCS(0) > 1 {
+					syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+				}
+			}
 			continue
 		}
 		lp.idle++
@@ -216,6 +234,9 @@ func (lp *loop) run() {
 		// loop keeps polling for a bounded number of rounds before it
 		// sleeps. With nothing outstanding it sleeps after idleSpins.
 		awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0
+		if !awaiting && lp.conversing() {
+			continue
+		}
 		if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.patient || lp.idle >= pendingSpins) {
 			lp.patient = awaiting
 			lp.idle = 0
@@ -240,6 +261,28 @@ func (lp *loop) run() {
 			runtime.Gosched()
 		}
 	}
+}
+
+// conversing keeps the idle loop polling for answerSpin after it handed a
+// caller its answer: a caller making calls one after another (a
+// conversation: Call, look at the result, Call) sends its next request a
+// few microseconds later, which a polling loop takes at once, while a
+// sleeping one must be woken through the kernel and rescheduled, a wait for
+// a CPU that on a busy machine costs more than the round trip to the
+// worker. The window is bounded in time, so an initiator whose caller went
+// quiet sleeps soon after (TestIdleInitiatorSleeps). It yields the CPU
+// between polls (sched_yield), keeping its P, as the wait for an answer
+// does; with one P it does not converse: the caller needs that P.
+func (lp *loop) conversing() bool {
+	if lp.answeredAt.IsZero() || lp.idle < idleSpins {
+		return false
+	}
+	if lp.idle%spinCheckEvery == 0 && time.Since(lp.answeredAt) >= answerSpin || runtime.GOMAXPROCS(0) < 2 {
+		lp.answeredAt = time.Time{}
+		return false
+	}
+	syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	return true
 }
 
 // sleep waits in Worker.Wait unless a request arrived meanwhile. The flag
@@ -544,6 +587,7 @@ func (lp *loop) flushResponse(m *ucp.Message) {
 		ferr = &FlushError{Response: rsp}
 	}
 	fw.finish(rsp, ferr)
+	lp.answered = true
 }
 
 // carryFailures adds the failures of a later flush response to those of an
@@ -618,6 +662,7 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 	}
 	if rec.call != nil {
 		rec.call.finish(ack, data, detail)
+		lp.answered = true
 	}
 	if in.opts.OnAck != nil {
 		in.opts.OnAck(ack, data)

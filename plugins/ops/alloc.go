@@ -24,7 +24,7 @@ type allocHandler struct{ rdmo.BaseHandler }
 func NewAlloc() rdmo.Handler { return allocHandler{} }
 
 func (allocHandler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: NameAlloc, Version: Version, Ops: []uint32{OpAlloc}, NoCachedState: true}
+	return rdmo.HandlerInfo{Name: NameAlloc, Version: Version, Ops: []uint32{OpAlloc}, NoCachedState: true, Inline: true}
 }
 
 // HandleBatch pops one block per request, in order.

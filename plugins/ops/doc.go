@@ -12,9 +12,11 @@
 //
 // Ordering: a handler runs one client's requests in arrival order, and
 // every request sees the effects of the requests before it, without FENCE:
-// the worker's client executor serialises a client's handlers, the atomics
-// complete inside Target.Sync, and a handler that Puts makes its writes
-// visible with Target.Flush before it returns.
+// the worker serialises a client's handlers (on the client's executor, or
+// on its loop for a batch it runs inline: every handler of the pack
+// declares rdmo.HandlerInfo.Inline, which only a built-in handler gets),
+// the atomics complete inside Target.Sync, and a handler that Puts makes
+// its writes visible with Target.Flush before it returns.
 // Requests of a batch that do not depend on each other share a
 // Target.Sync, so a batch of N lookups costs the rounds of one.
 package ops

@@ -20,7 +20,7 @@ func NewIndirect() rdmo.Handler { return indirectHandler{} }
 
 func (indirectHandler) Info() rdmo.HandlerInfo {
 	return rdmo.HandlerInfo{Name: NameIndirect, Version: Version,
-		Ops: []uint32{OpIndirectRead, OpIndirectWrite}, NoCachedState: true}
+		Ops: []uint32{OpIndirectRead, OpIndirectWrite}, NoCachedState: true, Inline: true}
 }
 
 // walk is one request's progress.

@@ -133,7 +133,7 @@ func (h *kvHandler) ClientRemoved(client rdmo.ClientID) {
 func NewKV() rdmo.Handler { return &kvHandler{hdrs: map[kvKey]kvTable{}} }
 
 func (*kvHandler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: NameKV, Version: Version, Ops: []uint32{OpKVLookup, OpKVInsert}, NoCachedState: true}
+	return rdmo.HandlerInfo{Name: NameKV, Version: Version, Ops: []uint32{OpKVLookup, OpKVInsert}, NoCachedState: true, Inline: true}
 }
 
 func (h *kvHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {

@@ -35,7 +35,7 @@ type getHandler struct{ rdmo.BaseHandler }
 func NewGet() rdmo.Handler { return getHandler{} }
 
 func (getHandler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: NameGet, Version: Version, Ops: []uint32{OpGet}, NoCachedState: true}
+	return rdmo.HandlerInfo{Name: NameGet, Version: Version, Ops: []uint32{OpGet}, NoCachedState: true, Inline: true}
 }
 
 func (getHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
@@ -94,7 +94,7 @@ func NewCompareSwap() rdmo.Handler {
 }
 
 func (h atomicHandler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: h.name, Version: Version, Ops: []uint32{h.op}, NoCachedState: true}
+	return rdmo.HandlerInfo{Name: h.name, Version: Version, Ops: []uint32{h.op}, NoCachedState: true, Inline: true}
 }
 
 // HandleBatch runs the atomics of a batch in as few Syncs as keep them in

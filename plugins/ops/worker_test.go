@@ -3,6 +3,7 @@ package ops_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -202,4 +203,52 @@ func (fx *fixture) connect(t testing.TB, ctx context.Context) *initiator.Initiat
 		t.Fatal(err)
 	}
 	return in
+}
+
+// Where the worker maps target memory (shm), a built-in op's batch runs on
+// the worker's loop when its executor is idle, and its atomics are the
+// CPU's; the same op as a plugin always runs on the executor (its calls
+// cross a process boundary), its atomics through the worker's Target still
+// the CPU's. Over tcp nothing is mapped: neither happens. Every answer is
+// checked, so a wrong path shows as a wrong value, not only in the counts.
+func TestInlineBuiltinOnly(t *testing.T) {
+	const calls = 10
+	for _, tr := range ucptest.Transports {
+		for _, mode := range []string{"builtin", "plugin"} {
+			t.Run(tr.Name+"/"+mode, func(t *testing.T) {
+				ucptest.CheckLeaks(t)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				fx := newFixture(t, ctx, tr, mode == "plugin")
+				in := fx.connect(t, ctx)
+				region, counter := rdmo.RegionID(fx.reg.ID), fx.mem.Address()+64
+				binary.LittleEndian.PutUint64(fx.mem.Bytes()[64:], 1000)
+				st0, err := fx.tg.Stats(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := uint64(0); i < calls; i++ {
+					res, err := in.Call(ctx, ops.OpFetchAdd, ops.AtomicReq{Region: region, Addr: counter, Operand: 1}.FetchAddSub(), nil)
+					if err != nil || res.Value != 1000+i {
+						t.Fatalf("fetch-add %d: %+v, %v; want old value %d", i, res, err, 1000+i)
+					}
+				}
+				st, err := fx.tg.Stats(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inline, cpu := st.InlineBatches-st0.InlineBatches, st.CPUAtomics-st0.CPUAtomics
+				t.Logf("%d of %d batches inline, %d CPU atomics", inline, st.Batches-st0.Batches, cpu)
+				mapped := tr.Name == "shm"
+				switch {
+				case mapped && cpu != calls, !mapped && cpu != 0:
+					t.Errorf("%d CPU atomics, want %d", cpu, map[bool]int{true: calls}[mapped])
+				case mapped && mode == "builtin" && inline == 0:
+					t.Error("no batch ran on the loop")
+				case (!mapped || mode == "plugin") && inline != 0:
+					t.Errorf("%d batches ran on the loop", inline)
+				}
+			})
+		}
+	}
 }

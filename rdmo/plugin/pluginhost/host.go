@@ -670,6 +670,8 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 	if err := rc.Conn.Invoke(ctx, wire.MethodInfo, &wire.InfoReq{}, &ir, grpc.CallContentSubtype(h.codec)); err != nil {
 		return nil, info, fmt.Errorf("Info: %w", err)
 	}
+	// Inline is never set: a plugin's batch waits on a process boundary,
+	// which must not stall the worker's loop (rdmo.HandlerInfo.Inline).
 	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops, NoCachedState: ir.NoCachedState}
 	if h.opts.Name != "" && info.Name != h.opts.Name {
 		return nil, info, fmt.Errorf("plugin is handler %q, want %q", info.Name, h.opts.Name)
