@@ -114,23 +114,29 @@ func BenchmarkRoundTrip(b *testing.B) {
 			in := s.in
 			in.flush(1)
 			hdr := userReq(1, opNull, rdmo.FlagAck)
-			acks := 0
-			in.w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) { acks += len(msgs) }))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := in.ep.SendAM(0, hdr, nil, ucp.SendReply, nil, 0); err != nil {
-					b.Fatal(err)
-				}
-				deadline := time.Now().Add(waitLimit)
-				for spins := 0; acks <= i; spins++ {
-					in.w.Progress()
-					if spins&4095 == 4095 && time.Now().After(deadline) {
-						b.Fatal("no ack")
-					}
-				}
-			}
+			ackRoundTrips(b, in, hdr)
 		})
+	}
+}
+
+// ackRoundTrips times b.N requests sent one at a time, each waited for
+// by polling until its ack arrives.
+func ackRoundTrips(b *testing.B, in *initiator, hdr []byte) {
+	acks := 0
+	in.w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) { acks += len(msgs) }))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := in.ep.SendAM(0, hdr, nil, ucp.SendReply, nil, 0); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(waitLimit)
+		for spins := 0; acks <= i; spins++ {
+			in.w.Progress()
+			if spins&4095 == 4095 && time.Now().After(deadline) {
+				b.Fatal("no ack")
+			}
+		}
 	}
 }
 
@@ -146,23 +152,8 @@ func BenchmarkInlineRoundTrip(b *testing.B) {
 			in := s.in
 			in.flush(1)
 			hdr := inlineReq(1, rdmo.FlagAck, inlineNull, s.region, s.base, 0)
-			acks := 0
-			in.w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) { acks += len(msgs) }))
 			st0 := e.w.Stats()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := in.ep.SendAM(0, hdr, nil, ucp.SendReply, nil, 0); err != nil {
-					b.Fatal(err)
-				}
-				deadline := time.Now().Add(waitLimit)
-				for spins := 0; acks <= i; spins++ {
-					in.w.Progress()
-					if spins&4095 == 4095 && time.Now().After(deadline) {
-						b.Fatal("no ack")
-					}
-				}
-			}
+			ackRoundTrips(b, in, hdr)
 			b.StopTimer()
 			st := e.w.Stats()
 			b.ReportMetric(float64(st.InlineBatches-st0.InlineBatches)/float64(b.N), "inline/op")
