@@ -25,6 +25,7 @@ type metrics struct {
 	puts, putBytes, places, fetches           *prometheus.Desc
 	syncs, syncOps, fences, flushes           *prometheus.Desc
 	readbacks, panics, flushResponses, acks   *prometheus.Desc
+	inlineBatches, cpuAtomics                 *prometheus.Desc
 	failures, inFlight, clients, rqs, regions *prometheus.Desc
 	latency                                   *prometheus.Desc
 }
@@ -56,6 +57,9 @@ func newMetrics() *metrics {
 		flushResponses: w("flush_responses_total", "Flush responses sent."),
 		acks:           w("acks_total", "Acks sent for requests sent with the ACK flag."),
 
+		inlineBatches: w("inline_batches_total", "Handler calls (of batches_total) that ran on the worker's loop instead of the client's executor (handlers declaring Inline)."),
+		cpuAtomics:    w("cpu_atomics_total", "Atomics inside Target.Sync calls done with the CPU's atomic instructions on a mapping of target memory instead of through UCX."),
+
 		failures: w("failures_total", "Failed requests by wire status name.", "status"),
 		inFlight: w("in_flight_requests", "Requests accepted and not completed, by request queue.", "rq"),
 		clients:  w("clients", "Clients (targets) registered with the worker."),
@@ -84,7 +88,7 @@ func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
 		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
-		c.readbacks, c.panics, c.flushResponses, c.acks, c.failures, c.inFlight,
+		c.readbacks, c.panics, c.flushResponses, c.acks, c.inlineBatches, c.cpuAtomics, c.failures, c.inFlight,
 		c.clients, c.rqs, c.regions, c.latency,
 	} {
 		ch <- d
@@ -129,6 +133,8 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	counter(c.panics, st.HandlerPanics, id)
 	counter(c.flushResponses, st.FlushResponses, id)
 	counter(c.acks, st.Acks, id)
+	counter(c.inlineBatches, st.InlineBatches, id)
+	counter(c.cpuAtomics, st.CPUAtomics, id)
 	failed := map[string]uint64{}
 	for s, n := range st.Failures {
 		failed[s.Name()] += n
