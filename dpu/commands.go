@@ -356,6 +356,7 @@ func plausibleAddress(addr []byte) string {
 
 func (w *Worker) onHostError(c *client, err error) {
 	c.hostFailed.Store(true)
+	w.peerFailed()
 	w.log.Warn("target endpoint failed: the client's requests fail with TargetUnreachable", zap.Uint64("client", c.id), zap.Error(err))
 }
 

@@ -75,6 +75,17 @@ type Config struct {
 	// it has nothing to do (an arrival or a Wake ends the sleep early).
 	IdleWait time.Duration
 
+	// ShmCheckTimeout bounds the wait for the probes that check, after a
+	// peer failed, that the worker's shared-memory receive queues still
+	// deliver (ErrReceiveQueueBlocked); 0 means DefaultShmCheckTimeout.
+	ShmCheckTimeout time.Duration
+	// OnFatal is called once, on the worker's loop goroutine, when the
+	// worker can serve no local peer any more: today only
+	// ErrReceiveQueueBlocked. Its peers on shared memory notice a dead
+	// process but not a deaf one, so a worker process should exit (the
+	// UROM worker does, with ExitReceiveQueueBlocked); nil only logs.
+	OnFatal func(error)
+
 	// Logger receives the worker's log; nil means zap.NewNop().
 	Logger *zap.Logger
 	// UCXConfig overrides UCX configuration entries for the worker's
@@ -109,8 +120,11 @@ func (c *Config) setDefaults() error {
 			*f.v = f.def
 		}
 	}
-	if c.DrainTimeout < 0 || c.IdleWait < 0 {
-		return fmt.Errorf("dpu: negative Config.DrainTimeout or Config.IdleWait")
+	if c.DrainTimeout < 0 || c.IdleWait < 0 || c.ShmCheckTimeout < 0 {
+		return fmt.Errorf("dpu: negative Config.DrainTimeout, Config.IdleWait or Config.ShmCheckTimeout")
+	}
+	if c.ShmCheckTimeout == 0 {
+		c.ShmCheckTimeout = DefaultShmCheckTimeout
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout

@@ -849,6 +849,7 @@ func (w *Worker) closeRQ(q *rq) {
 // onRQError is the OnError of a queue's endpoint: the initiator is gone.
 func (w *Worker) onRQError(q *rq, err error) {
 	q.epFailed = true
+	w.peerFailed()
 	w.log.Info("initiator endpoint failed; freeing its request queue", zap.Uint64("client", q.c.id),
 		zap.Uint64("rq", q.id), zap.Error(err))
 	w.startRQTeardown(q, nil, 0, false)

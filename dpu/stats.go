@@ -52,6 +52,9 @@ type Stats struct {
 	// on a mapping of target memory instead of through UCX.
 	InlineBatches uint64 `msgpack:"inline_batches"`
 	CPUAtomics    uint64 `msgpack:"cpu_atomics"`
+	// ShmChecks counts the checks, each after a peer failed, that found
+	// every shared-memory receive queue delivering (shmcheck.go).
+	ShmChecks uint64 `msgpack:"shm_checks"`
 
 	// Answers sent.
 	FlushResponses uint64 `msgpack:"flush_responses"`
@@ -186,6 +189,7 @@ type counters struct {
 	panics    atomic.Uint64
 	inlined   atomic.Uint64
 	cpuAtoms  atomic.Uint64
+	shmChecks atomic.Uint64
 	flushRsp  atomic.Uint64
 	acks      atomic.Uint64
 	failures  [32]atomic.Uint64 // by status; the last counts codes >= 31
@@ -275,6 +279,7 @@ func (w *Worker) Stats() Stats {
 		HandlerPanics:     c.panics.Load(),
 		InlineBatches:     c.inlined.Load(),
 		CPUAtomics:        c.cpuAtoms.Load(),
+		ShmChecks:         c.shmChecks.Load(),
 		FlushResponses:    c.flushRsp.Load(),
 		Acks:              c.acks.Load(),
 		Failures:          map[rdmo.Status]uint64{},

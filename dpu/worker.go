@@ -81,6 +81,7 @@ type Worker struct {
 	readied    int       // executors readied in this round (see run)
 	round      uint64    // rounds of the loop, for client.inlineRound
 	atExec     int       // batches and commands handed to executors, not returned
+	shm        shmCheck  // the shared-memory receive-queue check (shmcheck.go)
 
 	// Idle accounting, for tests: time spun without work before sleeping,
 	// sleeps, and the sleeps that a spin preceded.
@@ -390,6 +391,9 @@ func (w *Worker) run(started chan<- error) {
 	if err == nil {
 		err = w.uw.SetHandler(0, ucp.MessageHandlerFunc(w.handleMessages))
 	}
+	if err == nil {
+		err = w.uw.SetHandler(shmCheckAM, ucp.MessageHandlerFunc(w.onShmProbe))
+	}
 	if err != nil {
 		if w.uw != nil {
 			w.uw.Close()
@@ -415,6 +419,9 @@ func (w *Worker) run(started chan<- error) {
 		did := w.drainInbox()
 		did += w.issueBacklog()
 		w.pumpDirty()
+		if w.shm.due || w.shm.seq != 0 {
+			w.checkShm()
+		}
 		if len(w.closingRQs) > 0 || len(w.removals) > 0 || w.shutdown {
 			w.maintain()
 			if w.shutdown && len(w.clients) == 0 && len(w.removals) == 0 && len(w.closingRQs) == 0 {
@@ -561,7 +568,9 @@ func (w *Worker) teardown() error {
 		e := cmdErr(c.cmd.CommandType(), ErrClosed, "")
 		c.answer(e.notification(commandClient(c.cmd)), e)
 	}
+	w.closeShmProbes()
 	w.uw.SetHandler(0, nil)
+	w.uw.SetHandler(shmCheckAM, nil)
 	if err := w.uw.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/openrdmo/rdmo/dpu"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
@@ -130,7 +132,15 @@ func pluginDir(t testing.TB) string {
 }
 
 func workerProcessMain() int {
-	err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, nil)
+	// E2E_WORKER_LOG=DIR keeps each worker process's debug log in
+	// DIR/worker-PID.log, for a failure that needs the worker's side.
+	var log *zap.Logger
+	if dir := os.Getenv("E2E_WORKER_LOG"); dir != "" {
+		cfg := zap.NewDevelopmentConfig()
+		cfg.OutputPaths = []string{fmt.Sprintf("%s/worker-%d.log", dir, os.Getpid())}
+		log, _ = cfg.Build()
+	}
+	err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1

@@ -31,13 +31,15 @@ type ShutdownNotice struct {
 // workerEvent is what a worker process reports on its own (kindEvent,
 // cookie 0): the service counts it (rdmo_urom_plugin_*_total).
 type workerEvent struct {
-	Event  string `msgpack:"event"` // eventPluginFailed, eventPluginRestarted
+	Event  string `msgpack:"event"` // eventPluginFailed, eventPluginRestarted, eventFatal
 	Plugin string `msgpack:"plugin"`
+	Reason string `msgpack:"reason,omitempty"` // eventFatal's
 }
 
 const (
 	eventPluginFailed    = "plugin-failed"
 	eventPluginRestarted = "plugin-restarted"
+	eventFatal           = "fatal"
 )
 
 // The label values of the service's counters (docs/OPERATIONS.md).
@@ -256,15 +258,37 @@ func ReportPluginRestarted(ctx context.Context, plugin string) {
 	report(ctx, workerEvent{Event: eventPluginRestarted, Plugin: plugin})
 }
 
+// ReportFatal ends this worker process because its component can serve no
+// one any more (dpu.Config.OnFatal): the service records err as the
+// worker's death reason (WorkerProcess.Reason, `rdmo workers`), and
+// ServeWorker returns err, so the process exits and its peers see it gone
+// (a worker that lives on but hears nothing is a hang to them). ctx is (derived
+// from) the one the WorkerFactory got; elsewhere the call does nothing.
+func ReportFatal(ctx context.Context, err error) {
+	report(ctx, workerEvent{Event: eventFatal, Reason: err.Error()})
+	if f, ok := ctx.Value(fatalKey{}).(func(error)); ok {
+		f(err)
+	}
+}
+
+// fatalKey carries ServeWorker's end-the-process function (ReportFatal).
+type fatalKey struct{}
+
 func report(ctx context.Context, ev workerEvent) {
 	if f, ok := ctx.Value(eventsKey{}).(func(workerEvent)); ok {
 		f(ev)
 	}
 }
 
-// event counts a worker's event.
-func (s *Service) event(ev workerEvent) {
+// event counts a worker's event; a fatal one becomes the reason of the
+// worker's end.
+func (s *Service) event(w *workerProc, ev workerEvent) {
 	switch ev.Event {
+	case eventFatal:
+		w.mu.Lock()
+		w.fatal = ev.Reason
+		w.mu.Unlock()
+		s.log.Error("worker failed", zap.Uint64("worker", w.id), zap.String("reason", ev.Reason))
 	case eventPluginFailed:
 		s.stats.inc(s.stats.pluginFailures, ev.Plugin)
 	case eventPluginRestarted:

@@ -590,6 +590,9 @@ type workerProc struct {
 	// stopReason is what the host is told when the service stops the
 	// worker ("" : "stopped").
 	stopReason string
+	// fatal is the reason a worker gave for ending itself
+	// (ReportFatal), which its exit status alone would not tell.
+	fatal string
 	// running: the worker took its spec; its exit counts in
 	// rdmo_urom_worker_exits_total (before, it is a failed spawn).
 	running bool
@@ -728,7 +731,7 @@ func (w *workerProc) readLoop() {
 		if env.Kind == kindEvent && env.Cookie == 0 {
 			var ev workerEvent
 			if decodeBody(env.Body, &ev) == nil {
-				w.s.event(ev)
+				w.s.event(w, ev)
 			}
 			continue
 		}
@@ -797,6 +800,9 @@ func (w *workerProc) exited(err error) {
 	}
 	w.mu.Lock()
 	kind := exitReason(w.stopped, err)
+	if w.fatal != "" {
+		reason = w.fatal
+	}
 	if w.stopped {
 		reason = "stopped"
 		if w.stopReason != "" {

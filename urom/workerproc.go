@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -27,6 +28,10 @@ const kindSpec = "spec"
 // ControlFD is the file descriptor a worker process finds its control
 // socket on (the service passes it as the first extra file).
 const ControlFD = 3
+
+// fatalCloseWait bounds the close of a component that reported itself
+// failed (ReportFatal) before the worker process ends anyway.
+const fatalCloseWait = 2 * time.Second
 
 // ServeWorker is the body of a worker process: it reads its spec from the
 // control socket, builds its handler, answers commands, and returns when the
@@ -63,6 +68,14 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 		body, _ := encodeBody(ev)
 		c.write(&envelope{Kind: kindEvent, Body: body})
 	})
+	var fatal error
+	var fatalOnce sync.Once
+	ctx = context.WithValue(ctx, fatalKey{}, func(err error) {
+		fatalOnce.Do(func() {
+			fatal = err
+			cancel()
+		})
+	})
 	h, err := factory(ctx, spec, log)
 	ready := &envelope{Cookie: env.Cookie, Kind: kindReady}
 	if err != nil {
@@ -70,7 +83,26 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 		c.write(ready)
 		return err
 	}
-	defer h.Close()
+	defer func() {
+		fatalOnce.Do(func() {}) // fatal is final from here on
+		if fatal == nil {
+			h.Close()
+			return
+		}
+		// A component that failed may not close cleanly (endpoints
+		// whose close waits on peers it cannot hear): give it a moment,
+		// then leave, so that the peers see the process gone.
+		closed := make(chan struct{})
+		go func() {
+			h.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(fatalCloseWait):
+			log.Warn("worker ends without closing its component", zap.Duration("waited", fatalCloseWait))
+		}
+	}()
 	ready.Body, _ = encodeBody(os.Getpid())
 	if err := c.write(ready); err != nil {
 		return err
@@ -84,7 +116,13 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 		env, err := c.read(0)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				var ferr error
+				fatalOnce.Do(func() {}) // fatal is final from here on
+				if fatal != nil {
+					ferr = fmt.Errorf("urom worker: %w", fatal)
+					log.Error("worker ends: its component failed", zap.Error(fatal))
+				}
+				return ferr
 			}
 			log.Info("control socket closed: worker exits", zap.Error(err))
 			return nil

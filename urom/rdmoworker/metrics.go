@@ -25,7 +25,7 @@ type metrics struct {
 	puts, putBytes, places, fetches           *prometheus.Desc
 	syncs, syncOps, fences, flushes           *prometheus.Desc
 	readbacks, panics, flushResponses, acks   *prometheus.Desc
-	inlineBatches, cpuAtomics                 *prometheus.Desc
+	inlineBatches, cpuAtomics, shmChecks      *prometheus.Desc
 	failures, inFlight, clients, rqs, regions *prometheus.Desc
 	latency                                   *prometheus.Desc
 }
@@ -59,6 +59,7 @@ func newMetrics() *metrics {
 
 		inlineBatches: w("inline_batches_total", "Handler calls (of batches_total) that ran on the worker's loop instead of the client's executor (handlers declaring Inline)."),
 		cpuAtomics:    w("cpu_atomics_total", "Atomics inside Target.Sync calls done with the CPU's atomic instructions on a mapping of target memory instead of through UCX."),
+		shmChecks:     w("shm_checks_total", "Checks, each after a peer failed, that found every shared-memory receive queue of the worker delivering."),
 
 		failures: w("failures_total", "Failed requests by wire status name.", "status"),
 		inFlight: w("in_flight_requests", "Requests accepted and not completed, by request queue.", "rq"),
@@ -88,7 +89,7 @@ func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
 		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
-		c.readbacks, c.panics, c.flushResponses, c.acks, c.inlineBatches, c.cpuAtomics, c.failures, c.inFlight,
+		c.readbacks, c.panics, c.flushResponses, c.acks, c.inlineBatches, c.cpuAtomics, c.shmChecks, c.failures, c.inFlight,
 		c.clients, c.rqs, c.regions, c.latency,
 	} {
 		ch <- d
@@ -135,6 +136,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	counter(c.acks, st.Acks, id)
 	counter(c.inlineBatches, st.InlineBatches, id)
 	counter(c.cpuAtomics, st.CPUAtomics, id)
+	counter(c.shmChecks, st.ShmChecks, id)
 	failed := map[string]uint64{}
 	for s, n := range st.Failures {
 		failed[s.Name()] += n

@@ -222,7 +222,10 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 		c.plugins = append(c.plugins, h)
 		handlers = append(handlers, h)
 	}
-	cfg := dpu.Config{Handlers: handlers, Logger: log}
+	// A worker that can hear no local peer any more (a shared-memory
+	// receive queue blocked by a peer that died mid-send) ends its
+	// process: its peers then see it gone instead of waiting for good.
+	cfg := dpu.Config{Handlers: handlers, Logger: log, OnFatal: func(err error) { urom.ReportFatal(ctx, err) }}
 	if err := ApplySettings(&cfg, spec.Settings); err != nil {
 		c.closePlugins()
 		return nil, err

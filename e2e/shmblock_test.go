@@ -1,0 +1,127 @@
+package e2e_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/internal/testutil"
+	"github.com/openrdmo/rdmo/ucp/ucptest"
+)
+
+// A local peer that dies between claiming a slot of the worker's
+// shared-memory receive FIFO and marking it ready blocks that FIFO for
+// every local peer (dpu.ErrReceiveQueueBlocked, docs/SECURITY.md finding
+// 8). Such a death is a matter of nanoseconds; this test makes it happen
+// for sure by claiming a slot in each of the worker process's FIFOs and
+// never filling it, as the dead peer would have, and then kills an
+// initiator (a peer failure starts the worker's check). The worker must
+// notice, say why, and end its process, and the other initiator must get
+// an error instead of waiting for good.
+func TestFaultShmReceiveQueueBlocked(t *testing.T) {
+	tr := ucptest.Transports[0]
+	if tr.Name != "shm" || !tr.PeerFailureDetection() {
+		t.Fatalf("transport %s (peer-failure detection %v), want shm with detection", tr.Name, tr.PeerFailureDetection())
+	}
+	testproc.CheckNoLeftovers(t)
+	ucptest.CheckLeaks(t)
+	var rw remote
+	tgs := newTargets(t, tr, func() rdmoWorker {
+		rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
+		return rw
+	}, 1, 2)
+	tg, other := tgs[0], tgs[1]
+	qs := other.fencedQueue(16<<20, 8)
+	first := tg.startInitiator(tr)
+	victim := tg.startInitiator(tr)
+	survivor := other.startInitiator(tr)
+	// Served before: the FIFOs work.
+	bg := startAppender(survivor, qs, 100, 1)
+	if err := bg.stop(qs); err != nil {
+		t.Fatalf("before the block: %v", err)
+	}
+	// A peer failure with the FIFOs fine: the check passes, the worker
+	// lives on and serves.
+	first.Kill()
+	testutil.WaitFor(t, "the worker's check of its FIFOs after a peer failure", func() bool { return tg.worker.Stats().ShmChecks == 1 })
+	qs2 := other.fencedQueue(16<<20, 8)
+	bg = startAppender(survivor, qs2, 100, 1)
+	if err := bg.stop(qs2); err != nil {
+		t.Fatalf("after a check that passed: %v", err)
+	}
+	if n := blockShmReceiveQueues(t, rw.W.PID); n == 0 {
+		t.Fatalf("found no shared-memory receive FIFO of the worker process (pid %d): UCX's layout changed?", rw.W.PID)
+	}
+	victim.Kill()
+	killed := time.Now()
+	select {
+	case <-rw.W.Gone():
+	case <-time.After(time.Until(testutil.Deadline(t))):
+		t.Fatalf("the worker did not end its process; stats %+v", tg.worker.Stats())
+	}
+	t.Logf("worker process ended %v after the kill: %s", time.Since(killed).Round(time.Millisecond), rw.W.Reason())
+	if !strings.Contains(rw.W.Reason(), dpu.ErrReceiveQueueBlocked.Error()) {
+		t.Errorf("worker's reason %q, want it to name the blocked receive queue", rw.W.Reason())
+	}
+	// The other initiator: its sends went into the blocked FIFO; once the
+	// worker's process is gone UCX fails them (keepalive), and it says so.
+	survivor.Send(fmt.Sprintf("records 1 10 %d %d 0 5", qs.base, qs.id))
+	if _, err := survivor.Await("DONE", 2*time.Minute); err == nil || !strings.Contains(err.Error(), "peer failed") {
+		t.Fatalf("the other initiator after the worker's end: %v, want a peer failure", err)
+	}
+	survivor.Kill()
+}
+
+// blockShmReceiveQueues claims one slot in every shared-memory receive FIFO
+// that process pid owns and never fills it: what a peer killed in the
+// middle of a send leaves behind. It knows UCX 1.13's FIFO control block
+// (uct_mm_fifo_ctl_t: the head, the count of claimed slots, at offset 0;
+// the owner's pid at 136) and finds the FIFOs by that pid; it maps them
+// through /proc/PID/map_files (root). It returns how many it blocked.
+func blockShmReceiveQueues(t *testing.T, pid int) int {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.Contains(f[1], "s") ||
+			!(strings.HasPrefix(f[5], "/SYSV") || strings.HasPrefix(f[5], "/dev/shm/ucx_shm_posix")) {
+			continue
+		}
+		r := strings.Split(f[0], "-")
+		lo, err1 := strconv.ParseUint(r[0], 16, 64)
+		hi, err2 := strconv.ParseUint(r[1], 16, 64)
+		if err1 != nil || err2 != nil || hi-lo < 4096 {
+			continue
+		}
+		fd, err := syscall.Open(fmt.Sprintf("/proc/%d/map_files/%s", pid, f[0]), syscall.O_RDWR, 0)
+		if err != nil {
+			t.Fatalf("open the worker's mapping %s: %v", f[0], err)
+		}
+		mem, err := syscall.Mmap(fd, 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+		syscall.Close(fd)
+		if err != nil {
+			t.Fatalf("map the worker's mapping %s: %v", f[0], err)
+		}
+		if int(int32(binary.LittleEndian.Uint32(mem[136:]))) == pid {
+			// Claim the slot as a sender does: an atomic increment.
+			head := atomic.AddUint64((*uint64)(unsafe.Pointer(&mem[0])), 1)
+			t.Logf("blocked the worker's FIFO %s at slot %d", f[5], head&^(1<<63)-1)
+			n++
+		}
+		syscall.Munmap(mem)
+	}
+	return n
+}
