@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -138,5 +139,53 @@ func BenchmarkAppendFlush64(b *testing.B) {
 		if _, err := in.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// benchCallOp is the user op of the call benchmarks; the stand-in answers
+// its ack with a value and no data.
+const benchCallOp = rdmo.OpUserBase + 1
+
+// BenchmarkCall is the latency of one Call from the benchmark's goroutine:
+// the request and the answer each cross between it and the initiator's
+// progress loop (compare BenchmarkDriveCall).
+func BenchmarkCall(b *testing.B) {
+	ucptest.CheckLeaks(b)
+	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sub := make([]byte, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := in.Call(ctx, benchCallOp, sub, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDriveCall is BenchmarkCall made from inside one Drive: every
+// Call runs on the progress loop's thread, no hand-off. 0 allocs/op: a
+// Driver reuses its Call's state (a Call with result data allocates the
+// caller's copy of the data).
+func BenchmarkDriveCall(b *testing.B) {
+	ucptest.CheckLeaks(b)
+	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sub := make([]byte, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	err := in.Drive(ctx, func(d *initiator.Driver) error {
+		for i := 0; i < b.N; i++ {
+			if _, err := d.Call(benchCallOp, sub, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
 	}
 }

@@ -36,7 +36,8 @@ func (r Result) Err() error {
 
 // CallWait is an outstanding Call (CallAsync).
 type CallWait struct {
-	done chan struct{}
+	in   *Initiator
+	done chan struct{} // nil for a Driver's own (Driver.Call)
 	res  Result
 	err  error
 	once atomic.Bool
@@ -50,7 +51,13 @@ func (c *CallWait) Done() <-chan struct{} { return c.done }
 // *RequestError matching its status, with the handler's detail); ctx.Err()
 // when ctx ended first (the call stays outstanding: Wait again, or let it
 // go); ErrClosed or a *PeerFailedError when no answer can come.
+//
+// Inside a Drive's fn, use Driver.Wait: Wait then returns ErrInsideDrive
+// unless the answer is there.
 func (c *CallWait) Wait(ctx context.Context) (Result, error) {
+	if err := c.in.waitable(c.done); err != nil {
+		return Result{}, err
+	}
 	var stop <-chan struct{}
 	if ctx != nil {
 		stop = ctx.Done()
@@ -84,7 +91,9 @@ func (c *CallWait) finish(a wire.AckResponse, data, detail []byte) {
 		c.res.Data = append([]byte(nil), data...)
 	}
 	c.err = c.res.Err()
-	close(c.done)
+	if c.done != nil {
+		close(c.done)
+	}
 }
 
 // fail ends a call that gets no answer.
@@ -93,7 +102,9 @@ func (c *CallWait) fail(err error) {
 		return
 	}
 	c.err = err
-	close(c.done)
+	if c.done != nil {
+		close(c.done)
+	}
 }
 
 // Call sends a plugin operation with rdmo.FlagAck and waits for its answer:
@@ -129,7 +140,7 @@ func (s Sender) Call(op uint32, sub, payload []byte) (Result, error) {
 // always added) and context.
 func (s Sender) CallAsync(op uint32, sub, payload []byte) (*CallWait, error) {
 	s.flags |= rdmo.FlagAck
-	c := &CallWait{done: make(chan struct{})}
+	c := &CallWait{in: s.in, done: make(chan struct{})}
 	if _, err := s.user(op, sub, payload, c); err != nil {
 		return nil, err
 	}

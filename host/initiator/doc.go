@@ -26,6 +26,19 @@
 // advertises wire.CapabilityResult; docs/PROTOCOL.md section 6.4). A
 // failed Call is reported to its caller, not on Errors.
 //
+// # Drive
+//
+// Drive(ctx, fn) runs fn on the progress loop's goroutine, and a Driver's
+// Call, CallAsync, Wait and Flush inside fn wait by running the loop
+// themselves instead of handing the request to it and being handed the
+// answer back: a dependent conversation (Call, look at the result, Call
+// again) then costs no thread hand-off per call and no third thread
+// polling for the answer, the way a UCX program that progresses its worker
+// on its own thread works. The requests and answers are those of Call.
+// The cost is that fn holds the loop between Driver calls: other
+// goroutines' requests on the Initiator are served only while fn is in a
+// Driver call, so fn must not block or compute long between calls.
+//
 // # Aggregation
 //
 // With Options.Aggregate (only against a worker that advertises

@@ -160,6 +160,11 @@ type Initiator struct {
 
 	closeOnce sync.Once
 	closeErr  error // set by the progress loop before done is closed
+
+	// driveTID is the progress loop's OS thread while a Drive's fn runs on
+	// it, else 0: a blocking call made there must fail, not wait for the
+	// loop it blocks.
+	driveTID atomic.Int32
 }
 
 // New creates the UCP context (unless Options.Context is set), worker and
@@ -286,6 +291,7 @@ type Sender struct {
 	in    *Initiator
 	ctx   context.Context
 	flags uint32
+	poll  func() error // a Driver's (see request.poll)
 }
 
 // With returns a Sender whose requests carry flags (rdmo.FlagAck,
@@ -369,12 +375,13 @@ func (s Sender) user(op uint32, sub, payload []byte, call *CallWait) (uint64, er
 		return 0, fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
 			len(sub), wire.MaxHeaderLen-wire.HeaderLen, rdmo.ErrHeaderTooLong)
 	}
-	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload), call: call}
+	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload), call: call, poll: s.poll}
 	return s.in.enqueue(s.ctx, &r)
 }
 
 // FlushWait is an outstanding flush.
 type FlushWait struct {
+	in   *Initiator
 	id   uint64
 	seq  uint64 // the FLUSH's arrival sequence number
 	auto bool   // queued by flow control: nobody waits, failures carry over
@@ -394,6 +401,9 @@ func (f *FlushWait) Done() <-chan struct{} { return f.done }
 // matches the first failure's status), ctx.Err() when ctx ended first (the
 // flush stays outstanding), ErrClosed or a *PeerFailedError.
 func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
+	if err := f.in.waitable(f.done); err != nil {
+		return wire.FlushResponse{}, err
+	}
 	var stop <-chan struct{}
 	if ctx != nil {
 		stop = ctx.Done()
@@ -427,8 +437,13 @@ func (f *FlushWait) finish(rsp wire.FlushResponse, err error) {
 // FlushWait is done, every request queued before the FLUSH has completed at
 // the worker and its effects are visible in target memory.
 func (in *Initiator) FlushAsync(ctx context.Context) (*FlushWait, error) {
-	fw := &FlushWait{id: in.flushID.Add(1), done: make(chan struct{})}
-	r := request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}
+	return in.flushAsync(ctx, nil)
+}
+
+// flushAsync is FlushAsync; poll is a Driver's (see request.poll).
+func (in *Initiator) flushAsync(ctx context.Context, poll func() error) (*FlushWait, error) {
+	fw := &FlushWait{in: in, id: in.flushID.Add(1), done: make(chan struct{})}
+	r := request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw, poll: poll}
 	if _, err := in.enqueue(ctx, &r); err != nil {
 		return nil, err
 	}
@@ -471,6 +486,9 @@ func (in *Initiator) PeerFailed(cause error) {
 // sends to complete locally, fails outstanding flushes with ErrClosed,
 // closes the endpoint, worker and (if it made it) context, and stops the
 // progress loop. Later calls return ErrClosed. Close is idempotent.
+//
+// Inside a Drive's fn, Close only starts closing: the Driver's calls then
+// return ErrClosed, and the loop closes once fn has returned.
 func (in *Initiator) Close() error {
 	in.closeOnce.Do(func() {
 		q := &in.q
@@ -480,7 +498,10 @@ func (in *Initiator) Close() error {
 		q.broadcast()
 		q.Unlock()
 		in.w.Wake()
-		<-in.done
 	})
+	if in.onLoop() {
+		return nil
+	}
+	<-in.done
 	return in.closeErr
 }

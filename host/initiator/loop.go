@@ -57,6 +57,11 @@ type loop struct {
 	// window after it has passed (see run).
 	answered   bool
 	answeredAt time.Time
+
+	// tid is the OS thread the loop is locked to; driving is set while a
+	// Drive's fn runs on it (see drive.go).
+	tid     int32
+	driving bool
 }
 
 type ackRec struct {
@@ -91,6 +96,7 @@ func (in *Initiator) run(ready chan<- error) {
 		ready <- err
 		return
 	}
+	lp.tid = int32(syscall.Gettid())
 	ready <- nil
 	lp.run()
 	in.closeErr = lp.shutdown()
@@ -173,48 +179,72 @@ func (lp *loop) recycle(b *batch) {
 	lp.free = append(lp.free, b)
 }
 
-// take swaps the queue's batch out if it holds requests, and reports
-// whether Close or PeerFailed asked for attention.
-func (lp *loop) take() (b *batch, closing, failReq bool) {
+// take swaps the queue's batch out if it holds requests, reports whether
+// Close or PeerFailed asked for attention, and takes the first Drive
+// waiting for the loop (not while one runs: Drives run one at a time).
+func (lp *loop) take() (b *batch, closing, failReq bool, dr *driveReq) {
 	q := &lp.in.q
 	if q.Len() == 0 && !q.attn.Load() {
-		return nil, false, false
+		return nil, false, false, nil
 	}
 	q.Lock()
 	closing, failReq = q.closed, q.failReq
 	q.failReq = false
-	q.attn.Store(q.closed)
+	if len(q.drives) > 0 && !lp.driving && !closing {
+		dr = q.drives[0]
+		q.drives[0] = nil
+		q.drives = q.drives[1:]
+	}
+	q.attn.Store(q.closed || len(q.drives) > 0 && !lp.driving)
 	if q.Len() > 0 {
 		b, _ = q.SwapLocked(lp.newBatch())
 	}
 	q.Unlock()
-	return b, closing, failReq
+	return b, closing, failReq, dr
 }
 
 func (lp *loop) run() {
-	for {
-		b, closing, failReq := lp.take()
-		if failReq {
-			lp.peerFailed()
-		}
-		if b != nil {
-			lp.issue(b)
-		}
-		if closing {
-			return
-		}
-		n, err := lp.w.Progress()
-		if err != nil && !lp.fatal {
-			lp.fatal = true
-			lp.in.log.Error("progress failed; the initiator is unusable", zap.Error(err))
-			lp.fail(err)
-		}
-		lp.settle()
-		if b != nil || n > 0 {
-			lp.idle = 0
-			lp.patient = false
-			if lp.answered {
-				lp.answered = false
+	for !lp.round() {
+	}
+}
+
+// round is one iteration of the progress loop: take what producers queued
+// and issue it, run a Drive that waits for the loop, progress the worker,
+// return freed window space, and then, when nothing happened, poll, yield
+// or sleep. It reports that Close was called and the loop must end. A
+// Driver's wait runs rounds too (lp.driving is then set), so everything
+// the loop does for other goroutines goes on while a Drive runs.
+func (lp *loop) round() (closing bool) {
+	b, closing, failReq, dr := lp.take()
+	if failReq {
+		lp.peerFailed()
+	}
+	if b != nil {
+		lp.issue(b)
+	}
+	if closing {
+		return true
+	}
+	if dr != nil {
+		lp.drive(dr)
+		lp.idle, lp.patient = 0, false
+		return false
+	}
+	n, err := lp.w.Progress()
+	if err != nil && !lp.fatal {
+		lp.fatal = true
+		lp.in.log.Error("progress failed; the initiator is unusable", zap.Error(err))
+		lp.fail(err)
+	}
+	lp.settle()
+	if b != nil || n > 0 {
+		lp.idle = 0
+		lp.patient = false
+		if lp.answered {
+			lp.answered = false
+			// In a Drive the caller is this thread: nobody to hand the
+			// CPU to, and no conversation to wait for afterwards.
+			if !lp.driving {
 				lp.answeredAt = time.Now()
 				// The caller that has its answer now may be waiting
 				// for this very CPU (three polling threads, this loop,
@@ -225,42 +255,43 @@ func (lp *loop) run() {
 					syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 				}
 			}
-			continue
 		}
-		lp.idle++
-		// An answer is due soon while sends are out or a flush or an
-		// acked request (a Call) waits for its answer: a round trip is
-		// far shorter than a sleep's wake-up through the kernel, so the
-		// loop keeps polling for a bounded number of rounds before it
-		// sleeps. With nothing outstanding it sleeps after idleSpins.
-		awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0
-		if !awaiting && lp.conversing() {
-			continue
-		}
-		if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.patient || lp.idle >= pendingSpins) {
-			lp.patient = awaiting
-			lp.idle = 0
-			lp.sleep()
-			continue
-		}
-		if lp.idle >= idleSpins {
-			if lp.sendsOut == 0 && runtime.GOMAXPROCS(0) > 1 {
-				// Only answers are awaited: yield the CPU to
-				// other threads but keep the P. The loop is locked to
-				// its thread (UCX binds the worker to it), and a locked
-				// goroutine's Gosched parks its thread on a futex and
-				// wakes another: two context switches per yield, over
-				// a millisecond of them per flush.
-				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-				continue
-			}
-			// Sends wait in UCX for room at the receiver (a full
-			// shared-memory FIFO), which no wake-up event announces:
-			// keep progressing, but let other goroutines run (the
-			// receiver may be one of this process).
-			runtime.Gosched()
-		}
+		return false
 	}
+	lp.idle++
+	// An answer is due soon while sends are out or a flush or an
+	// acked request (a Call) waits for its answer: a round trip is
+	// far shorter than a sleep's wake-up through the kernel, so the
+	// loop keeps polling for a bounded number of rounds before it
+	// sleeps. With nothing outstanding it sleeps after idleSpins.
+	awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0
+	if !awaiting && lp.conversing() {
+		return false
+	}
+	if lp.fatal || lp.idle >= idleSpins && (!awaiting || lp.patient || lp.idle >= pendingSpins) {
+		lp.patient = awaiting
+		lp.idle = 0
+		lp.sleep()
+		return false
+	}
+	if lp.idle >= idleSpins {
+		if lp.sendsOut == 0 && runtime.GOMAXPROCS(0) > 1 {
+			// Only answers are awaited: yield the CPU to
+			// other threads but keep the P. The loop is locked to
+			// its thread (UCX binds the worker to it), and a locked
+			// goroutine's Gosched parks its thread on a futex and
+			// wakes another: two context switches per yield, over
+			// a millisecond of them per flush.
+			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			return false
+		}
+		// Sends wait in UCX for room at the receiver (a full
+		// shared-memory FIFO), which no wake-up event announces:
+		// keep progressing, but let other goroutines run (the
+		// receiver may be one of this process).
+		runtime.Gosched()
+	}
+	return false
 }
 
 // conversing keeps the idle loop polling for answerSpin after it handed a
@@ -292,13 +323,14 @@ func (lp *loop) sleep() {
 	q.sleeping.Store(true)
 	defer q.sleeping.Store(false)
 	q.Lock()
-	if q.Len() > 0 || q.closed || q.failReq {
+	if q.Len() > 0 || q.closed || q.failReq || len(q.drives) > 0 && !lp.driving {
 		q.Unlock()
 		return
 	}
 	q.Unlock()
 	timeout := time.Duration(-1)
-	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal {
+	// A Driver sleeping here must still see its context end.
+	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal || lp.driving {
 		timeout = pollInterval
 	}
 	lp.in.stats.sleeps.Add(1)
@@ -725,15 +757,24 @@ func (lp *loop) peerFailed() {
 	lp.settle()
 }
 
-// shutdown runs after Close: it sends what was queued, waits (bounded) for
-// sends to complete, fails what still waits for an answer, and closes the
+// shutdown runs after Close: it fails the Drives still waiting for the
+// loop, sends what was queued, waits (bounded) for sends to complete, fails
+// what still waits for an answer, and closes the
 // endpoint, the worker and the context it made.
 func (lp *loop) shutdown() error {
 	in := lp.in
 	deadline := time.Now().Add(in.opts.CloseTimeout)
 	drained := true
+	q := &in.q
+	q.Lock()
+	drives := q.drives
+	q.drives = nil
+	q.Unlock()
+	for _, dr := range drives {
+		dr.done <- ErrClosed
+	}
 	for {
-		b, _, failReq := lp.take()
+		b, _, failReq, _ := lp.take()
 		if failReq {
 			lp.peerFailed()
 		}

@@ -49,6 +49,8 @@ type queue struct {
 	// polling loop finds an empty queue without taking the mutex the
 	// producers use.
 	attn atomic.Bool
+	// drives are the Drives waiting for the loop, in call order.
+	drives []*driveReq
 }
 
 func (q *queue) init(window, windowBytes, credits int, wake func()) {
@@ -169,6 +171,10 @@ type request struct {
 	plen   int    // payload length on the wire
 	flush  *FlushWait
 	call   *CallWait
+	// poll, when set, is a Driver's: the caller is the loop itself, so
+	// instead of waiting for window space or credits (which only the
+	// loop frees) it runs a loop round and tries again.
+	poll func() error
 }
 
 // ownBufferMin: payloads at least this long are copied into a buffer of
@@ -248,6 +254,22 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		} else if !waited {
 			waited = true
 			in.stats.windowWaits.Add(1)
+		}
+		if r.poll != nil {
+			q.Unlock()
+			if err := r.poll(); err != nil {
+				putBuf(own)
+				return 0, err
+			}
+			q.Lock()
+			continue
+		}
+		if in.onLoop() {
+			// Inside a Drive's fn, with no Driver: nobody else
+			// would free the space.
+			q.Unlock()
+			putBuf(own)
+			return 0, ErrInsideDrive
 		}
 		space := q.space
 		waiters := &q.windowWaiters
@@ -345,7 +367,7 @@ func (q *queue) credit(op uint32) (flushFirst, ok bool) {
 // current batch: its answer confirms every request before it, returning
 // their credits. Called with the mutex held.
 func (in *Initiator) queueCreditFlush() {
-	fw := &FlushWait{id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
+	fw := &FlushWait{in: in, id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
 	in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, wire.FlushHeaderLen, nil)
 	in.stats.creditFlushes.Add(1)
 }

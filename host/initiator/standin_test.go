@@ -74,6 +74,11 @@ type standInConfig struct {
 	reference bool
 	// countOnly records nothing and copies nothing (benchmarks).
 	countOnly bool
+	// result, if set, answers an acked user op whose status is st: its
+	// value and result data (st OK) or failure detail, sent as our worker
+	// does (the 40-byte ack with the AM data, docs/PROTOCOL.md section
+	// 6.4). Without it an ack carries the value 0x1000+seq and no data.
+	result func(r wire.RequestHeader, payload []byte, st rdmo.Status) (value uint64, data []byte, detail string)
 	// limit, if set, is a worker's in-flight limit per request queue: an
 	// arrival that finds limit requests not yet completed is counted in
 	// overLimit (our worker would fail it with TooManyInFlight).
@@ -345,9 +350,19 @@ func (s *standIn) complete() bool {
 		case isFlush:
 			s.answerFlush(p)
 		case p.hdr.Header.WantsAck():
-			s.scratch = wire.AppendAck(s.scratch[:0], wire.AckResponse{
-				Op: p.hdr.Header.Op, Seq: p.seq, Status: st, Value: 0x1000 + p.seq})
-			s.send(p.reply, s.scratch)
+			a := wire.AckResponse{Op: p.hdr.Header.Op, Seq: p.seq, Status: st, Value: 0x1000 + p.seq}
+			var amData []byte
+			if s.cfg.result != nil && p.perr == nil && rdmo.IsUserOp(p.hdr.Header.Op) {
+				v, data, detail := s.cfg.result(p.hdr, p.payload, st)
+				a.Value = v
+				if st == rdmo.StatusOK {
+					a.DataLen, amData = uint32(len(data)), append([]byte(nil), data...)
+				} else {
+					a.Value, a.DetailLen, amData = 0, uint32(len(detail)), []byte(detail)
+				}
+			}
+			s.scratch = wire.AppendAck(s.scratch[:0], a)
+			s.sendData(p.reply, s.scratch, amData)
 			s.mu.Lock()
 			s.nacks++
 			s.mu.Unlock()
@@ -387,12 +402,19 @@ func (s *standIn) answerFlush(p *pendingReq) {
 }
 
 // send sends a response; headers this small are copied by ucp at once.
-func (s *standIn) send(ep *ucp.Endpoint, hdr []byte) {
+func (s *standIn) send(ep *ucp.Endpoint, hdr []byte) { s.sendData(ep, hdr, nil) }
+
+// sendData sends a response with AM data, which must not change afterwards
+// (a fresh slice: larger ones are sent from where they are).
+func (s *standIn) sendData(ep *ucp.Endpoint, hdr, data []byte) {
 	if ep == nil {
 		s.t.Errorf("stand-in: request without a reply endpoint")
 		return
 	}
-	if err := ep.SendAM(0, hdr, nil, ucp.SendEager, nil, 0); err != nil {
+	if len(data) > 0 {
+		hdr = append([]byte(nil), hdr...) // together they may be too large to be copied
+	}
+	if err := ep.SendAM(0, hdr, data, ucp.SendEager, nil, 0); err != nil {
 		s.t.Logf("stand-in: reply: %v", err)
 	}
 }

@@ -44,6 +44,7 @@ type Stats struct {
 	Batches       uint64 // batches the progress loop took from the queue
 	Wakes         uint64 // ucp.Worker.Wake calls made by producers
 	Sleeps        uint64 // times the progress loop slept in ucp.Worker.Wait
+	Drives        uint64 // Drives whose fn ran on the progress loop
 }
 
 type counters struct {
@@ -54,7 +55,7 @@ type counters struct {
 	acks, ackFailures, errorsDropped        atomic.Uint64
 	unknownResponses, malformed, sendErrors atomic.Uint64
 	windowWaits, batches, wakes, sleeps     atomic.Uint64
-	creditWaits, creditFlushes              atomic.Uint64
+	creditWaits, creditFlushes, drives      atomic.Uint64
 }
 
 // batchCounts accumulates per-batch counts on the progress loop, so a
@@ -123,5 +124,6 @@ func (c *counters) snapshot() Stats {
 		Batches:            c.batches.Load(),
 		Wakes:              c.wakes.Load(),
 		Sleeps:             c.sleeps.Load(),
+		Drives:             c.drives.Load(),
 	}
 }

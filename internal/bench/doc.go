@@ -37,7 +37,8 @@
 //   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
 //     same connection streams appends.
 //   - Only when asked for (--modes ops): chase/D, kv-lookup and fetch-add,
-//     one call of the operation pack at a time, against native-chase/D,
+//     one call of the operation pack at a time inside initiator.Drive (and
+//     their /call twins, with Initiator.Call), against native-chase/D,
 //     native-kv-lookup and native-fetch-add, the one-sided accesses that
 //     give the same answer (round_ops.go).
 //

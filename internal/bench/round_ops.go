@@ -28,6 +28,13 @@ import (
 // time, so a row's p50 is the latency of one operation and its rate is
 // that latency's inverse times the initiators.
 //
+// An RDMO row makes its calls inside one initiator.Drive per round, on the
+// Initiator's progress loop, as the native rows progress their UCX worker
+// on the caller's thread: the best way the library offers a dependent
+// conversation. Its "/call" twin (chase/D/call, kv-lookup/call,
+// fetch-add/call) makes the same calls with Initiator.Call from a
+// goroutine of its own, the way most callers do.
+//
 //   - chase/D: follow D pointers in target memory and return the address
 //     reached: one indirect read of depth D (ops.OpIndirectRead, 0 bytes
 //     read at the end: the answer is Result.Value). native-chase/D: the D
@@ -58,6 +65,9 @@ const (
 	ModeNativeKVLookup    = "native-kv-lookup"
 	ModeFetchAdd          = "fetch-add"
 	ModeNativeFetchAdd    = "native-fetch-add"
+	// opsCallSuffix marks an RDMO row's twin that calls with
+	// Initiator.Call rather than inside a Drive.
+	opsCallSuffix = "/call"
 	// modeGroupOps names every op-pack row; they are not in the default
 	// set of rows (they compare something else than the append rows).
 	modeGroupOps = "ops"
@@ -66,9 +76,20 @@ const (
 // DefaultChaseDepths are the chase depths `--modes ops` measures.
 var DefaultChaseDepths = []int{1, 2, 4, 8}
 
-// chaseDepth parses a chase row: its depth and whether it is the native one.
+// opsCallForm strips the "/call" of an RDMO row's Call twin: the row it
+// is the twin of, and whether it is one.
+func opsCallForm(mode string) (base string, call bool) {
+	return strings.CutSuffix(mode, opsCallSuffix)
+}
+
+// chaseDepth parses a chase row (either form): its depth and whether it is
+// the native one.
 func chaseDepth(mode string) (depth int, native, ok bool) {
+	mode, call := opsCallForm(mode)
 	s, found := strings.CutPrefix(mode, modeNativeChasePrefix)
+	if found && call {
+		return 0, true, false
+	}
 	if found {
 		native = true
 	} else if s, found = strings.CutPrefix(mode, modeChasePrefix); !found {
@@ -86,7 +107,8 @@ func isOpsMode(mode string) bool {
 		return true
 	}
 	switch mode {
-	case ModeKVLookup, ModeNativeKVLookup, ModeFetchAdd, ModeNativeFetchAdd:
+	case ModeKVLookup, ModeNativeKVLookup, ModeFetchAdd, ModeNativeFetchAdd,
+		ModeKVLookup + opsCallSuffix, ModeFetchAdd + opsCallSuffix:
 		return true
 	}
 	return false
@@ -97,11 +119,13 @@ func opsRDMO(mode string) bool {
 	if _, native, ok := chaseDepth(mode); ok {
 		return !native
 	}
+	mode, _ = opsCallForm(mode)
 	return mode == ModeKVLookup || mode == ModeFetchAdd
 }
 
 // opsNativeOf is the native row an RDMO op-pack row is read against.
 func opsNativeOf(mode string) string {
+	mode, _ = opsCallForm(mode)
 	if d, native, ok := chaseDepth(mode); ok && !native {
 		return modeNativeChasePrefix + strconv.Itoa(d)
 	}
@@ -114,9 +138,9 @@ func opsNativeOf(mode string) string {
 	return ""
 }
 
-// opsModes lists the op-pack rows in run order (each RDMO row before its
-// native one): the default chase depths and any depth a name asks for
-// ("chase/3", "native-chase/16").
+// opsModes lists the op-pack rows in run order (each RDMO row, then its
+// Call twin, before its native one): the default chase depths and any
+// depth a name asks for ("chase/3", "native-chase/16", "chase/3/call").
 func opsModes(names []string) ([]string, error) {
 	depths := slices.Clone(DefaultChaseDepths)
 	for _, n := range names {
@@ -126,7 +150,7 @@ func opsModes(names []string) ([]string, error) {
 		}
 		d, _, ok := chaseDepth(n)
 		if !ok {
-			return nil, fmt.Errorf("mode %q: want chase/<depth from 1 to %d> or native-chase/<depth>", n, ops.MaxDepth)
+			return nil, fmt.Errorf("mode %q: want chase/<depth from 1 to %d>[/call] or native-chase/<depth>", n, ops.MaxDepth)
 		}
 		if !slices.Contains(depths, d) {
 			depths = append(depths, d)
@@ -135,9 +159,11 @@ func opsModes(names []string) ([]string, error) {
 	slices.Sort(depths)
 	var m []string
 	for _, d := range depths {
-		m = append(m, modeChasePrefix+strconv.Itoa(d), modeNativeChasePrefix+strconv.Itoa(d))
+		c := modeChasePrefix + strconv.Itoa(d)
+		m = append(m, c, c+opsCallSuffix, modeNativeChasePrefix+strconv.Itoa(d))
 	}
-	return append(m, ModeKVLookup, ModeNativeKVLookup, ModeFetchAdd, ModeNativeFetchAdd), nil
+	return append(m, ModeKVLookup, ModeKVLookup+opsCallSuffix, ModeNativeKVLookup,
+		ModeFetchAdd, ModeFetchAdd+opsCallSuffix, ModeNativeFetchAdd), nil
 }
 
 // kvValueSize is the kv table's value size for a row of size bytes: the
@@ -323,7 +349,7 @@ func (t *benchTarget) opsCheck(req opsCheckReq) error {
 		return errors.New("ops check: no op-pack region")
 	}
 	mem := o.mem.Bytes()
-	fetchAdds := req.Mode == ModeFetchAdd || req.Mode == ModeNativeFetchAdd
+	fetchAdds := req.Mode == ModeFetchAdd || req.Mode == ModeFetchAdd+opsCallSuffix || req.Mode == ModeNativeFetchAdd
 	for i := 0; i < o.n; i++ {
 		want := o.spec.Starts[i]
 		if fetchAdds && i < len(req.Counts) {
@@ -439,7 +465,8 @@ func (p *initProc) opsRound(s roundSpec) (roundResult, error) {
 	return p.opsNative(s)
 }
 
-// opsCalls makes the round's calls one at a time and checks every answer.
+// opsCalls makes the round's calls one at a time, inside one Drive (or
+// with Initiator.Call for a "/call" row), and checks every answer.
 func (p *initProc) opsCalls(s roundSpec) (roundResult, error) {
 	o := s.Ops
 	region := rdmo.RegionID(o.Region)
@@ -458,7 +485,7 @@ func (p *initProc) opsCalls(s roundSpec) (roundResult, error) {
 			}
 			return nil
 		}
-	case s.Mode == ModeKVLookup:
+	case strings.HasPrefix(s.Mode, ModeKVLookup):
 		op, size = ops.OpKVLookup, o.ValueSize
 		for _, k := range keys {
 			subs = append(subs, ops.KVReq{Region: region, Table: o.Table, Key: k}.Sub())
@@ -470,7 +497,7 @@ func (p *initProc) opsCalls(s roundSpec) (roundResult, error) {
 			}
 			return nil
 		}
-	case s.Mode == ModeFetchAdd:
+	case strings.HasPrefix(s.Mode, ModeFetchAdd):
 		op = ops.OpFetchAdd
 		subs = [][]byte{ops.AtomicReq{Region: region, Addr: o.Counters[p.id], Operand: 1}.FetchAddSub()}
 		check = func(n int, res initiator.Result) error {
@@ -484,23 +511,35 @@ func (p *initProc) opsCalls(s roundSpec) (roundResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	var h Hist
-	b := newBudget(s, 1)
-	start := time.Now()
-	n := 0
-	for ; !b.done(n); n++ {
-		t0 := time.Now()
-		res, err := p.in.Call(ctx, op, subs[n%len(subs)], nil)
-		h.Add(time.Since(t0))
-		if err != nil {
-			return roundResult{}, fmt.Errorf("call %d: %w", n, err)
+	run := func(call func(sub []byte) (initiator.Result, error)) (roundResult, error) {
+		var h Hist
+		b := newBudget(s, 1)
+		start := time.Now()
+		n := 0
+		for ; !b.done(n); n++ {
+			t0 := time.Now()
+			res, err := call(subs[n%len(subs)])
+			h.Add(time.Since(t0))
+			if err != nil {
+				return roundResult{}, fmt.Errorf("call %d: %w", n, err)
+			}
+			if err := check(n, res); err != nil {
+				return roundResult{}, err
+			}
 		}
-		if err := check(n, res); err != nil {
-			return roundResult{}, err
-		}
+		el := time.Since(start)
+		return roundResult{Ops: uint64(n), Bytes: uint64(n * size), Elapsed: el, Lat: h}, nil
 	}
-	el := time.Since(start)
-	return roundResult{Ops: uint64(n), Bytes: uint64(n * size), Elapsed: el, Lat: h}, nil
+	if _, callForm := opsCallForm(s.Mode); callForm {
+		return run(func(sub []byte) (initiator.Result, error) { return p.in.Call(ctx, op, sub, nil) })
+	}
+	var rr roundResult
+	err := p.in.Drive(ctx, func(d *initiator.Driver) error {
+		var err error
+		rr, err = run(func(sub []byte) (initiator.Result, error) { return d.Call(op, sub, nil) })
+		return err
+	})
+	return rr, err
 }
 
 // opsWait is one native access's completion (inside Progress).
@@ -651,6 +690,9 @@ func (r *Report) writeOpsGoals(w io.Writer) {
 	if r.Topology == TopologyDPU && r.hasRow(func(m string) bool { return m == ModeNativeFetchAdd }) {
 		fmt.Fprintf(w, "note: %s over tcp is emulated by the target process's progress (UCX has no tcp atomics): its CPU, where an RDMA NIC does it in hardware.\n", ModeNativeFetchAdd)
 	}
+	if r.hasRow(opsRDMO) {
+		fmt.Fprintf(w, "note: chase/D, %s and %s call inside initiator.Drive (the calls run on the Initiator's progress loop thread, as the native rows progress UCX on the caller's); their %s twins call with Initiator.Call from a goroutine of their own.\n", ModeKVLookup, ModeFetchAdd, opsCallSuffix)
+	}
 	if r.Topology == TopologySHM && r.hasRow(isOpsMode) {
 		fmt.Fprintf(w, "note: on shm a native access is a memory copy by the initiator's own UCX: no round trip for an RDMO call to save.\n")
 	}
@@ -663,7 +705,10 @@ func (r *Report) writeOpsGoals(w io.Writer) {
 		nr := r.Row(nm, row.Size)
 		what := fmt.Sprintf("%d B: %s p50 / %s p50", row.Size, row.Mode, nm)
 		d, _, isChase := chaseDepth(row.Mode)
+		_, callForm := opsCallForm(row.Mode)
 		switch {
+		case callForm:
+			r.goal(w, what, row.LatXNative, "", 0, "(no goal: the goals compare the Drive rows)", row, nr)
 		case isChase && d == 4:
 			r.goal(w, what, row.LatXNative, "<=", 1.0/3, "", row, nr)
 		case row.Mode == ModeKVLookup:

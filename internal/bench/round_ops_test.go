@@ -6,7 +6,8 @@ import (
 )
 
 // TestShortOps runs the op-pack rows in the DPU picture with two
-// initiators and two value sizes: every call's answer and every native
+// initiators and two value sizes, RDMO rows inside a Drive and with Call
+// (the /call twins): every call's answer and every native
 // access's is checked against the layout the target made for the round,
 // and the target checks its memory after every round. No timing is
 // asserted.
@@ -15,11 +16,11 @@ func TestShortOps(t *testing.T) {
 	o.Topology = TopologyDPU
 	o.Initiators = 2
 	o.Sizes = []int{8, 200}
-	o.Modes = []string{"chase/1", "chase/4", "native-chase/1", "native-chase/4", "kv-lookup", "native-kv-lookup", "fetch-add", "native-fetch-add"}
+	o.Modes = []string{"chase/1", "chase/4", "chase/4/call", "native-chase/1", "native-chase/4", "kv-lookup", "native-kv-lookup", "fetch-add", "fetch-add/call", "native-fetch-add"}
 	o.MaxOps = 2 * kvKeysPer // every key twice; fewer than --short's default, for a loaded machine
 	rep := runShort(t, o)
 	for _, size := range o.Sizes {
-		for _, m := range []string{"chase/1", "chase/4", ModeKVLookup, ModeFetchAdd} {
+		for _, m := range []string{"chase/1", "chase/4", "chase/4/call", ModeKVLookup, ModeFetchAdd, "fetch-add/call"} {
 			row := rep.Row(m, size)
 			if row == nil || row.XNative == 0 || row.LatXNative == 0 {
 				t.Errorf("%s %d B: no ratios to its native row: %+v", m, size, row)
@@ -30,8 +31,9 @@ func TestShortOps(t *testing.T) {
 
 func TestOpsModes(t *testing.T) {
 	got, err := expandModes([]string{"ops"}, nil)
-	want := []string{"chase/1", "native-chase/1", "chase/2", "native-chase/2", "chase/4", "native-chase/4", "chase/8", "native-chase/8",
-		ModeKVLookup, ModeNativeKVLookup, ModeFetchAdd, ModeNativeFetchAdd}
+	want := []string{"chase/1", "chase/1/call", "native-chase/1", "chase/2", "chase/2/call", "native-chase/2",
+		"chase/4", "chase/4/call", "native-chase/4", "chase/8", "chase/8/call", "native-chase/8",
+		ModeKVLookup, "kv-lookup/call", ModeNativeKVLookup, ModeFetchAdd, "fetch-add/call", ModeNativeFetchAdd}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("ops: got %v %v, want %v", got, err, want)
 	}
@@ -40,15 +42,20 @@ func TestOpsModes(t *testing.T) {
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("got %v %v, want %v", got, err, want)
 	}
+	got, err = expandModes([]string{"chase/3/call", "kv-lookup/call"}, nil)
+	want = []string{"chase/3/call", "kv-lookup/call"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("got %v %v, want %v", got, err, want)
+	}
 	if all, _ := expandModes(nil, []int{1}); slices.ContainsFunc(all, isOpsMode) {
 		t.Errorf("the default rows include op-pack rows: %v", all)
 	}
-	for _, bad := range []string{"chase/0", "chase/17", "native-chase/x"} {
+	for _, bad := range []string{"chase/0", "chase/17", "native-chase/x", "native-chase/4/call"} {
 		if _, err := expandModes([]string{bad}, nil); err == nil {
 			t.Errorf("mode %q accepted", bad)
 		}
 	}
-	for m, s := range map[string]string{"chase/4": "owned", "native-chase/4": "", ModeKVLookup: "owned", ModeNativeFetchAdd: ""} {
+	for m, s := range map[string]string{"chase/4": "owned", "chase/4/call": "owned", "native-chase/4": "", ModeKVLookup: "owned", "fetch-add/call": "owned", ModeNativeFetchAdd: ""} {
 		if got := strategyOf(m); got != s {
 			t.Errorf("strategyOf(%s) = %q, want %q", m, got, s)
 		}
