@@ -61,6 +61,15 @@ func TestFaultShmReceiveQueueBlocked(t *testing.T) {
 	if n := blockShmReceiveQueues(t, rw.W.PID); n == 0 {
 		t.Fatalf("found no shared-memory receive FIFO of the worker process (pid %d): UCX's layout changed?", rw.W.PID)
 	}
+	// The other initiator streams into the blocked FIFO: its requests
+	// are in flight (some in UCX's queue for a full FIFO) when the
+	// worker ends. A late one connects after the block: its wire-up
+	// never reaches the worker, so UCX cannot tell it that the worker
+	// died; its target does (here: the test, through SIGUSR1).
+	survivor.Send(fmt.Sprintf("records 1 1000 %d %d 0 5", qs.base, qs.id))
+	ql := other.fencedQueue(1<<20, 8)
+	late := other.startInitiator(tr)
+	late.Send(fmt.Sprintf("records 0 10 %d %d 0 5", ql.base, ql.id))
 	victim.Kill()
 	killed := time.Now()
 	select {
@@ -74,11 +83,15 @@ func TestFaultShmReceiveQueueBlocked(t *testing.T) {
 	}
 	// The other initiator: its sends went into the blocked FIFO; once the
 	// worker's process is gone UCX fails them (keepalive), and it says so.
-	survivor.Send(fmt.Sprintf("records 1 10 %d %d 0 5", qs.base, qs.id))
 	if _, err := survivor.Await("DONE", 2*time.Minute); err == nil || !strings.Contains(err.Error(), "peer failed") {
 		t.Fatalf("the other initiator after the worker's end: %v, want a peer failure", err)
 	}
+	late.Signal(syscall.SIGUSR1)
+	if _, err := late.Await("DONE", 2*time.Minute); err == nil || !strings.Contains(err.Error(), "told out of band") {
+		t.Fatalf("the late initiator after its target told it: %v, want that peer failure", err)
+	}
 	survivor.Kill()
+	late.Kill()
 }
 
 // blockShmReceiveQueues claims one slot in every shared-memory receive FIFO

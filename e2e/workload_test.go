@@ -10,8 +10,10 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
@@ -199,6 +201,17 @@ func initiatorMain() int {
 		return 1
 	}
 	defer in.Close()
+	// SIGUSR1 plays the target telling its initiator that the worker's
+	// process ended (Initiator.PeerFailed), as rdmo's client does when
+	// the server's out-of-band connection closes: UCX cannot tell an
+	// endpoint whose wire-up never reached the worker.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			in.PeerFailed(errors.New("the worker process ended (told out of band)"))
+		}
+	}()
 	fmt.Printf("ADDR %x\n", in.Address())
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {

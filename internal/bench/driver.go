@@ -340,7 +340,7 @@ func (d *driver) capacity(mode string, size int) int {
 		return d.o.QueueBytes / (n * k * size)
 	}
 	switch mode {
-	case ModeRawAM, ModePingPong, ModeFlushIdle, ModePerftestAM, ModePerftestPut:
+	case ModeRawAM, ModePingPong, ModeFlushIdle, ModeFlushIdleDrive, ModePerftestAM, ModePerftestPut:
 		return 0
 	}
 	return (d.o.QueueBytes - 8) / size / n

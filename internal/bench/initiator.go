@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
@@ -253,7 +254,7 @@ func (p *initProc) round(s roundSpec) (roundResult, error) {
 		return unlocked(func() (roundResult, error) { return p.rdmoAppend(s) })
 	case isScatter && k == s.Layout.IOVs:
 		return unlocked(func() (roundResult, error) { return p.scatter(s) })
-	case s.Mode == ModeFlushIdle:
+	case s.Mode == ModeFlushIdle, s.Mode == ModeFlushIdleDrive:
 		return unlocked(func() (roundResult, error) { return p.flushIdle(s) })
 	case s.Mode == ModeFlushLoad:
 		return unlocked(func() (roundResult, error) { return p.flushLoad(s) })
@@ -317,10 +318,14 @@ func (p *initProc) needTarget() error {
 
 const flushTimeout = 2 * time.Minute
 
-func (p *initProc) flush() error {
+func (p *initProc) flush() error { return checkFlush(p.in.Flush) }
+
+// checkFlush makes one flush (bounded by flushTimeout) and fails unless
+// every request before it succeeded.
+func checkFlush(flush func(ctx context.Context) (wire.FlushResponse, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	rsp, err := p.in.Flush(ctx)
+	rsp, err := flush(ctx)
 	if err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}

@@ -43,6 +43,7 @@ const (
 	ModeRDMOAppendShared = "rdmo-append/shared"      // RDMO APPEND, tail shared (fetch-add per batch)
 	modeScatterPrefix    = "scatter/"                // scatter/<iovs>: RDMO SCATTER of <iovs> chunks of `size` bytes
 	ModeFlushIdle        = "flush/idle"              // RDMO FLUSH round trip with nothing else in flight
+	ModeFlushIdleDrive   = "flush/idle/drive"        // the same, each FLUSH made inside initiator.Drive (on the Initiator's loop thread)
 	ModeFlushLoad        = "flush/load"              // the same while the initiator streams appends
 )
 
@@ -138,7 +139,7 @@ func AllModes(iovs []int) []string {
 	for _, n := range iovs {
 		m = append(m, modeScatterPrefix+strconv.Itoa(n))
 	}
-	return append(m, ModeFlushIdle, ModeFlushLoad, ModeRDMOAppendShared)
+	return append(m, ModeFlushIdle, ModeFlushIdleDrive, ModeFlushLoad, ModeRDMOAppendShared)
 }
 
 // expandModes resolves names and group names ("rdmo-append",
@@ -212,7 +213,7 @@ func strategyOf(mode string) string {
 	switch {
 	case mode == ModeRDMOAppendShared:
 		return "shared"
-	case mode == ModeRDMOAppendOwned, mode == ModeFlushIdle, mode == ModeFlushLoad, strings.HasPrefix(mode, modeScatterPrefix), opsRDMO(mode):
+	case mode == ModeRDMOAppendOwned, mode == ModeFlushIdle, mode == ModeFlushIdleDrive, mode == ModeFlushLoad, strings.HasPrefix(mode, modeScatterPrefix), opsRDMO(mode):
 		return "owned"
 	}
 	return ""

@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"context"
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // The flush rows: FLUSH round trips, idle and under an append load.
@@ -15,14 +19,36 @@ func (p *initProc) flushIdle(s roundSpec) (roundResult, error) {
 	}
 	var h Hist
 	b := newBudget(s, 1)
-	start := time.Now()
+	var start time.Time
 	n := 0
-	for ; !b.done(n); n++ {
-		t0 := time.Now()
-		if err := p.flush(); err != nil {
-			return roundResult{}, err
+	run := func(flush func(ctx context.Context) (wire.FlushResponse, error)) error {
+		start = time.Now()
+		for ; !b.done(n); n++ {
+			t0 := time.Now()
+			if err := checkFlush(flush); err != nil {
+				return err
+			}
+			h.Add(time.Since(t0))
 		}
-		h.Add(time.Since(t0))
+		return nil
+	}
+	var err error
+	if s.Mode == ModeFlushIdleDrive {
+		// The flushes run on the Initiator's own loop thread, as a
+		// latency-minded caller would make them: no hand-off between the
+		// caller's thread and the loop's.
+		// A Driver's flush has the Drive's context: bound the whole
+		// round as a flush alone is bounded elsewhere.
+		ctx, cancel := context.WithTimeout(context.Background(), s.Duration+flushTimeout)
+		defer cancel()
+		err = p.in.Drive(ctx, func(d *initiator.Driver) error {
+			return run(func(context.Context) (wire.FlushResponse, error) { return d.Flush() })
+		})
+	} else {
+		err = run(p.in.Flush)
+	}
+	if err != nil {
+		return roundResult{}, err
 	}
 	return roundResult{Ops: uint64(n), Elapsed: time.Since(start), Lat: h}, nil
 }
