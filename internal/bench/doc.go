@@ -35,7 +35,8 @@
 //     either append strategy.
 //   - scatter/N: RDMO SCATTER of N Size-byte chunks to N separate lanes.
 //   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
-//     same connection streams appends.
+//     same connection streams appends; flush/idle/drive: the idle ones made
+//     inside initiator.Drive, on the Initiator's own loop thread.
 //   - Only when asked for (--modes ops): chase/D, kv-lookup and fetch-add,
 //     one call of the operation pack at a time inside initiator.Drive (and
 //     their /call twins, with Initiator.Call), against native-chase/D,
