@@ -353,14 +353,9 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 		t.Run(hostile.name, func(t *testing.T) {
 			testproc.CheckNoLeftovers(t)
 			ucptest.CheckLeaks(t)
-			var rw remote
-			tgs := newTargets(t, tr, func() rdmoWorker {
-				rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
-				return rw
-			}, 1, 2)
 			// The victim is client 1's; the survivor another client's
 			// (client 1's own other initiators may stall, finding 7).
-			tg, other := tgs[0], tgs[1]
+			rw, tg, other := twoClientsOfUROMWorker(t, tr)
 			qv := tg.fencedQueue(256<<20, 8)
 			qs := other.fencedQueue(16<<20, 8)
 			victim := tg.startInitiator(tr, hostile.env...)
@@ -388,15 +383,7 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 			bg := startAppender(survivor, qs, 300, 20)
 			// The worker notices the dead initiator (peer-failure
 			// detection on its endpoint) and frees its queue.
-			gone := func() bool {
-				select {
-				case <-rw.W.Gone():
-					return true
-				default:
-					return false
-				}
-			}
-			if !testutil.Poll(testutil.Deadline(t), func() bool { return gone() || tg.worker.Stats().RQs == 1 }) {
+			if !testutil.Poll(testutil.Deadline(t), func() bool { return rw.ended() || tg.worker.Stats().RQs == 1 }) {
 				t.Fatalf("the worker did not free the dead initiator's queue")
 			}
 			stopped := make(chan error, 1)
@@ -422,7 +409,7 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 				// the other initiator get a peer failure, not wait for
 				// good (TestFaultShmReceiveQueueBlocked makes it happen
 				// for sure).
-				if gone() && strings.Contains(rw.W.Reason(), dpu.ErrReceiveQueueBlocked.Error()) {
+				if rw.ended() && strings.Contains(rw.W.Reason(), dpu.ErrReceiveQueueBlocked.Error()) {
 					if !strings.Contains(err.Error(), "peer failed") {
 						t.Fatalf("the other initiator after the worker ended (%s): %v, want a peer failure", rw.W.Reason(), err)
 					}
@@ -432,10 +419,8 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 				}
 				t.Fatalf("the other initiator: %v\nworker stats: %+v", err, tg.worker.Stats())
 			}
-			select {
-			case <-rw.W.Gone():
+			if rw.ended() {
 				t.Fatalf("the worker process died: %s", rw.W.Reason())
-			default:
 			}
 			if err := qv.guardsOK(); err != nil {
 				t.Error(err)

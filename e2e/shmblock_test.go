@@ -34,12 +34,7 @@ func TestFaultShmReceiveQueueBlocked(t *testing.T) {
 	}
 	testproc.CheckNoLeftovers(t)
 	ucptest.CheckLeaks(t)
-	var rw remote
-	tgs := newTargets(t, tr, func() rdmoWorker {
-		rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
-		return rw
-	}, 1, 2)
-	tg, other := tgs[0], tgs[1]
+	rw, tg, other := twoClientsOfUROMWorker(t, tr)
 	qs := other.fencedQueue(16<<20, 8)
 	first := tg.startInitiator(tr)
 	victim := tg.startInitiator(tr)
@@ -92,6 +87,26 @@ func TestFaultShmReceiveQueueBlocked(t *testing.T) {
 	}
 	survivor.Kill()
 	late.Kill()
+}
+
+// twoClientsOfUROMWorker starts a UROM worker process (append, flush,
+// scatter) and two targets of it, clients 1 and 2.
+func twoClientsOfUROMWorker(t *testing.T, tr ucptest.Transport) (rw remote, tg, other *target) {
+	tgs := newTargets(t, tr, func() rdmoWorker {
+		rw = startUROMWorker(t, tr, []string{"append", "flush", "scatter"}, nil)
+		return rw
+	}, 1, 2)
+	return rw, tgs[0], tgs[1]
+}
+
+// ended reports whether the worker process has ended.
+func (r remote) ended() bool {
+	select {
+	case <-r.W.Gone():
+		return true
+	default:
+		return false
+	}
 }
 
 // blockShmReceiveQueues claims one slot in every shared-memory receive FIFO

@@ -122,13 +122,20 @@ func BenchmarkAppend64Parallel(b *testing.B) {
 	b.ReportMetric(float64(b.N)/el.Seconds(), "appends/s")
 }
 
-// BenchmarkAppendFlush64 is the latency of one 64-byte append and a flush
-// that waits for it: a full round trip through both progress loops.
-func BenchmarkAppendFlush64(b *testing.B) {
+// startRoundTrips starts the round-trip benchmarks' initiator against a
+// counting stand-in, with a context that bounds the whole benchmark.
+func startRoundTrips(b *testing.B) (*initiator.Initiator, context.Context) {
 	ucptest.CheckLeaks(b)
 	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	b.Cleanup(cancel)
+	return in, ctx
+}
+
+// BenchmarkAppendFlush64 is the latency of one 64-byte append and a flush
+// that waits for it: a full round trip through both progress loops.
+func BenchmarkAppendFlush64(b *testing.B) {
+	in, ctx := startRoundTrips(b)
 	payload := make([]byte, 64)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -150,10 +157,7 @@ const benchCallOp = rdmo.OpUserBase + 1
 // the request and the answer each cross between it and the initiator's
 // progress loop (compare BenchmarkDriveCall).
 func BenchmarkCall(b *testing.B) {
-	ucptest.CheckLeaks(b)
-	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	in, ctx := startRoundTrips(b)
 	sub := make([]byte, 16)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -169,10 +173,7 @@ func BenchmarkCall(b *testing.B) {
 // Driver reuses its Call's state (a Call with result data allocates the
 // caller's copy of the data).
 func BenchmarkDriveCall(b *testing.B) {
-	ucptest.CheckLeaks(b)
-	_, in := start(b, benchTransport(), standInConfig{countOnly: true}, initiator.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	in, ctx := startRoundTrips(b)
 	sub := make([]byte, 16)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -234,6 +234,29 @@ func newBudget(s roundSpec, every int) budget {
 	return b
 }
 
+// timedOps runs op(0), op(1), ... one at a time until the round's budget
+// is used up, timing each into the round's latency histogram, then
+// check(n) outside the timing (nil: nothing to check). size is the bytes
+// one operation counts for.
+func timedOps(s roundSpec, size int, op, check func(n int) error) (roundResult, error) {
+	var h Hist
+	b := newBudget(s, 1)
+	start := time.Now()
+	n := 0
+	for ; !b.done(n); n++ {
+		t0 := time.Now()
+		err := op(n)
+		h.Add(time.Since(t0))
+		if err == nil && check != nil {
+			err = check(n)
+		}
+		if err != nil {
+			return roundResult{}, err
+		}
+	}
+	return roundResult{Ops: uint64(n), Bytes: uint64(n * size), Elapsed: time.Since(start), Lat: h}, nil
+}
+
 func (b budget) done(n int) bool {
 	if b.max > 0 && n >= b.max {
 		return true

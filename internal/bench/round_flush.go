@@ -17,22 +17,9 @@ func (p *initProc) flushIdle(s roundSpec) (roundResult, error) {
 	if err := p.needRDMO(); err != nil {
 		return roundResult{}, err
 	}
-	var h Hist
-	b := newBudget(s, 1)
-	var start time.Time
-	n := 0
-	run := func(flush func(ctx context.Context) (wire.FlushResponse, error)) error {
-		start = time.Now()
-		for ; !b.done(n); n++ {
-			t0 := time.Now()
-			if err := checkFlush(flush); err != nil {
-				return err
-			}
-			h.Add(time.Since(t0))
-		}
-		return nil
+	run := func(flush func(ctx context.Context) (wire.FlushResponse, error)) (roundResult, error) {
+		return timedOps(s, 0, func(int) error { return checkFlush(flush) }, nil)
 	}
-	var err error
 	if s.Mode == ModeFlushIdleDrive {
 		// The flushes run on the Initiator's own loop thread, as a
 		// latency-minded caller would make them: no hand-off between the
@@ -41,16 +28,14 @@ func (p *initProc) flushIdle(s roundSpec) (roundResult, error) {
 		// round as a flush alone is bounded elsewhere.
 		ctx, cancel := context.WithTimeout(context.Background(), s.Duration+flushTimeout)
 		defer cancel()
-		err = p.in.Drive(ctx, func(d *initiator.Driver) error {
-			return run(func(context.Context) (wire.FlushResponse, error) { return d.Flush() })
+		var rr roundResult
+		err := p.in.Drive(ctx, func(d *initiator.Driver) (err error) {
+			rr, err = run(func(context.Context) (wire.FlushResponse, error) { return d.Flush() })
+			return err
 		})
-	} else {
-		err = run(p.in.Flush)
+		return rr, err
 	}
-	if err != nil {
-		return roundResult{}, err
-	}
-	return roundResult{Ops: uint64(n), Elapsed: time.Since(start), Lat: h}, nil
+	return run(p.in.Flush)
 }
 
 // flushLoad measures FLUSH round trips while a second goroutine streams

@@ -512,23 +512,13 @@ func (p *initProc) opsCalls(s roundSpec) (roundResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	run := func(call func(sub []byte) (initiator.Result, error)) (roundResult, error) {
-		var h Hist
-		b := newBudget(s, 1)
-		start := time.Now()
-		n := 0
-		for ; !b.done(n); n++ {
-			t0 := time.Now()
-			res, err := call(subs[n%len(subs)])
-			h.Add(time.Since(t0))
-			if err != nil {
-				return roundResult{}, fmt.Errorf("call %d: %w", n, err)
+		var res initiator.Result
+		return timedOps(s, size, func(n int) (err error) {
+			if res, err = call(subs[n%len(subs)]); err != nil {
+				return fmt.Errorf("call %d: %w", n, err)
 			}
-			if err := check(n, res); err != nil {
-				return roundResult{}, err
-			}
-		}
-		el := time.Since(start)
-		return roundResult{Ops: uint64(n), Bytes: uint64(n * size), Elapsed: el, Lat: h}, nil
+			return nil
+		}, func(n int) error { return check(n, res) })
 	}
 	if _, callForm := opsCallForm(s.Mode); callForm {
 		return run(func(sub []byte) (initiator.Result, error) { return p.in.Call(ctx, op, sub, nil) })
@@ -646,20 +636,7 @@ func (p *initProc) opsNative(s roundSpec) (roundResult, error) {
 	default:
 		return roundResult{}, fmt.Errorf("unknown op-pack mode %q", s.Mode)
 	}
-	var h Hist
-	b := newBudget(s, 1)
-	start := time.Now()
-	n := 0
-	for ; !b.done(n); n++ {
-		t0 := time.Now()
-		err := one(n)
-		h.Add(time.Since(t0))
-		if err != nil {
-			return roundResult{}, err
-		}
-	}
-	el := time.Since(start)
-	return roundResult{Ops: uint64(n), Bytes: uint64(n * size), Elapsed: el, Lat: h}, nil
+	return timedOps(s, size, one, nil)
 }
 
 // The report's side.
