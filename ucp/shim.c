@@ -351,10 +351,22 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
         ucp_am_data_release(w->worker, (void*)release[i]);
     }
     for (uint32_t r = 0; r < budget; r++) {
+        uint32_t before = w->nevents;
         if (ucp_worker_progress(w->worker) == 0) {
             break;
         }
         w->busy++;
+        /* A call that found only a few events found a conversation's turn
+         * (a request, an answer), not a stream: hand it to Go now. Calling
+         * UCX again first would cost the turn one more poll of every
+         * transport, an epoll_wait on tcp, before anyone answers it (about
+         * a microsecond of each round trip here, docs/BENCHMARKS.md). A
+         * call that found more keeps draining, so a stream still arrives
+         * in large rounds. */
+        uint32_t added = w->nevents - before;
+        if (added > 0 && added < SHIM_TURN_EVENTS) {
+            break;
+        }
     }
     return w->nevents;
 }

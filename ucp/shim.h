@@ -100,6 +100,11 @@ typedef struct shim_worker shim_worker_t;
  * and releasing it later. */
 #define SHIM_COPY_MAX 1024
 
+/* A ucp_worker_progress call that adds fewer events than this ends
+ * shim_progress's round at once (a conversation's turn); more keep it
+ * draining up to its budget (a stream). */
+#define SHIM_TURN_EVENTS 4
+
 /* Small sends and puts are copied here instead of pinning Go memory. */
 #define SHIM_INLINE 256
 

@@ -347,7 +347,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Var((*topologyValue)(&o.Topology), "topology", "Where the processes sit: dpu (worker next to the target on shared memory, initiators over TCP) or shm (all on shared memory)")
 	fs.Var((*intsValue)(&o.Sizes), "size", "Message size(s) in bytes, comma-separated (e.g. 8,64,512,4096)")
 	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
-	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, and their native-* rows), all")
+	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, chase/4/pipelined (many chases in flight: the rate at saturation), and their native-* rows), all")
 	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "Measured time per row (after one warm-up round)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Length of a round and of a progress line")

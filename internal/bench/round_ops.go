@@ -68,13 +68,25 @@ const (
 	// opsCallSuffix marks an RDMO row's twin that calls with
 	// Initiator.Call rather than inside a Drive.
 	opsCallSuffix = "/call"
+	// opsPipeSuffix marks a chase row that keeps many chases in flight
+	// (chase/D/pipelined, native-chase/D/pipelined): the rate at
+	// saturation, where the other rows measure one chase at a time.
+	opsPipeSuffix = "/pipelined"
+	// opsPipeMax bounds the chases a pipelined row keeps in flight per
+	// initiator (its --window, at most this): enough to saturate two
+	// cores, well within the worker's in-flight limit per queue.
+	opsPipeMax = 256
 	// modeGroupOps names every op-pack row; they are not in the default
 	// set of rows (they compare something else than the append rows).
 	modeGroupOps = "ops"
 )
 
-// DefaultChaseDepths are the chase depths `--modes ops` measures.
-var DefaultChaseDepths = []int{1, 2, 4, 8}
+// DefaultChaseDepths are the chase depths `--modes ops` measures;
+// DefaultPipelinedDepths those it also measures pipelined.
+var (
+	DefaultChaseDepths     = []int{1, 2, 4, 8}
+	DefaultPipelinedDepths = []int{4}
+)
 
 // opsCallForm strips the "/call" of an RDMO row's Call twin: the row it
 // is the twin of, and whether it is one.
@@ -82,10 +94,19 @@ func opsCallForm(mode string) (base string, call bool) {
 	return strings.CutSuffix(mode, opsCallSuffix)
 }
 
-// chaseDepth parses a chase row (either form): its depth and whether it is
+// opsPipeForm strips the "/pipelined" of a pipelined chase row.
+func opsPipeForm(mode string) (base string, pipe bool) {
+	return strings.CutSuffix(mode, opsPipeSuffix)
+}
+
+// chaseDepth parses a chase row (any form): its depth and whether it is
 // the native one.
 func chaseDepth(mode string) (depth int, native, ok bool) {
+	mode, pipe := opsPipeForm(mode)
 	mode, call := opsCallForm(mode)
+	if pipe && call {
+		return 0, false, false
+	}
 	s, found := strings.CutPrefix(mode, modeNativeChasePrefix)
 	if found && call {
 		return 0, true, false
@@ -127,6 +148,10 @@ func opsRDMO(mode string) bool {
 func opsNativeOf(mode string) string {
 	mode, _ = opsCallForm(mode)
 	if d, native, ok := chaseDepth(mode); ok && !native {
+		_, pipe := opsPipeForm(mode)
+		if pipe {
+			return modeNativeChasePrefix + strconv.Itoa(d) + opsPipeSuffix
+		}
 		return modeNativeChasePrefix + strconv.Itoa(d)
 	}
 	switch mode {
@@ -139,10 +164,12 @@ func opsNativeOf(mode string) string {
 }
 
 // opsModes lists the op-pack rows in run order (each RDMO row, then its
-// Call twin, before its native one): the default chase depths and any
-// depth a name asks for ("chase/3", "native-chase/16", "chase/3/call").
+// Call twin, before its native one; the pipelined chases after the
+// others): the default chase depths and any depth a name asks for
+// ("chase/3", "native-chase/16", "chase/3/call", "chase/2/pipelined").
 func opsModes(names []string) ([]string, error) {
 	depths := slices.Clone(DefaultChaseDepths)
+	piped := slices.Clone(DefaultPipelinedDepths)
 	for _, n := range names {
 		n = strings.ToLower(strings.TrimSpace(n))
 		if !strings.HasPrefix(n, modeChasePrefix) && !strings.HasPrefix(n, modeNativeChasePrefix) {
@@ -150,20 +177,34 @@ func opsModes(names []string) ([]string, error) {
 		}
 		d, _, ok := chaseDepth(n)
 		if !ok {
-			return nil, fmt.Errorf("mode %q: want chase/<depth from 1 to %d>[/call] or native-chase/<depth>", n, ops.MaxDepth)
+			return nil, fmt.Errorf("mode %q: want chase/<depth from 1 to %d>[/call|/pipelined] or native-chase/<depth>[/pipelined]", n, ops.MaxDepth)
 		}
-		if !slices.Contains(depths, d) {
-			depths = append(depths, d)
+		list := &depths
+		if _, pipe := opsPipeForm(n); pipe {
+			list = &piped
+		}
+		if !slices.Contains(*list, d) {
+			*list = append(*list, d)
 		}
 	}
 	slices.Sort(depths)
+	slices.Sort(piped)
 	var m []string
 	for _, d := range depths {
 		c := modeChasePrefix + strconv.Itoa(d)
 		m = append(m, c, c+opsCallSuffix, modeNativeChasePrefix+strconv.Itoa(d))
 	}
-	return append(m, ModeKVLookup, ModeKVLookup+opsCallSuffix, ModeNativeKVLookup,
-		ModeFetchAdd, ModeFetchAdd+opsCallSuffix, ModeNativeFetchAdd), nil
+	m = append(m, ModeKVLookup, ModeKVLookup+opsCallSuffix, ModeNativeKVLookup,
+		ModeFetchAdd, ModeFetchAdd+opsCallSuffix, ModeNativeFetchAdd)
+	for _, d := range piped {
+		m = append(m, modeChasePrefix+strconv.Itoa(d)+opsPipeSuffix, modeNativeChasePrefix+strconv.Itoa(d)+opsPipeSuffix)
+	}
+	return m, nil
+}
+
+// pipeDepth is the chases a pipelined row keeps in flight per initiator.
+func pipeDepth(s roundSpec) int {
+	return max(1, min(s.Window, opsPipeMax))
 }
 
 // kvValueSize is the kv table's value size for a row of size bytes: the
@@ -453,14 +494,21 @@ func (p *initProc) opsRound(s roundSpec) (roundResult, error) {
 	if o == nil || p.id >= len(o.Chains) || p.id >= len(o.Keys) || p.id >= len(o.Counters) {
 		return roundResult{}, errors.New("op-pack round without this initiator's layout")
 	}
+	_, pipe := opsPipeForm(s.Mode)
 	if opsRDMO(s.Mode) {
 		if err := p.needRDMO(); err != nil {
 			return roundResult{}, err
+		}
+		if pipe {
+			return unlocked(func() (roundResult, error) { return p.opsCallsPipelined(s) })
 		}
 		return unlocked(func() (roundResult, error) { return p.opsCalls(s) })
 	}
 	if err := p.needTarget(); err != nil {
 		return roundResult{}, err
+	}
+	if pipe {
+		return p.opsNativePipelined(s)
 	}
 	return p.opsNative(s)
 }
@@ -686,6 +734,13 @@ func (r *Report) writeOpsGoals(w io.Writer) {
 		switch {
 		case callForm:
 			r.goal(w, what, row.LatXNative, "", 0, "(no goal: the goals compare the Drive rows)", row, nr)
+		case isChase && strings.HasSuffix(row.Mode, opsPipeSuffix):
+			what = fmt.Sprintf("%d B: %s rate / %s rate", row.Size, row.Mode, nm)
+			if d == 4 {
+				r.goal(w, what, row.XNative, ">=", 3, "", row, nr)
+			} else {
+				r.goal(w, what, row.XNative, "", 0, "(no goal)", row, nr)
+			}
 		case isChase && d == 4:
 			r.goal(w, what, row.LatXNative, "<=", 1.0/3, "", row, nr)
 		case row.Mode == ModeKVLookup:

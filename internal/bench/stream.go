@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
@@ -33,8 +34,12 @@ func (p *initProc) endStream(cr *creditor, start time.Time, n, size int) (roundR
 }
 
 // ackTracker matches the acks of sampled RDMO requests to their send
-// times. onAck runs on the RDMO initiator's goroutine.
+// times. onAck runs on the RDMO initiator's goroutine. It is armed from
+// reset (a streaming round starts) until wait returns: the op rows' Calls
+// are acked too, and outside a streaming round their acks must cost the
+// loop nothing (no clock reading, lock or map entry per Call).
 type ackTracker struct {
+	armed   atomic.Bool
 	mu      sync.Mutex
 	pending map[uint64]time.Time // seq -> send time
 	early   map[uint64]time.Time // acks that arrived before sent() ran
@@ -42,7 +47,7 @@ type ackTracker struct {
 	err     error
 }
 
-func (a *ackTracker) init() { a.reset() }
+func (a *ackTracker) init() { a.reset(); a.armed.Store(false) }
 
 func (a *ackTracker) reset() {
 	a.mu.Lock()
@@ -51,9 +56,13 @@ func (a *ackTracker) reset() {
 	a.hist = Hist{}
 	a.err = nil
 	a.mu.Unlock()
+	a.armed.Store(true)
 }
 
 func (a *ackTracker) onAck(ack wire.AckResponse, _ []byte) {
+	if !a.armed.Load() {
+		return
+	}
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -87,6 +96,7 @@ func (a *ackTracker) wait(timeout time.Duration) (Hist, error) {
 		a.mu.Lock()
 		n, err := len(a.pending), a.err
 		if n == 0 || err != nil || time.Now().After(deadline) {
+			a.armed.Store(false)
 			h := a.hist
 			a.hist = Hist{}
 			a.mu.Unlock()

@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/plugins/ops"
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/ucp"
+)
+
+// The pipelined chase rows: the rate of chases at saturation. Each
+// initiator keeps pipeDepth chases in flight and starts a new one as soon
+// as one ends, so a row's rate is what the processes can do, not the
+// inverse of one chase's latency; its p50 is a chase's time in flight,
+// queueing included.
+//
+//   - chase/D/pipelined: indirect reads of depth D with
+//     Driver.CallAsync inside one Drive, answers taken oldest first
+//     (Driver.Wait); the initiator packs queued calls into BATCH messages.
+//   - native-chase/D/pipelined: as many chains of D dependent gets, each
+//     chain's next get issued (by the command goroutine, which owns the
+//     raw UCX worker) as soon as its last one completed: the best a UCX
+//     program does with one-sided gets.
+
+// opsCallsPipelined keeps pipeDepth(s) chases in flight inside one Drive
+// and checks every answer.
+func (p *initProc) opsCallsPipelined(s roundSpec) (roundResult, error) {
+	o := s.Ops
+	d, _, _ := chaseDepth(s.Mode)
+	chain := o.Chains[p.id]
+	sub := ops.IndirectReq{Region: rdmo.RegionID(o.Region), Addr: chain[0], Depth: uint16(d)}.Sub()
+	depth := pipeDepth(s)
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	type inflight struct {
+		c  *initiator.CallWait
+		t0 time.Time
+	}
+	var rr roundResult
+	err := p.in.Drive(ctx, func(dr *initiator.Driver) error {
+		ring := make([]inflight, depth)
+		var h Hist
+		b := newBudget(s, 16)
+		start := time.Now()
+		issued, done := 0, 0
+		for {
+			if issued-done < depth && !b.done(issued) {
+				c, err := dr.CallAsync(ops.OpIndirectRead, sub, nil)
+				if err != nil {
+					return fmt.Errorf("call %d: %w", issued, err)
+				}
+				ring[issued%depth] = inflight{c: c, t0: time.Now()}
+				issued++
+				continue
+			}
+			if done == issued {
+				break
+			}
+			f := &ring[done%depth]
+			res, err := dr.Wait(f.c)
+			h.Add(time.Since(f.t0))
+			if err != nil {
+				return fmt.Errorf("call %d: %w", done, err)
+			}
+			if res.Value != chain[d] || len(res.Data) != 0 {
+				return fmt.Errorf("call %d reached %#x with %d bytes, want %#x", done, res.Value, len(res.Data), chain[d])
+			}
+			*f = inflight{}
+			done++
+		}
+		rr = roundResult{Ops: uint64(done), Bytes: uint64(done * 8), Elapsed: time.Since(start), Lat: h}
+		return nil
+	})
+	return rr, err
+}
+
+// chaseLegs collects the completions of a native pipelined round's gets
+// (inside Progress); the tag is the chain's index.
+type chaseLegs struct {
+	done []ucp.Completion
+}
+
+func (l *chaseLegs) Complete(c ucp.Completion) { l.done = append(l.done, c) }
+
+// opsNativePipelined keeps pipeDepth(s) chains of dependent gets in
+// flight and checks where every chain ends.
+func (p *initProc) opsNativePipelined(s roundSpec) (roundResult, error) {
+	o := s.Ops
+	rkey, err := p.rkey(o.Rkey)
+	if err != nil {
+		return roundResult{}, err
+	}
+	d, _, _ := chaseDepth(s.Mode)
+	chain := o.Chains[p.id]
+	depth := pipeDepth(s)
+	type chaseState struct {
+		hop int
+		t0  time.Time
+	}
+	st := make([]chaseState, depth)
+	bufs := make([]byte, 8*depth)
+	legs := &chaseLegs{done: make([]ucp.Completion, 0, depth)}
+	get := func(i int, at uint64) error {
+		return p.ep.Get(bufs[8*i:8*i+8], at, rkey, legs, uint64(i))
+	}
+	var h Hist
+	b := newBudget(s, 16)
+	start := time.Now()
+	issued, done, active := 0, 0, 0
+	begin := func(i int) error {
+		st[i] = chaseState{t0: time.Now()}
+		issued++
+		active++
+		return get(i, chain[0])
+	}
+	for i := 0; i < depth && !b.done(issued); i++ {
+		if err := begin(i); err != nil {
+			return roundResult{}, err
+		}
+	}
+	deadline := time.Now().Add(s.Duration + flushTimeout)
+	for spins := 0; active > 0; spins++ {
+		if _, err := p.w.Progress(); err != nil {
+			return roundResult{}, err
+		}
+		if spins&1023 == 1023 && time.Now().After(deadline) {
+			return roundResult{}, fmt.Errorf("%d chases still in flight: %w", active, ucp.ErrTimeout)
+		}
+		for _, c := range legs.done {
+			i := int(c.Tag)
+			if c.Err != nil {
+				return roundResult{}, fmt.Errorf("chase %d hop %d: %w", i, st[i].hop, c.Err)
+			}
+			at := binary.LittleEndian.Uint64(bufs[8*i:])
+			st[i].hop++
+			if st[i].hop < d {
+				if err := get(i, at); err != nil {
+					return roundResult{}, err
+				}
+				continue
+			}
+			h.Add(time.Since(st[i].t0))
+			if at != chain[d] {
+				return roundResult{}, fmt.Errorf("chase %d reached %#x, want %#x", done, at, chain[d])
+			}
+			done++
+			active--
+			if !b.done(issued) {
+				if err := begin(i); err != nil {
+					return roundResult{}, err
+				}
+			}
+		}
+		legs.done = legs.done[:0]
+	}
+	return roundResult{Ops: uint64(done), Bytes: uint64(done * 8), Elapsed: time.Since(start), Lat: h}, nil
+}
