@@ -14,8 +14,9 @@
  *    receives, endpoint closes) as descriptors in a C-allocated array
  *    (w->ops); shim_progress issues all of them (shim_submit), hands back the
  *    message buffers Go is done with, and runs ucp_worker_progress until UCX
- *    reports no more work, all in one call. Go then reads the round's events
- *    straight from C memory.
+ *    reports no more work or a call finds a conversation's turn (a few
+ *    events), all in one call. Go then reads the round's events straight
+ *    from C memory.
  *  - An operation in flight is identified by a token, the index of its slot
  *    in a fixed C table (w->slots). UCX gets the slot as user_data; the slot
  *    holds what UCX writes asynchronously (atomic operand and result), so no
@@ -331,7 +332,9 @@ static void shim_conn_cb(ucp_conn_request_h conn_request, void *arg)
  *  2. releases the persistent AM buffers Go has finished with
  *     (ucp_am_data_release), which must happen on the worker's thread;
  *  3. runs ucp_worker_progress until it reports no more work, at most
- *     `budget` times, so one round cannot run forever under a flood.
+ *     `budget` times, so one round cannot run forever under a flood; a
+ *     call that adds 1 to SHIM_TURN_EVENTS-1 events ends the round early
+ *     (see the loop).
  * Returns the number of events recorded; Go reads them from w->events, and
  * w->busy counts the progress calls that did any work, UCX's own wire-up
  * included, which no event of ours shows (Worker.settle).

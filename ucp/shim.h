@@ -164,8 +164,9 @@ shim_worker_t *shim_worker_new(ucp_worker_h worker, uint32_t nslots, uint32_t op
 void           shim_worker_free(shim_worker_t *w);
 
 /* One crossing per round: issue ops[0..nops), release the given AM data
- * descriptors, then progress the worker until it reports no more work or
- * `budget` rounds pass. Returns the number of events now recorded (the
+ * descriptors, then progress the worker until it reports no more work,
+ * a call adds fewer than SHIM_TURN_EVENTS events (a conversation's turn),
+ * or `budget` rounds pass. Returns the number of events now recorded (the
  * previous round's events and arena are discarded first). */
 uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release,
                        uint32_t nrelease, uint32_t budget);

@@ -26,7 +26,10 @@ type WorkerOptions struct {
 	// without waiting for Progress (default 1024).
 	MaxBatch int
 	// ProgressRounds bounds the ucp_worker_progress calls one Progress makes
-	// while UCX keeps reporting work (default 64).
+	// while UCX keeps reporting work (default 64). A call that delivers
+	// only a few events (a request or an answer, not a stream) ends the
+	// Progress at once, so the caller sees it one poll of the transports
+	// sooner.
 	ProgressRounds int
 }
 

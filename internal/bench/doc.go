@@ -41,7 +41,9 @@
 //     one call of the operation pack at a time inside initiator.Drive (and
 //     their /call twins, with Initiator.Call), against native-chase/D,
 //     native-kv-lookup and native-fetch-add, the one-sided accesses that
-//     give the same answer (round_ops.go).
+//     give the same answer (round_ops.go); and chase/4/pipelined against
+//     native-chase/4/pipelined, many chases in flight: the rate at
+//     saturation (round_ops_pipe.go).
 //
 // A row runs in rounds (about --interval each): a round ends when its time
 // is up or its queue is full; the initiators flush (or send a fin through
