@@ -158,11 +158,17 @@ func TestDuplicateHandlersRefused(t *testing.T) {
 
 // Plugin ops are named by their handler in logs, metrics and stats.
 func TestOpLabels(t *testing.T) {
-	if got := dpu.OpLabel(38, "kv"); got != "kv(38)" {
+	if got := dpu.OpLabel(38, "kv", nil); got != "kv(38)" {
 		t.Errorf("OpLabel(38, kv) = %q", got)
 	}
-	if got := dpu.OpLabel(rdmo.OpAppend, "append"); got != "append" {
+	if got := dpu.OpLabel(rdmo.OpAppend, "append", nil); got != "append" {
 		t.Errorf("OpLabel(append) = %q", got)
+	}
+	if got := dpu.OpLabel(17, "maxer", map[uint32]string{17: "fetch-max"}); got != "fetch-max(17)" {
+		t.Errorf("OpLabel(17, maxer, {17: fetch-max}) = %q", got)
+	}
+	if got := dpu.OpLabel(18, "maxer", map[uint32]string{17: "fetch-max"}); got != "maxer(18)" {
+		t.Errorf("OpLabel(18, maxer, {17: fetch-max}) = %q", got)
 	}
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{resultHandler{}}})

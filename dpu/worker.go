@@ -213,7 +213,7 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 				w.userOps[op] = e
 				w.stats.reqUser[op] = new(atomic.Uint64)
 				w.stats.latUser[op] = new(latency)
-				w.stats.opNames[op] = OpLabel(op, e.info.Name)
+				w.stats.opNames[op] = OpLabel(op, e.info.Name, e.info.OpNames)
 			}
 		}
 		w.handlers = append(w.handlers, e)
@@ -233,10 +233,15 @@ func (w *Worker) register(hs []rdmo.Handler) error {
 }
 
 // OpLabel names an op for logs and metrics: the reference ops by their
-// names, a user op by the name its package gave it (rdmo.DefineOp,
-// "kv-lookup(38)") when linked into this process, else by its handler's
-// name and its id ("counter(16)").
-func OpLabel(op uint32, handler string) string {
+// names, a user op by the name its handler gave it (names, from
+// rdmo.HandlerInfo.OpNames: a plugin process sends its own and its
+// rdmo.DefineOp names), else by the name its package gave it when linked
+// into this process ("kv-lookup(38)"), else by its handler's name and its
+// id ("counter(16)").
+func OpLabel(op uint32, handler string, names map[uint32]string) string {
+	if n := names[op]; n != "" && rdmo.IsUserOp(op) {
+		return n + "(" + utoa(uint64(op)) + ")"
+	}
 	if _, ok := rdmo.DefinedOpName(op); ok || !rdmo.IsUserOp(op) || handler == "" {
 		return rdmo.OpName(op)
 	}

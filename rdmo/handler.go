@@ -17,6 +17,12 @@ type HandlerInfo struct {
 	Name    string   // e.g. "append"
 	Version string   // semantic version of the handler
 	Ops     []uint32 // the op ids it serves
+	// OpNames optionally names ops of Ops for logs and metrics
+	// ("fetch-max" for op 17 reads "fetch-max(17)"), at most MaxOpNameLen
+	// bytes each. An op without one goes by the name DefineOp gave it,
+	// else by the handler's Name and its id ("counter(16)"). A plugin
+	// process sends both kinds of names to the worker that loads it.
+	OpNames map[uint32]string
 	// NoCachedState declares that the handler keeps nothing between
 	// batches that WriteBack would have to write (BaseHandler's hooks are
 	// enough). When such a handler runs as a plugin and its process is

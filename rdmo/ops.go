@@ -51,6 +51,11 @@ func DefineOp(op uint32, name string) uint32 {
 	return op
 }
 
+// MaxOpNameLen bounds an op's name (DefineOp, HandlerInfo.OpNames) as a
+// worker accepts it from a plugin process: a label in every log line and
+// metric of the op, not a text.
+const MaxOpNameLen = 64
+
 // DefinedOpName returns the name DefineOp gave op, if any.
 func DefinedOpName(op uint32) (string, bool) {
 	n, ok := userOps.Load(op)

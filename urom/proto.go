@@ -62,6 +62,9 @@ type PluginInfo struct {
 	Ops     []uint32 `msgpack:"ops"`
 	Builtin bool     `msgpack:"builtin"`
 	Path    string   `msgpack:"path,omitempty"` // plugin binary, empty for built-ins
+	// OpNames are the names the handler gives its user ops
+	// (rdmo.HandlerInfo.OpNames; a plugin's as its process declares them).
+	OpNames map[uint32]string `msgpack:"op_names,omitempty"`
 }
 
 // SpawnOptions choose what a new worker runs.

@@ -242,7 +242,7 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 		var ops []string
 		for _, op := range p.Ops {
 			if rdmo.IsUserOp(op) {
-				ops = append(ops, dpu.OpLabel(op, p.Name)) // "counter(16)", not "user(16)(16)"
+				ops = append(ops, dpu.OpLabel(op, p.Name, p.OpNames)) // "counter(16)", not "user(16)(16)"
 			} else {
 				ops = append(ops, fmt.Sprintf("%s(%d)", rdmo.OpName(op), op))
 			}

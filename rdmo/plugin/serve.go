@@ -101,6 +101,17 @@ func (s *server) Info(context.Context) (*wire.InfoResp, error) {
 	for _, st := range rdmo.UserStatuses() {
 		r.Statuses = append(r.Statuses, wire.StatusName{Code: uint32(st.Code), Name: st.Name, Text: st.Text})
 	}
+	// And its ops' names, so that they are not "counter(16)" and
+	// "counter(17)" there.
+	for _, op := range i.Ops {
+		n, ok := i.OpNames[op]
+		if !ok {
+			n, ok = rdmo.DefinedOpName(op)
+		}
+		if ok && rdmo.IsUserOp(op) {
+			r.OpNames = append(r.OpNames, wire.OpName{Op: op, Name: n})
+		}
+	}
 	return r, nil
 }
 

@@ -169,7 +169,7 @@ func ParseStrategy(s string) (appendop.Strategy, error) {
 func Builtins() []urom.PluginInfo {
 	var out []urom.PluginInfo
 	for _, b := range builtins {
-		out = append(out, urom.PluginInfo{Name: b.info.Name, Version: b.info.Version, Ops: b.info.Ops})
+		out = append(out, urom.PluginInfo{Name: b.info.Name, Version: b.info.Version, Ops: b.info.Ops, OpNames: b.info.OpNames})
 	}
 	return out
 }
@@ -182,7 +182,7 @@ func Probe(ctx context.Context, path string) (urom.PluginInfo, error) {
 	}
 	defer h.Close()
 	info := h.Info()
-	return urom.PluginInfo{Name: info.Name, Version: info.Version, Ops: info.Ops, Path: path}, nil
+	return urom.PluginInfo{Name: info.Name, Version: info.Version, Ops: info.Ops, Path: path, OpNames: info.OpNames}, nil
 }
 
 // Factory builds a worker process's RDMO worker from its spec: built-in

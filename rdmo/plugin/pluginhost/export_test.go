@@ -5,11 +5,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wire"
 )
 
 // MaxMsgSize exports the message bound to the external tests.
 const MaxMsgSize = wire.MaxMsgSize
+
+// OpNames checks a plugin's declared op names (opNames): each pair is an
+// op and its name.
+func OpNames(info rdmo.HandlerInfo, pairs ...any) (map[uint32]string, error) {
+	var names []wire.OpName
+	for i := 0; i+1 < len(pairs); i += 2 {
+		names = append(names, wire.OpName{Op: pairs[i].(uint32), Name: pairs[i+1].(string)})
+	}
+	return opNames(info, names)
+}
 
 // Backoff is the delay the last restart waited (0 after a successful call).
 func (h *Handler) Backoff() time.Duration {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -561,6 +562,28 @@ func (h *Handler) restartAfter(delay time.Duration) {
 	}
 }
 
+// opNames checks the op names a plugin process declared: each for one of
+// its user ops, once, non-empty, at most rdmo.MaxOpNameLen bytes of
+// printable ASCII (a label in logs and metrics).
+func opNames(info rdmo.HandlerInfo, names []wire.OpName) (map[uint32]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	m := make(map[uint32]string, len(names))
+	for _, o := range names {
+		switch {
+		case !rdmo.IsUserOp(o.Op) || !slices.Contains(info.Ops, o.Op):
+			return nil, fmt.Errorf("plugin %s names op %d, which it does not serve (ops %v)", info.Name, o.Op, info.Ops)
+		case m[o.Op] != "":
+			return nil, fmt.Errorf("plugin %s names op %d twice (%q, %q)", info.Name, o.Op, m[o.Op], o.Name)
+		case o.Name == "" || len(o.Name) > rdmo.MaxOpNameLen || strings.IndexFunc(o.Name, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0:
+			return nil, fmt.Errorf("plugin %s names op %d %q: want 1 to %d bytes of printable ASCII without spaces", info.Name, o.Op, o.Name, rdmo.MaxOpNameLen)
+		}
+		m[o.Op] = o.Name
+	}
+	return m, nil
+}
+
 // MaxStatuses bounds the plugin-defined statuses a plugin may declare.
 const MaxStatuses = 1024
 
@@ -673,6 +696,9 @@ func (h *Handler) bringUp(ctx context.Context, c *goplugin.Client, cmd *exec.Cmd
 	// Inline is never set: a plugin's batch waits on a process boundary,
 	// which must not stall the worker's loop (rdmo.HandlerInfo.Inline).
 	info = rdmo.HandlerInfo{Name: ir.Name, Version: ir.Version, Ops: ir.Ops, NoCachedState: ir.NoCachedState}
+	if info.OpNames, err = opNames(info, ir.OpNames); err != nil {
+		return nil, info, err
+	}
 	if h.opts.Name != "" && info.Name != h.opts.Name {
 		return nil, info, fmt.Errorf("plugin is handler %q, want %q", info.Name, h.opts.Name)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -592,6 +593,47 @@ func TestClosedHandler(t *testing.T) {
 	h.ClientRemoved(client)
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPluginOpNames: the names a plugin gives its ops, in its Info and with
+// rdmo.DefineOp in its main package (which this test binary does not
+// link), reach the host with the handshake; ops it does not name have
+// none, and the worker labels them by the handler's name.
+func TestPluginOpNames(t *testing.T) {
+	h := load(t, pluginhost.LoadOptions{})
+	got := h.Info().OpNames
+	want := map[uint32]string{tp.OpCtl: tp.OpCtlName, tp.OpFetchAdd: tp.OpFetchAddName}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the host has the plugin's op names %v, want %v", got, want)
+	}
+	if _, ok := rdmo.DefinedOpName(tp.OpFetchAdd); ok {
+		t.Fatal("the plugin's DefineOp name leaked into the host's registry: the test proves nothing")
+	}
+}
+
+// TestPluginOpNamesRefused: op names a worker will not put in its logs
+// and metrics refuse the plugin, naming what is wrong.
+func TestPluginOpNamesRefused(t *testing.T) {
+	info := rdmo.HandlerInfo{Name: "p", Ops: []uint32{16, 17}}
+	if m, err := pluginhost.OpNames(info, uint32(16), "fetch-max"); err != nil || m[16] != "fetch-max" {
+		t.Fatalf("a good name: %v %v", m, err)
+	}
+	for _, c := range []struct {
+		pairs []any
+		want  string
+	}{
+		{[]any{uint32(18), "x"}, "does not serve"},
+		{[]any{uint32(1), "append2"}, "does not serve"},
+		{[]any{uint32(16), "a", uint32(16), "b"}, "twice"},
+		{[]any{uint32(16), ""}, "printable"},
+		{[]any{uint32(16), "two words"}, "printable"},
+		{[]any{uint32(16), "nl\n"}, "printable"},
+		{[]any{uint32(16), strings.Repeat("x", rdmo.MaxOpNameLen+1)}, "printable"},
+	} {
+		if _, err := pluginhost.OpNames(info, c.pairs...); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "plugin p") {
+			t.Errorf("%v: %v, want an error naming the plugin and %q", c.pairs, err, c.want)
+		}
 	}
 }
 

@@ -51,6 +51,14 @@ const StatusRefused = rdmo.StatusUserBase + 0x7e57
 // StatusRefusedName is the name the plugin gives StatusRefused.
 const StatusRefusedName = "TestRefused"
 
+// Op names: OpCtl's in the handler's Info (rdmo.HandlerInfo.OpNames),
+// OpFetchAdd's with rdmo.DefineOp in the plugin's main package only, which
+// no test links: a host names them only if the handshake told it.
+const (
+	OpCtlName      = "tp-ctl"
+	OpFetchAddName = "tp-fetch-add"
+)
+
 // Modes of OpPut.
 const (
 	PutDirect   = 0 // Put straight from the payload
@@ -89,6 +97,7 @@ func New() *Handler { return &Handler{cache: make(map[uint64]map[key]uint64)} }
 // unreported, which is what the tests of that declaration check).
 func (h *Handler) Info() rdmo.HandlerInfo {
 	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{OpPut, OpFetchAdd, OpCtl, OpGet, OpCache},
+		OpNames:       map[uint32]string{OpCtl: OpCtlName},
 		NoCachedState: os.Getenv("RDMO_TESTPLUGIN_STATELESS") == "1"}
 }
 

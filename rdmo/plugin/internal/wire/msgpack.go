@@ -349,6 +349,7 @@ func (r *dec) count(min int) int {
 const (
 	minOpLen      = 1     // an op id (u32) of InfoResp.Ops
 	minStatusLen  = 1 + 3 // StatusName: 3 fields
+	minOpNameLen  = 1 + 2 // OpName: 2 fields
 	minRequestLen = 1 + 8 // rdmo.Request: 8 fields
 	minResultLen  = 1 + 3 // rdmo.Result: 3 fields
 	minTargetOp   = 1 + 7 // op: 7 fields

@@ -17,7 +17,7 @@ import (
 //
 // Service rdmo.plugin.v1.Handler (the plugin process serves it):
 //
-//	Info          unary   InfoReq  -> InfoResp   name, version, ops, NoCachedState, statuses
+//	Info          unary   InfoReq  -> InfoResp   name, version, ops, NoCachedState, statuses, op names
 //	HandleBatch   unary   CallReq  -> CallResp   one call per batch
 //	WriteBack     unary   CallReq  -> CallResp   Handler.WriteBack
 //	RegionRemoved unary   CallReq  -> CallResp   Handler.RegionRemoved
@@ -236,6 +236,16 @@ type InfoResp struct {
 	// (rdmo.UserStatuses), so the worker names them too; absent from
 	// older plugins.
 	Statuses []StatusName
+	// OpNames name the plugin's ops (rdmo.HandlerInfo.OpNames, else
+	// rdmo.DefineOp's names in the plugin process), so the worker's logs
+	// and metrics say "fetch-max(17)"; absent from older plugins.
+	OpNames []OpName
+}
+
+// OpName names one of a plugin's ops.
+type OpName struct {
+	Op   uint32
+	Name string
 }
 
 // StatusName is a plugin-defined status: its code, name and text.
@@ -335,10 +345,13 @@ func (m *InfoResp) sizeHint() int {
 	for _, s := range m.Statuses {
 		n += 16 + len(s.Name) + len(s.Text)
 	}
+	for _, o := range m.OpNames {
+		n += 12 + len(o.Name)
+	}
 	return n
 }
 func (m *InfoResp) appendTo(b []byte) []byte {
-	b = appendArr(b, 6)
+	b = appendArr(b, 7)
 	b = appendStr(b, m.Name)
 	b = appendStr(b, m.Version)
 	b = appendArr(b, len(m.Ops))
@@ -353,6 +366,12 @@ func (m *InfoResp) appendTo(b []byte) []byte {
 		b = appendUint(b, uint64(s.Code))
 		b = appendStr(b, s.Name)
 		b = appendStr(b, s.Text)
+	}
+	b = appendArr(b, len(m.OpNames))
+	for _, o := range m.OpNames {
+		b = appendArr(b, 2)
+		b = appendUint(b, uint64(o.Op))
+		b = appendStr(b, o.Name)
 	}
 	return b
 }
@@ -376,6 +395,20 @@ func (m *InfoResp) decode(r *dec) {
 			for i := range m.Statuses {
 				y := r.fields(3)
 				m.Statuses[i] = StatusName{Code: r.u32(), Name: r.s(), Text: r.s()}
+				r.skipN(y)
+				if r.err != nil {
+					return
+				}
+			}
+		}
+		x--
+	}
+	if x > 0 && r.err == nil {
+		if n := r.count(minOpNameLen); n > 0 && r.err == nil {
+			m.OpNames = make([]OpName, n)
+			for i := range m.OpNames {
+				y := r.fields(2)
+				m.OpNames[i] = OpName{Op: r.u32(), Name: r.s()}
 				r.skipN(y)
 				if r.err != nil {
 					return

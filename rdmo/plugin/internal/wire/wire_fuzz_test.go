@@ -26,7 +26,8 @@ func wireSamples() []wireMsg {
 		&InfoReq{},
 		&InfoResp{Name: "scatter", Version: "1.0.0", Ops: []uint32{2, 16}, Pid: 4242},
 		&InfoResp{Name: "kv", Version: "1.0.0", Ops: []uint32{38, 39}, Pid: 7, NoCachedState: true,
-			Statuses: []StatusName{{Code: 65795, Name: "NotFound", Text: "key not in the table"}}},
+			Statuses: []StatusName{{Code: 65795, Name: "NotFound", Text: "key not in the table"}},
+			OpNames:  []OpName{{Op: 38, Name: "kv-lookup"}, {Op: 39, Name: "kv-insert"}}},
 		&CallReq{Inv: 1, Client: 2, Region: 3, Reqs: []rdmo.Request{
 			{Seq: 1, Client: 2, Op: 16, Flags: 2, Sub: []byte("0123456789abcdef"), Payload: []byte("payload"), Length: 7},
 			{Seq: 2, Client: 2, Op: 17, Length: 1 << 20, Rendezvous: true},
@@ -115,6 +116,9 @@ func TestPluginWireAllocationBound(t *testing.T) {
 		// An infoResp of n statuses, each 3 fields of one byte.
 		{"infoResp statuses", func() wireMsg { return new(InfoResp) },
 			cat([]byte{0x96, 0xa0, 0xa0, 0x90, 0, 0xc2}, arr32(n), bytes.Repeat([]byte{0x93, 0, 0xa0, 0xa0}, n))},
+		// An infoResp of no statuses and n op names, each 2 fields of one byte.
+		{"infoResp op names", func() wireMsg { return new(InfoResp) },
+			cat([]byte{0x97, 0xa0, 0xa0, 0x90, 0, 0xc2, 0x90}, arr32(n), bytes.Repeat([]byte{0x92, 0x10, 0xa0}, n))},
 		// A callReq of n requests (worker to plugin).
 		{"CallReq requests", func() wireMsg { return new(CallReq) },
 			cat([]byte{0x94, 0, 0, 0}, arr32(n), bytes.Repeat([]byte{0x98, 0, 0, 0x10, 0, 0xc0, 0xc0, 0, 0xc2}, n))},
@@ -155,6 +159,8 @@ func TestPluginWireHostileCounts(t *testing.T) {
 		{"infoResp ops: 2^32-1", func() wireMsg { return new(InfoResp) }, cat([]byte{0x94, 0xa0, 0xa0}, arr32(1<<32-1), pad)},
 		{"infoResp statuses: 2^32-1", func() wireMsg { return new(InfoResp) },
 			cat([]byte{0x96, 0xa0, 0xa0, 0x90, 0, 0xc2}, arr32(1<<32-1), pad)},
+		{"infoResp op names: 2^32-1", func() wireMsg { return new(InfoResp) },
+			cat([]byte{0x97, 0xa0, 0xa0, 0x90, 0, 0xc2, 0x90}, arr32(1<<32-1), pad)},
 		{"callReq requests: one per byte", func() wireMsg { return new(CallReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(64), pad)},
 		{"callReq requests: 2^32-1", func() wireMsg { return new(CallReq) }, cat([]byte{0x94, 0, 0, 0}, arr32(1<<32-1), pad)},
 		{"answer sync results: one per byte", func() wireMsg { return new(Answer) },

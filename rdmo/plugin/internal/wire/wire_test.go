@@ -60,6 +60,13 @@ func TestWireRoundTrip(t *testing.T) {
 	if err := unmarshal(old, &ir); err != nil || ir.Name != "old" || ir.Pid != 9 || !ir.NoCachedState || ir.Statuses != nil {
 		t.Errorf("older InfoResp: %+v %v", ir, err)
 	}
+	roundTrip(t, &InfoResp{Name: "kv", Ops: []uint32{38, 39}, OpNames: []OpName{{Op: 38, Name: "kv-lookup"}, {Op: 39, Name: "kv-insert"}}})
+	// One of session 6 (6 fields, statuses but no op names) too.
+	six := appendArr(appendBool(appendInt(appendArr(appendStr(appendStr(appendArr(nil, 6), "six"), "1.0"), 0), 6), false), 0)
+	ir = InfoResp{}
+	if err := unmarshal(six, &ir); err != nil || ir.Name != "six" || ir.Pid != 6 || ir.OpNames != nil {
+		t.Errorf("6-field InfoResp: %+v %v", ir, err)
+	}
 	// A reference op's decoded sub-header travels as its raw bytes.
 	app := rdmo.AppendHeader{PtrAddr: 0x1000, PtrRkey: 5, DataRkey: 6}
 	roundTrip(t, &CallReq{Inv: 2, Client: 2, Reqs: []rdmo.Request{

@@ -16,6 +16,9 @@ import (
 // from the handshake (pluginhost's TestPluginStatusNames).
 var _ = rdmo.DefineStatus(testplugin.StatusRefused, testplugin.StatusRefusedName, "the test plugin refused on command")
 
+// One of its ops' names, defined here only (TestPluginOpNames).
+var _ = rdmo.DefineOp(testplugin.OpFetchAdd, testplugin.OpFetchAddName)
+
 func main() {
 	if p := os.Getenv("RDMO_TESTPLUGIN_CPUPROFILE"); p != "" {
 		if f, err := os.Create(p); err == nil {
