@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/openrdmo/rdmo/rdmo"
@@ -34,17 +35,55 @@ func (r Result) Err() error {
 	return &RequestError{Op: r.Op, Seq: r.Seq, Status: r.Status, Detail: r.Detail}
 }
 
-// CallWait is an outstanding Call (CallAsync).
+// CallWait is an outstanding Call (CallAsync, Driver.Start).
 type CallWait struct {
-	in   *Initiator
-	done chan struct{} // nil for a Driver's own (Driver.Call)
-	res  Result
-	err  error
+	in  *Initiator
+	res Result
+	err error
+	// once is claimed by whichever of finish and fail settles the call.
 	once atomic.Bool
+	mu   sync.Mutex
+	// done is made at once by CallAsync (its Wait needs it), on demand
+	// (Done) for a Driver's calls, which wait by running the loop: a
+	// pipeline of Driver.Start calls then allocates nothing per call.
+	done    chan struct{}
+	settled bool // res and err are final; under mu, as done
 }
 
 // Done is closed when the call has its answer (or failed).
-func (c *CallWait) Done() <-chan struct{} { return c.done }
+func (c *CallWait) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.settled {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// settle publishes res and err to Done's channel, if anyone made it.
+func (c *CallWait) settle() {
+	c.mu.Lock()
+	c.settled = true
+	if c.done != nil {
+		close(c.done)
+	}
+	c.mu.Unlock()
+}
+
+// reset makes a settled (or never queued) CallWait ready for another call.
+func (c *CallWait) reset(in *Initiator) {
+	c.in, c.res, c.err = in, Result{}, nil
+	c.once.Store(false)
+	c.mu.Lock()
+	c.done, c.settled = nil, false
+	c.mu.Unlock()
+}
+
+// outstanding reports whether c was queued and is not settled yet.
+func (c *CallWait) outstanding() bool { return c.in != nil && !c.once.Load() }
 
 // Wait waits for the answer, ctx, Close or a peer failure. It returns the
 // Result and Result.Err() when the worker answered (a failed request is a
@@ -55,24 +94,25 @@ func (c *CallWait) Done() <-chan struct{} { return c.done }
 // Inside a Drive's fn, use Driver.Wait: Wait then returns ErrInsideDrive
 // unless the answer is there.
 func (c *CallWait) Wait(ctx context.Context) (Result, error) {
-	if err := c.in.waitable(c.done); err != nil {
+	done := c.Done()
+	if err := c.in.waitable(done); err != nil {
 		return Result{}, err
 	}
 	var stop <-chan struct{}
 	if ctx != nil {
 		stop = ctx.Done()
 	}
-	spinFor(c.done, stop)
+	spinFor(done, stop)
 	if ctx == nil {
-		<-c.done
+		<-done
 		return c.res, c.err
 	}
 	select {
-	case <-c.done:
+	case <-done:
 		return c.res, c.err
 	case <-ctx.Done():
 		select {
-		case <-c.done:
+		case <-done:
 			return c.res, c.err
 		default:
 		}
@@ -91,9 +131,7 @@ func (c *CallWait) finish(a wire.AckResponse, data, detail []byte) {
 		c.res.Data = append([]byte(nil), data...)
 	}
 	c.err = c.res.Err()
-	if c.done != nil {
-		close(c.done)
-	}
+	c.settle()
 }
 
 // fail ends a call that gets no answer.
@@ -102,9 +140,7 @@ func (c *CallWait) fail(err error) {
 		return
 	}
 	c.err = err
-	if c.done != nil {
-		close(c.done)
-	}
+	c.settle()
 }
 
 // Call sends a plugin operation with rdmo.FlagAck and waits for its answer:

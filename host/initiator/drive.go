@@ -22,6 +22,10 @@ var ErrInsideDrive = errors.New("initiator: blocking call inside Drive's fn (use
 // ErrDriverDone is returned by a Driver used after its Drive's fn returned.
 var ErrDriverDone = errors.New("initiator: Driver used after its Drive returned")
 
+// ErrCallOutstanding is returned by Driver.Start given a CallWait whose
+// call has not settled: its storage is still the Initiator's.
+var ErrCallOutstanding = errors.New("initiator: Start with a CallWait whose call is outstanding")
+
 // ErrDrivePanicked is matched by the error Drive returns when fn panicked.
 var ErrDrivePanicked = errors.New("initiator: Drive's fn panicked")
 
@@ -196,8 +200,20 @@ func (d *Driver) CallAsync(op uint32, sub, payload []byte) (*CallWait, error) {
 	return DriverSender{d: d}.CallAsync(op, sub, payload)
 }
 
-// Wait runs the loop until c (from CallAsync, Initiator.CallAsync or a
-// Sender) has its answer, and returns what CallWait.Wait returns.
+// Start is CallAsync into c, storage of the caller's (the zero CallWait
+// is ready), so that a pipeline of calls allocates nothing per call: keep
+// an array of CallWaits, Start a call in each, and Wait for the oldest
+// before you Start the next one in its place. c is the caller's again once
+// the call settled (Wait returned its answer or its failure); Start
+// refuses a c whose call is still outstanding (ErrCallOutstanding), such
+// as one whose Wait ended with the context. CallWait.Wait and Done work
+// for it as for CallAsync's.
+func (d *Driver) Start(c *CallWait, op uint32, sub, payload []byte) error {
+	return DriverSender{d: d}.Start(c, op, sub, payload)
+}
+
+// Wait runs the loop until c (from CallAsync, Start, Initiator.CallAsync
+// or a Sender) has its answer, and returns what CallWait.Wait returns.
 func (d *Driver) Wait(c *CallWait) (Result, error) {
 	if err := d.usable(); err != nil {
 		return Result{}, err
@@ -247,8 +263,7 @@ func (s DriverSender) Call(op uint32, sub, payload []byte) (Result, error) {
 	if c == nil {
 		c = &CallWait{in: d.lp.in}
 	} else {
-		c.res, c.err = Result{}, nil
-		c.once.Store(false)
+		c.reset(d.lp.in)
 	}
 	d.sync = nil
 	if err := s.send(op, sub, payload, c); err != nil {
@@ -266,14 +281,30 @@ func (s DriverSender) Call(op uint32, sub, payload []byte) (Result, error) {
 
 // CallAsync is Driver.CallAsync with the DriverSender's flags.
 func (s DriverSender) CallAsync(op uint32, sub, payload []byte) (*CallWait, error) {
-	if err := s.d.usable(); err != nil {
-		return nil, err
-	}
-	c := &CallWait{in: s.d.lp.in, done: make(chan struct{})}
-	if err := s.send(op, sub, payload, c); err != nil {
+	c := new(CallWait)
+	if err := s.Start(c, op, sub, payload); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Start is Driver.Start with the DriverSender's flags.
+func (s DriverSender) Start(c *CallWait, op uint32, sub, payload []byte) error {
+	if err := s.d.usable(); err != nil {
+		return err
+	}
+	if c == nil {
+		return errors.New("initiator: Start with a nil CallWait")
+	}
+	if c.outstanding() {
+		return ErrCallOutstanding
+	}
+	c.reset(s.d.lp.in)
+	if err := s.send(op, sub, payload, c); err != nil {
+		c.in = nil // never queued: free to Start again
+		return err
+	}
+	return nil
 }
 
 // send queues the call through Sender.user, the path every call takes.

@@ -106,7 +106,7 @@ func TestDriveMatchesCall(t *testing.T) {
 			res initiator.Result
 			err error
 		}
-		var byCall, byDrive, byDriveAsync []answer
+		var byCall, byDrive, byDriveAsync, byStart []answer
 		for _, c := range calls {
 			res, err := in.With(ctx, c.flags).Call(c.op, c.sub, c.payload)
 			byCall = append(byCall, answer{res, err})
@@ -128,6 +128,23 @@ func TestDriveMatchesCall(t *testing.T) {
 				res, err := d.Wait(w)
 				byDriveAsync = append(byDriveAsync, answer{res, err})
 			}
+			// Start: two CallWaits of the caller's, each reused as soon
+			// as its call settled.
+			var ring [2]initiator.CallWait
+			for i, c := range calls {
+				w := &ring[i%len(ring)]
+				if i >= len(ring) {
+					res, err := d.Wait(w)
+					byStart = append(byStart, answer{res, err})
+				}
+				if err := d.With(c.flags).Start(w, c.op, c.sub, c.payload); err != nil {
+					return err
+				}
+			}
+			for i := len(calls); i < len(calls)+len(ring); i++ {
+				res, err := d.Wait(&ring[i%len(ring)])
+				byStart = append(byStart, answer{res, err})
+			}
 			return nil
 		})
 		if err != nil {
@@ -143,7 +160,7 @@ func TestDriveMatchesCall(t *testing.T) {
 			} else if a.err != nil || len(a.res.Data) == 0 {
 				t.Errorf("call %d: %v (%+v)", i, a.err, a.res)
 			}
-			for form, b := range map[string]answer{"Driver.Call": byDrive[i], "Driver.CallAsync": byDriveAsync[i]} {
+			for form, b := range map[string]answer{"Driver.Call": byDrive[i], "Driver.CallAsync": byDriveAsync[i], "Driver.Start": byStart[i]} {
 				if err := sameAnswer(a.res, b.res, a.err, b.err); err != nil {
 					t.Errorf("call %d, Call and %s: %v", i, form, err)
 				}
@@ -151,7 +168,7 @@ func TestDriveMatchesCall(t *testing.T) {
 			// Each answer is its own request's, and the three forms sent
 			// the same bytes.
 			var hdr []byte
-			for _, b := range []answer{a, byDrive[i], byDriveAsync[i]} {
+			for _, b := range []answer{a, byDrive[i], byDriveAsync[i], byStart[i]} {
 				if b.res.Seq >= uint64(len(got)) {
 					t.Fatalf("call %d answered with seq %d, %d arrived", i, b.res.Seq, len(got))
 				}
@@ -166,6 +183,58 @@ func TestDriveMatchesCall(t *testing.T) {
 		}
 		if st := in.Stats(); st.Drives != 1 || st.UnknownResponses != 0 {
 			t.Errorf("stats: %d drives, %d unknown responses; want 1, 0", st.Drives, st.UnknownResponses)
+		}
+	})
+}
+
+// TestDriveStartReuse: a CallWait given to Driver.Start is refused while
+// its call is outstanding, works with Done and CallWait.Wait after the
+// Drive, and is ready for another call once settled.
+func TestDriveStartReuse(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		_, in := startResults(t, tr, initiator.Options{})
+		ctx := timeout(t, time.Minute)
+		var w initiator.CallWait
+		payload := []byte("abc")
+		err := in.Drive(ctx, func(d *initiator.Driver) error {
+			if err := d.Start(&w, opReverse, nil, payload); err != nil {
+				return err
+			}
+			if err := d.Start(&w, opReverse, nil, payload); !errors.Is(err, initiator.ErrCallOutstanding) {
+				return fmt.Errorf("Start on an outstanding CallWait: %v, want ErrCallOutstanding", err)
+			}
+			if err := d.Start(nil, opReverse, nil, payload); err == nil {
+				return errors.New("Start with a nil CallWait succeeded")
+			}
+			for i := 0; i < 3; i++ {
+				res, err := d.Wait(&w)
+				if err != nil || string(res.Data) != "cba" {
+					return fmt.Errorf("call %d: %q %v", i, res.Data, err)
+				}
+				if err := d.Start(&w, opRefuse, nil, payload); err != nil {
+					return err
+				}
+				if _, err := d.Wait(&w); !errors.Is(err, rdmo.ErrOutOfBounds) {
+					return fmt.Errorf("refused call %d: %v, want OutOfBounds", i, err)
+				}
+				if err := d.Start(&w, opReverse, nil, payload); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Drive: %v", err)
+		}
+		// The last call is still the caller's to wait for, from here.
+		res, err := w.Wait(ctx)
+		if err != nil || string(res.Data) != "cba" {
+			t.Fatalf("Wait after the Drive: %q %v", res.Data, err)
+		}
+		select {
+		case <-w.Done():
+		default:
+			t.Fatal("Done of a settled call is not closed")
 		}
 	})
 }

@@ -18,8 +18,9 @@ import (
 // inverse of one chase's latency; its p50 is a chase's time in flight,
 // queueing included.
 //
-//   - chase/D/pipelined: indirect reads of depth D with
-//     Driver.CallAsync inside one Drive, answers taken oldest first
+//   - chase/D/pipelined: indirect reads of depth D with Driver.Start
+//     inside one Drive (a ring of CallWaits, each reused once its call
+//     settled: no allocation per call), answers taken oldest first
 //     (Driver.Wait); the initiator packs queued calls into BATCH messages.
 //   - native-chase/D/pipelined: as many chains of D dependent gets, each
 //     chain's next get issued (by the command goroutine, which owns the
@@ -37,23 +38,23 @@ func (p *initProc) opsCallsPipelined(s roundSpec) (roundResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	type inflight struct {
-		c  *initiator.CallWait
+		c  initiator.CallWait
 		t0 time.Time
 	}
+	ring := make([]inflight, depth)
 	var rr roundResult
 	err := p.in.Drive(ctx, func(dr *initiator.Driver) error {
-		ring := make([]inflight, depth)
 		var h Hist
 		b := newBudget(s, 16)
 		start := time.Now()
 		issued, done := 0, 0
 		for {
 			if issued-done < depth && !b.done(issued) {
-				c, err := dr.CallAsync(ops.OpIndirectRead, sub, nil)
-				if err != nil {
+				f := &ring[issued%depth]
+				if err := dr.Start(&f.c, ops.OpIndirectRead, sub, nil); err != nil {
 					return fmt.Errorf("call %d: %w", issued, err)
 				}
-				ring[issued%depth] = inflight{c: c, t0: time.Now()}
+				f.t0 = time.Now()
 				issued++
 				continue
 			}
@@ -61,7 +62,7 @@ func (p *initProc) opsCallsPipelined(s roundSpec) (roundResult, error) {
 				break
 			}
 			f := &ring[done%depth]
-			res, err := dr.Wait(f.c)
+			res, err := dr.Wait(&f.c)
 			h.Add(time.Since(f.t0))
 			if err != nil {
 				return fmt.Errorf("call %d: %w", done, err)
@@ -69,7 +70,6 @@ func (p *initProc) opsCallsPipelined(s roundSpec) (roundResult, error) {
 			if res.Value != chain[d] || len(res.Data) != 0 {
 				return fmt.Errorf("call %d reached %#x with %d bytes, want %#x", done, res.Value, len(res.Data), chain[d])
 			}
-			*f = inflight{}
 			done++
 		}
 		rr = roundResult{Ops: uint64(done), Bytes: uint64(done * 8), Elapsed: time.Since(start), Lat: h}
