@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -43,9 +44,9 @@ type CallWait struct {
 	// once is claimed by whichever of finish and fail settles the call.
 	once atomic.Bool
 	mu   sync.Mutex
-	// done is made at once by CallAsync (its Wait needs it), on demand
-	// (Done) for a Driver's calls, which wait by running the loop: a
-	// pipeline of Driver.Start calls then allocates nothing per call.
+	// done is made on demand (Done, and Wait, which parks on it): a
+	// Driver's calls wait by running the loop, so a pipeline of
+	// Driver.Start calls allocates nothing per call.
 	done    chan struct{}
 	settled bool // res and err are final; under mu, as done
 }
@@ -82,6 +83,11 @@ func (c *CallWait) reset(in *Initiator) {
 	c.mu.Unlock()
 }
 
+// ErrNoCall is returned by a Wait for a CallWait that holds no call (the
+// zero CallWait, or one whose Driver.Start failed): nothing would ever
+// answer it.
+var ErrNoCall = errors.New("initiator: Wait for a CallWait that holds no call")
+
 // outstanding reports whether c was queued and is not settled yet.
 func (c *CallWait) outstanding() bool { return c.in != nil && !c.once.Load() }
 
@@ -94,6 +100,9 @@ func (c *CallWait) outstanding() bool { return c.in != nil && !c.once.Load() }
 // Inside a Drive's fn, use Driver.Wait: Wait then returns ErrInsideDrive
 // unless the answer is there.
 func (c *CallWait) Wait(ctx context.Context) (Result, error) {
+	if c.in == nil {
+		return Result{}, ErrNoCall
+	}
 	done := c.Done()
 	if err := c.in.waitable(done); err != nil {
 		return Result{}, err
@@ -176,7 +185,7 @@ func (s Sender) Call(op uint32, sub, payload []byte) (Result, error) {
 // always added) and context.
 func (s Sender) CallAsync(op uint32, sub, payload []byte) (*CallWait, error) {
 	s.flags |= rdmo.FlagAck
-	c := &CallWait{in: s.in, done: make(chan struct{})}
+	c := &CallWait{in: s.in}
 	if _, err := s.user(op, sub, payload, c); err != nil {
 		return nil, err
 	}

@@ -218,6 +218,9 @@ func (d *Driver) Wait(c *CallWait) (Result, error) {
 	if err := d.usable(); err != nil {
 		return Result{}, err
 	}
+	if c == nil || c.in == nil {
+		return Result{}, ErrNoCall
+	}
 	return d.wait(c)
 }
 

@@ -206,6 +206,10 @@ func TestDriveStartReuse(t *testing.T) {
 			if err := d.Start(nil, opReverse, nil, payload); err == nil {
 				return errors.New("Start with a nil CallWait succeeded")
 			}
+			var none initiator.CallWait
+			if _, err := d.Wait(&none); !errors.Is(err, initiator.ErrNoCall) {
+				return fmt.Errorf("Driver.Wait for a zero CallWait: %v, want ErrNoCall", err)
+			}
 			for i := 0; i < 3; i++ {
 				res, err := d.Wait(&w)
 				if err != nil || string(res.Data) != "cba" {
@@ -235,6 +239,10 @@ func TestDriveStartReuse(t *testing.T) {
 		case <-w.Done():
 		default:
 			t.Fatal("Done of a settled call is not closed")
+		}
+		var none initiator.CallWait
+		if _, err := none.Wait(ctx); !errors.Is(err, initiator.ErrNoCall) {
+			t.Fatalf("CallWait.Wait for a zero CallWait: %v, want ErrNoCall", err)
 		}
 	})
 }

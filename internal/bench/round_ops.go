@@ -202,11 +202,6 @@ func opsModes(names []string) ([]string, error) {
 	return m, nil
 }
 
-// pipeDepth is the chases a pipelined row keeps in flight per initiator.
-func pipeDepth(s roundSpec) int {
-	return max(1, min(s.Window, opsPipeMax))
-}
-
 // kvValueSize is the kv table's value size for a row of size bytes: the
 // size rounded up to 8, at most rdmo.MaxResultData (a result's bound).
 func kvValueSize(size int) int {

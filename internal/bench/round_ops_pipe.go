@@ -27,6 +27,11 @@ import (
 //     raw UCX worker) as soon as its last one completed: the best a UCX
 //     program does with one-sided gets.
 
+// pipeDepth is the chases a pipelined row keeps in flight per initiator.
+func pipeDepth(s roundSpec) int {
+	return max(1, min(s.Window, opsPipeMax))
+}
+
 // opsCallsPipelined keeps pipeDepth(s) chases in flight inside one Drive
 // and checks every answer.
 func (p *initProc) opsCallsPipelined(s roundSpec) (roundResult, error) {
