@@ -24,6 +24,9 @@ type client struct {
 	hostFailed atomic.Bool                        // the host-access endpoint failed or the client is gone
 	regions    atomic.Pointer[map[uint64]*region] // copy-on-write, written by the loop
 	placesDone atomic.Uint64                      // Places finished, written by the loop
+	// blocked is set while the executor blocks (on exQ or syncCh): a push
+	// or signal then readies it onto the loop's P (see Worker.wakeExec).
+	blocked atomic.Bool
 
 	// Loop-owned.
 	hostEP   *ucp.Endpoint
@@ -33,6 +36,7 @@ type client struct {
 	rr       int
 	queued   int // batches handed to the executor, HandleBatch not returned
 	atExec   int // batches and commands at the executor, not returned
+	waking bool // in Worker.woken
 	// inlineRound is the loop round (Worker.round) of the client's last
 	// batch run on the loop (runInline): one per client and round.
 	inlineRound uint64
@@ -108,6 +112,7 @@ type execItem struct {
 // pushExec hands an item to the executor; on the loop only.
 func (c *client) pushExec(it execItem) {
 	c.w.readied++
+	c.w.wakeExec(c)
 	if it.kind != execStop {
 		c.w.atExec++
 		c.atExec++
@@ -172,7 +177,15 @@ func (c *client) putBatch(b *batch) {
 func (c *client) run() {
 	var items []execItem
 	for {
-		items = c.exQ.Wait(items)
+		items = c.exQ.Take(items)
+		for len(items) == 0 && !c.exQ.Closed() {
+			c.blocked.Store(true)
+			if items = c.exQ.Take(items); len(items) == 0 {
+				<-c.exQ.Signal()
+				items = c.exQ.Take(items)
+			}
+			c.blocked.Store(false)
+		}
 		for i := range items {
 			it := items[i]
 			items[i] = execItem{}

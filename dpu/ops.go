@@ -95,6 +95,7 @@ func (w *Worker) groupCheck(g *opGroup) {
 		w.completeBatch(g.b)
 	case groupSync:
 		w.readied++
+		w.wakeExec(g.c)
 		select {
 		case g.c.syncCh <- struct{}{}:
 		default:

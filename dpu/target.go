@@ -234,8 +234,10 @@ func (t *target) submitWait() {
 	g := &t.c.sync
 	g.status, g.detail = rdmo.StatusOK, ""
 	ops := *t.ops
+	t.c.blocked.Store(true)
 	t.w.push(inboxItem{kind: itemSubmit, c: t.c, ops: ops, sync: t.sync, g: g})
 	<-t.c.syncCh
+	t.c.blocked.Store(false)
 	clear(ops)
 	*t.ops = ops[:0]
 	clear(t.sync)

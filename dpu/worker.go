@@ -78,7 +78,8 @@ type Worker struct {
 	itemBuf    []inboxItem
 	dirty      []*client // clients whose request queues may dispatch
 	dirtySpare []*client // pumpDirty's second buffer
-	readied    int       // executors readied in this round (see run)
+	readied    int       // items and signals handed to executors in this round (see run)
+	woken      []*client // clients whose parked executor the loop readied (see wakeExec)
 	round      uint64    // rounds of the loop, for client.inlineRound
 	atExec     int       // batches and commands handed to executors, not returned
 	shm        shmCheck  // the shared-memory receive-queue check (shmcheck.go)
@@ -434,17 +435,19 @@ func (w *Worker) run(started chan<- error) {
 			}
 		}
 		if n > 0 || did > 0 || w.readied > 0 {
-			sp.yieldDue = sp.yieldDue || w.readied > 0
-			if sp.active() && w.readied > 0 {
-				// Work after a quiet spell that readied an executor (a
-				// request/response conversation): let the thread the
-				// runtime woke for it run now, should it wait for this
-				// CPU. Under load the loop does not yield: the executor
-				// runs on another thread, in parallel with it.
-				sp.yieldDue = false
-				yieldThread(sp.procs)
+			if sp.active() && len(w.woken) > 0 {
+				// Work after a quiet spell that woke an executor (a
+				// request/response conversation): let it run now.
+				// Under load the loop does not yield: another thread
+				// takes the executor from this P, in parallel with it.
+				w.yieldToWoken()
 			}
 			continue
+		}
+		if len(w.woken) > 0 {
+			// Nothing to do but wait for an executor this loop woke:
+			// if it still waits in this P's run queue, let it run.
+			w.yieldToWoken()
 		}
 		if !sp.idle(w.outstanding()) {
 			continue
@@ -454,7 +457,6 @@ func (w *Worker) run(started chan<- error) {
 		// sysmon takes it back. Yield the P first so it runs now (on
 		// another thread: the loop's is locked; a sleep is rare enough
 		// for the two thread switches this costs).
-		sp.yieldDue = false
 		runtime.Gosched()
 		if sp.spun > 0 {
 			w.spun.Add(int64(sp.spun))
@@ -477,7 +479,6 @@ func (w *Worker) run(started chan<- error) {
 		}
 		w.sleeping.Store(false)
 		sp.slept(woken)
-		sp.procs = runtime.GOMAXPROCS(0)
 	}
 	w.closeErr = w.teardown()
 }
@@ -628,23 +629,39 @@ func (w *Worker) maintain() {
 	}
 }
 
-// yieldThread lets an executor the loop just readied run now. The
-// runtime put it in the loop's P run queue and, with more than one P, woke
-// another thread to take it from there; the loop yields the CPU to the
-// threads that want it (sched_yield), keeping its P. A goroutine locked to
-// its thread cannot share it: a runtime.Gosched would hand the P to another
-// thread and park the loop's until it gets the P back, two thread switches
-// through futexes per yield, which a profile of a saturated worker showed
-// as a tenth of its time. With one P the executor can run only when the
-// loop gives the P up, so there it does (Gosched). UCX binds the worker to
-// one thread (UCX 1.18 aborts when another thread touches it), and
-// ucp.NewWorker's own lock keeps the loop on its thread.
-func yieldThread(procs int) {
-	if procs > 1 {
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+// wakeExec records that the loop handed an item or signal to c's executor.
+// An executor that was parked is now runnable in the loop's P run queue
+// (the goroutine that readies another puts it there), where it can run only
+// when the loop gives the P up or another thread steals it; the runtime
+// steals from a running P's next slot last and after a pause, and on a busy
+// machine the thief waits for a CPU. yieldToWoken gives the P up when that
+// happened and the loop has nothing better to do.
+func (w *Worker) wakeExec(c *client) {
+	if c.waking || !c.blocked.Load() {
 		return
 	}
-	runtime.Gosched()
+	c.waking = true
+	w.woken = append(w.woken, c)
+}
+
+// yieldToWoken yields the loop's P (runtime.Gosched) if an executor it
+// woke has not started running yet. A goroutine locked to its thread, as
+// the loop is (UCX binds the worker to one thread; UCX 1.18 aborts when
+// another thread touches it), hands its P to another thread and parks until
+// it gets it back: two thread switches, paid only when an executor is
+// really stuck behind the loop, not for every item of a saturated stream
+// (whose executor is busy, not parked, when items arrive).
+func (w *Worker) yieldToWoken() {
+	stuck := false
+	for i, c := range w.woken {
+		c.waking = false
+		stuck = stuck || c.blocked.Load()
+		w.woken[i] = nil
+	}
+	w.woken = w.woken[:0]
+	if stuck {
+		runtime.Gosched()
+	}
 }
 
 // outstanding reports whether the loop expects work soon without a new
@@ -696,11 +713,9 @@ type spinner struct {
 	timedOut  bool          // the last sleep ran its full IdleWait
 	sleptAt   time.Time     // when the idle period that slept began
 	sleptOnce bool          // the current idle period included a sleep
-	yieldDue  bool          // an executor was readied since the last yield
-	procs     int           // GOMAXPROCS, read at the start and after each sleep
 }
 
-func (s *spinner) reset() { *s = spinner{window: spinMin, procs: runtime.GOMAXPROCS(0)} }
+func (s *spinner) reset() { *s = spinner{window: spinMin} }
 
 // active records a round that found work. It reports whether the loop
 // had been quiet before: at least quietRounds empty rounds, or a sleep.
@@ -745,12 +760,7 @@ func (s *spinner) idle(outstanding bool) bool {
 		// Poll politely: let the threads that want this CPU (an
 		// executor's, a peer process on a small machine, the initiator
 		// of this very conversation) run first (a no-op when the CPU is
-		// ours). With one P an executor readied by a busy round can run
-		// only when the loop gives the P up (yieldThread).
-		if s.yieldDue && s.procs < 2 {
-			s.yieldDue = false
-			yieldThread(s.procs)
-		}
+		// ours).
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		return false
 	}
