@@ -34,9 +34,9 @@ type client struct {
 	unmapped int // regions not mapped into the worker (served through UCX)
 	rqs      []*rq
 	rr       int
-	queued   int // batches handed to the executor, HandleBatch not returned
-	atExec   int // batches and commands at the executor, not returned
-	waking bool // in Worker.woken
+	queued   int  // batches handed to the executor, HandleBatch not returned
+	atExec   int  // batches and commands at the executor, not returned
+	waking   bool // in Worker.woken
 	// inlineRound is the loop round (Worker.round) of the client's last
 	// batch run on the loop (runInline): one per client and round.
 	inlineRound uint64
