@@ -8,5 +8,5 @@
 //   - host/oob is the out-of-band channel on which a target hands its
 //     worker's address and regions to an initiator.
 //
-// The rdmo binary's demo built on them is internal/demo.
+// The rdmo binary's demo built on them is cmd/rdmo/internal/demo.
 package host

@@ -4,4 +4,4 @@
 # baselines of the same run). DURATION, ROUNDS, RSS_TIME and OUT tune it.
 .PHONY: bench-rdmo
 bench-rdmo: deps
-	GO=$(GO) ./internal/bench/results.sh
+	GO=$(GO) ./cmd/rdmo/internal/bench/results.sh

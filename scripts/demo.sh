@@ -19,8 +19,8 @@ case "$OPS" in
   '' | *[!0-9]* | 0) echo "demo: DEMO_OPS must be a whole number of at least 1, got '$OPS'" >&2; exit 2 ;;
 esac
 
-# The version and commit `rdmo -v` prints (internal/cli.Version, Commit).
-pkg=github.com/openrdmo/rdmo/internal/cli
+# The version and commit `rdmo -v` prints (cmd/rdmo/internal/cli.Version, Commit).
+pkg=github.com/openrdmo/rdmo/cmd/rdmo/internal/cli
 version="$(git describe --tags --always --dirty 2>/dev/null || echo devel)"
 commit="$(git rev-parse --short=12 HEAD 2>/dev/null || true)"
 ldflags="-X $pkg.Version=$version -X $pkg.Commit=$commit -X $pkg.BuildDate=$(date -u +%Y-%m-%d)"

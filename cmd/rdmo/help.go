@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )

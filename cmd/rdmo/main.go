@@ -7,9 +7,9 @@
 // service daemon), plugins and bench.
 //
 // The behaviour of each mode is a value of cli.App that main builds
-// (rdmoApp): the demo (internal/demo), the UROM service (internal/dpucmd),
-// the benchmark (internal/bench) and the UCX flags (internal/ucxflag). The
-// flag layer (internal/cli and this file) never changes when a mode does.
+// (rdmoApp): the demo (cmd/rdmo/internal/demo), the UROM service (cmd/rdmo/internal/dpucmd),
+// the benchmark (cmd/rdmo/internal/bench) and the UCX flags (cmd/rdmo/internal/ucxflag). The
+// flag layer (cmd/rdmo/internal/cli and this file) never changes when a mode does.
 //
 // Exit status: 0 success (and -h, -v), 1 the command failed, 2 usage error
 // (flags, params file, values), 3 the mode is not built into this binary,
@@ -32,11 +32,11 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"github.com/openrdmo/rdmo/internal/bench"
-	"github.com/openrdmo/rdmo/internal/cli"
-	"github.com/openrdmo/rdmo/internal/demo"
-	"github.com/openrdmo/rdmo/internal/dpucmd"
-	"github.com/openrdmo/rdmo/internal/ucxflag"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/bench"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/demo"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/dpucmd"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/ucxflag"
 )
 
 func main() {

@@ -14,15 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"go.uber.org/zap"
 )
 
 // shipped is the params file as DOCA ships it (comments, trailing commas).
-const shipped = "../../internal/cli/testdata/urom_rdmo_params.json"
+const shipped = "internal/cli/testdata/urom_rdmo_params.json"
 
-const cliPkg = "github.com/openrdmo/rdmo/internal/cli"
+const cliPkg = "github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 
 // bareEnv makes the test binary run as rdmo with no modes at all (an empty
 // cli.App): the flag layer alone, every mode "not built", as TestBinary
@@ -87,7 +87,7 @@ func runBinary(t *testing.T, bin string, args ...string) result {
 // process: exit statuses, stdout and stderr. The binary is this package's
 // test binary, built with the link-time build information, which runs as
 // rdmo with an empty cli.App (bareEnv): the flag layer alone, every mode
-// "not built"; internal/demo's tests run the binary with the modes.
+// "not built"; cmd/rdmo/internal/demo's tests run the binary with the modes.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")

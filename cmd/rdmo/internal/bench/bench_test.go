@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/ucp"
 )
 

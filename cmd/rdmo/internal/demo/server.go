@@ -14,12 +14,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/dpucmd"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/oob"
 	"github.com/openrdmo/rdmo/host/target"
-	"github.com/openrdmo/rdmo/internal/cli"
-	"github.com/openrdmo/rdmo/internal/dpucmd"
-	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/urom"

@@ -70,9 +70,9 @@ const UCXVersionPlaceholder = "unknown (UCX is not linked into this binary yet)"
 
 // Build information, set at link time, for example:
 //
-//	go build -ldflags "-X github.com/openrdmo/rdmo/internal/cli.Version=1.2.0 \
-//	    -X github.com/openrdmo/rdmo/internal/cli.Commit=$(git rev-parse --short HEAD) \
-//	    -X github.com/openrdmo/rdmo/internal/cli.BuildDate=$(date -u +%Y-%m-%d)" ./cmd/rdmo
+//	go build -ldflags "-X github.com/openrdmo/rdmo/cmd/rdmo/internal/cli.Version=1.2.0 \
+//	    -X github.com/openrdmo/rdmo/cmd/rdmo/internal/cli.Commit=$(git rev-parse --short HEAD) \
+//	    -X github.com/openrdmo/rdmo/cmd/rdmo/internal/cli.BuildDate=$(date -u +%Y-%m-%d)" ./cmd/rdmo
 //
 // When they are left empty, VersionInfo falls back to what the Go toolchain
 // recorded in the binary (module version, VCS revision and time).

@@ -15,10 +15,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/host/oob"
-	"github.com/openrdmo/rdmo/internal/cli"
-	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 )

@@ -19,9 +19,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/dpu"
-	"github.com/openrdmo/rdmo/internal/cli"
-	"github.com/openrdmo/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/openrdmo/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 )
 
 // The rdmo binary's `bench` command registers only the common flags of

@@ -11,7 +11,7 @@
 #   GO        the go command                   (default go)
 # Needs ucx_perftest (ucx-utils, installed by `make deps`).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../../.."
 out=${OUT:-/tmp/rdmo-bench}
 dur=${DURATION:-5s}
 rss_time=${RSS_TIME:-60s}

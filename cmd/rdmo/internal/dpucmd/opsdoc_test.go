@@ -22,7 +22,7 @@ type docMetric struct {
 // readOperationsDoc reads the metrics table of docs/OPERATIONS.md.
 func readOperationsDoc(t *testing.T) map[string]docMetric {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/OPERATIONS.md")
+	b, err := os.ReadFile("../../../../docs/OPERATIONS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
