@@ -37,9 +37,6 @@ type client struct {
 	queued   int  // batches handed to the executor, HandleBatch not returned
 	atExec   int  // batches and commands at the executor, not returned
 	waking   bool // in Worker.woken
-	// inlineRound is the loop round (Worker.round) of the client's last
-	// batch run on the loop (runInline): one per client and round.
-	inlineRound uint64
 	// cached counts the batches dispatched to handlers that may cache
 	// state (HandlerInfo.NoCachedState false); cleanAt is its value when
 	// the last FLUSH that succeeded was dispatched. While they are equal,

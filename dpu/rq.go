@@ -461,7 +461,7 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	inline := w.inlineOK(c, q.queue[q.head])
 	limit := w.cfg.MaxBatch
 	if inline {
-		limit = min(limit, maxInline)
+		limit = min(limit, maxInline, w.inlineLeft)
 	}
 	b := c.getBatch()
 	b.rq = q
@@ -492,11 +492,15 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	c.pushExec(execItem{kind: execBatch, b: b})
 }
 
-// maxInline bounds the requests of a batch the loop runs itself: with
-// handlers of about a microsecond per request (rdmo.HandlerInfo.Inline)
-// the loop is away from UCX and the other clients for some 64 µs at most,
-// and only once per client and round (client.inlineRound).
-const maxInline = 64
+// maxInline bounds the requests of a batch the loop runs itself, and
+// inlineBudget those of all batches it runs itself in one round: with
+// handlers of well under a microsecond per request (rdmo.HandlerInfo.Inline)
+// the loop is away from UCX and the other clients for some hundreds of
+// microseconds at most. What the budget leaves goes to the executors.
+const (
+	maxInline    = 256
+	inlineBudget = 1024
+)
 
 // inlineOK reports whether the batch that p leads may run on the loop
 // (runInline) instead of the client's executor. Order is kept: the
@@ -509,10 +513,10 @@ const maxInline = 64
 // nothing to wait for (no UCX write or Place since the last one). Only
 // handlers that declare Inline (built-ins; a plugin's handler never does,
 // its HandlerInfo comes over the plugin protocol without the flag), and
-// one batch per client and loop round, so one client's stream cannot keep
-// the loop from the others: its next batch goes to the executor.
+// within the round's budget (inlineBudget), so one client's stream cannot
+// keep the loop from the others: what is over goes to the executor.
 func (w *Worker) inlineOK(c *client, p *pending) bool {
-	return p.h.info.Inline && !p.rndv && c.atExec == 0 && c.inlineRound != w.round &&
+	return p.h.info.Inline && !p.rndv && c.atExec == 0 && w.inlineLeft > 0 &&
 		c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()
 }
 
@@ -525,7 +529,7 @@ func (w *Worker) inlineOK(c *client, p *pending) bool {
 // executor, and of the loop by its answer), each a wait for a CPU when the
 // machine is busy.
 func (w *Worker) runInline(c *client, b *batch) {
-	c.inlineRound = w.round
+	w.inlineLeft -= len(b.ents)
 	w.stats.inlined.Add(1)
 	t := &c.tgt
 	t.bind(b, &b.g, &b.ops, &b.bufs)

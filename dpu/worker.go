@@ -80,7 +80,8 @@ type Worker struct {
 	dirtySpare []*client // pumpDirty's second buffer
 	readied    int       // items and signals handed to executors in this round (see run)
 	woken      []*client // clients whose parked executor the loop readied (see wakeExec)
-	round      uint64    // rounds of the loop, for client.inlineRound
+	round      uint64    // rounds of the loop
+	inlineLeft int       // requests the loop may still run itself this round (runInline)
 	atExec     int       // batches and commands handed to executors, not returned
 	shm        shmCheck  // the shared-memory receive-queue check (shmcheck.go)
 
@@ -417,6 +418,7 @@ func (w *Worker) run(started chan<- error) {
 	for {
 		w.round++
 		w.readied = 0 // counted by completions in Progress too
+		w.inlineLeft = inlineBudget
 		n, err := w.uw.Progress()
 		if err != nil && progressErr == nil {
 			progressErr = err

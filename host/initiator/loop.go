@@ -287,8 +287,16 @@ func (lp *loop) round() (closing bool) {
 		}
 		// Sends wait in UCX for room at the receiver (a full
 		// shared-memory FIFO), which no wake-up event announces:
-		// keep progressing, but let other goroutines run (the
-		// receiver may be one of this process).
+		// keep progressing, yielding the CPU (sched_yield) to the
+		// threads that drain it. Now and then, or with one P, also
+		// let this process's other goroutines run (the receiver may
+		// be one of them): a locked goroutine's Gosched hands its P
+		// to another thread and parks its own, two thread switches
+		// that per round would cost more than the wait.
+		if runtime.GOMAXPROCS(0) > 1 && lp.idle%idleSpins != 0 {
+			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			return false
+		}
 		runtime.Gosched()
 	}
 	return false

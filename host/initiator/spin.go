@@ -22,14 +22,15 @@ const answerSpin = 200 * time.Microsecond
 const spinCheckEvery = 8
 
 // spinFor polls done and stop (nil: none) for up to answerSpin, yielding
-// between polls both the P (runtime.Gosched: a goroutine of this process
-// that produces the answer, such as a worker running in the same process,
-// may be waiting for one) and the CPU (sched_yield: the threads that
-// produce the answer, the progress loop and on a small machine the worker
-// process, may want this core). It returns when either is closed or the
-// time is up; the caller then waits as it would have (a select that finds
-// a closed channel does not park). It does not poll with one P: the
-// caller would then hold the P the progress loop needs.
+// between polls the CPU (sched_yield: the threads that produce the answer,
+// the progress loop and on a small machine the worker process, may want
+// this core) and every spinCheckEvery polls the P (runtime.Gosched: a
+// goroutine of this process that produces the answer, such as a worker
+// running in the same process, may be waiting for one). It returns when
+// either is closed or the time is up; the caller then waits as it would
+// have (a select that finds a closed channel does not park). It does not
+// poll with one P: the caller would then hold the P the progress loop
+// needs.
 func spinFor(done, stop <-chan struct{}) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		return
@@ -50,7 +51,12 @@ func spinFor(done, stop <-chan struct{}) {
 				return
 			}
 		}
-		runtime.Gosched()
+		if i%spinCheckEvery == spinCheckEvery-1 {
+			// Not every poll: a Gosched that finds an idle P wakes
+			// a thread for it (a futex call), the cost this poll
+			// exists to avoid.
+			runtime.Gosched()
+		}
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
