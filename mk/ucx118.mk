@@ -29,6 +29,7 @@ test-ucx-1.18:
 # then the Go benchmarks. ROUNDS and BENCHTIME pass through, and so does
 # UCX_* from the environment; a short form (a minute or two once the root's
 # build cache is warm): make bench-ucx-1.18 ROUNDS=1 BENCHTIME=1x.
-# Not in CI: speed is read from docs/BENCHMARKS.md ("UCX 1.13 vs 1.18").
+# Not in CI: speed is read from docs/BENCHMARKS.md (goal table) and
+# docs/benchmarks/ucx-limits.md ("UCX 1.13 and 1.18").
 bench-ucx-1.18:
 	./scripts/ucx118.sh -- make bench $(if $(ROUNDS),ROUNDS=$(ROUNDS)) BENCHTIME=$(BENCHTIME)

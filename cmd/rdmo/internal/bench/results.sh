@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Produces the figures of docs/BENCHMARKS.md's rdmo bench section (make
+# Produces the figures of docs/BENCHMARKS.md's goal table (make
 # bench-rdmo). Every figure is a ratio to a baseline measured in the same
 # run: `rdmo bench` interleaves its rows round by round, ucx_perftest
 # (perftest-am, perftest-put) among them, and reports CPU time per

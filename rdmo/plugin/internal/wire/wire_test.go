@@ -61,7 +61,7 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Errorf("older InfoResp: %+v %v", ir, err)
 	}
 	roundTrip(t, &InfoResp{Name: "kv", Ops: []uint32{38, 39}, OpNames: []OpName{{Op: 38, Name: "kv-lookup"}, {Op: 39, Name: "kv-insert"}}})
-	// One of session 6 (6 fields, statuses but no op names) too.
+	// So does one of the version before op names (6 fields: statuses, no op names).
 	six := appendArr(appendBool(appendInt(appendArr(appendStr(appendStr(appendArr(nil, 6), "six"), "1.0"), 0), 6), false), 0)
 	ir = InfoResp{}
 	if err := unmarshal(six, &ir); err != nil || ir.Name != "six" || ir.Pid != 6 || ir.OpNames != nil {
