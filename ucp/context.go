@@ -58,7 +58,7 @@ var shmErrorHandling = []string{"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HAND
 // UCX's default, 20 s, left a dead initiator's queue or a dead target
 // unnoticed for that long; a check is a look at the peer's process (shared
 // memory) or a small message (TCP) per endpoint, so 1 s costs little
-// (docs/BENCHMARKS.md). Set unless the environment sets
+// (docs/benchmarks/ucx-limits.md). Set unless the environment sets
 // UCX_KEEPALIVE_INTERVAL.
 const keepaliveInterval = "1s"
 

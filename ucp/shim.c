@@ -363,7 +363,7 @@ uint32_t shim_progress(shim_worker_t *w, uint32_t nops, const uintptr_t *release
          * (a request, an answer), not a stream: hand it to Go now. Calling
          * UCX again first would cost the turn one more poll of every
          * transport, an epoll_wait on tcp, before anyone answers it (about
-         * a microsecond of each round trip here, docs/BENCHMARKS.md). A
+         * a microsecond of each round trip here, docs/benchmarks/idle-policy.md). A
          * call that found more keeps draining, so a stream still arrives
          * in large rounds. */
         uint32_t added = w->nevents - before;
