@@ -209,7 +209,7 @@ func (d *driver) run(ctx context.Context) error {
 		return err
 	}
 	for _, m := range d.o.Modes {
-		if s := strategyOf(m); s != "" && d.workers[s] == nil {
+		if s := mustRow(m).Strategy; s != "" && d.workers[s] == nil {
 			if err := d.spawn(s); err != nil {
 				return err
 			}
@@ -221,10 +221,12 @@ func (d *driver) run(ctx context.Context) error {
 	// each row's rounds are spread over the same stretch of time as the
 	// baselines' (the machines are shared: a row measured alone, after
 	// another, sees other weather). The first pass warms up.
-	for _, size := range d.o.Sizes {
+	for i, size := range d.o.Sizes {
 		var rows []*rowState
 		for _, m := range d.o.Modes {
-			rows = append(rows, d.newRow(m, size))
+			if r := mustRow(m); !r.Sizeless || i == 0 {
+				rows = append(rows, d.newRow(r, size))
+			}
 		}
 		for pass := 0; ; pass++ {
 			active := 0
@@ -329,25 +331,9 @@ func (d *driver) stats(strategy string) (dpu.Stats, error) {
 	return st, err
 }
 
-// capacity is how many operations of the row fit one initiator's share of
-// target memory in one round (0: unbounded).
-func (d *driver) capacity(mode string, size int) int {
-	n := d.o.Initiators
-	if isOpsMode(mode) {
-		return 0
-	}
-	if k, ok := scatterIOVs(mode); ok {
-		return d.o.QueueBytes / (n * k * size)
-	}
-	switch mode {
-	case ModeRawAM, ModePingPong, ModeFlushIdle, ModeFlushIdleDrive, ModePerftestAM, ModePerftestPut:
-		return 0
-	}
-	return (d.o.QueueBytes - 8) / size / n
-}
-
 // rowState is a row being measured.
 type rowState struct {
+	def     *rowDef
 	row     Row
 	rates   []float64 // per measured round, operations per second
 	cpu     cpuSample // CPU time of the measured rounds
@@ -377,10 +363,16 @@ func (rs *rowState) addRate(ops uint64, el time.Duration) {
 	row.RateMax = max(row.RateMax, r)
 }
 
-func (d *driver) newRow(mode string, size int) *rowState {
-	rs := &rowState{row: Row{Mode: mode, Size: size, Strategy: strategyOf(mode)}, capOps: d.capacity(mode, size), short: d.o.Short}
-	if k, ok := scatterIOVs(mode); ok {
-		rs.layout = scatterLayout{IOVs: k, Size: size, Lane: uint64(rs.capOps * size)}
+func (d *driver) newRow(def *rowDef, size int) *rowState {
+	if def.Sizeless {
+		size = 0
+	}
+	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy}, short: d.o.Short}
+	if def.Capacity != nil {
+		rs.capOps = def.Capacity(&d.o, size)
+	}
+	if def.IOVs > 0 {
+		rs.layout = scatterLayout{IOVs: def.IOVs, Size: size, Lane: uint64(rs.capOps * size)}
 	}
 	return rs
 }
@@ -419,13 +411,13 @@ func (rs *rowState) finish() Row {
 	if row.Strategy != "" {
 		f := rs.fig
 		f.Requests = row.Ops
-		if row.Mode == ModeFlushLoad {
+		if rs.def.Load {
 			f.Requests = row.Load
 		}
 		f.finish()
 		row.Worker = &f
 	}
-	row.Verified = !isPerftest(row.Mode) // ucx_perftest checks no data
+	row.Verified = !rs.def.NoData
 	return row
 }
 
@@ -434,13 +426,12 @@ func (rs *rowState) finish() Row {
 // data, and (unless warming up) adds the round to the row. A round that
 // loses data fails its row; an error stops the run.
 func (d *driver) runRound(rs *rowState, warm bool) error {
-	if isPerftest(rs.row.Mode) {
-		return d.perftestRound(rs, warm)
+	if rs.def.Drive != nil {
+		return rs.def.Drive(d, rs, warm)
 	}
 	row := &rs.row
-	mode, size := row.Mode, row.Size
 	spec := roundSpec{
-		Mode: mode, Strategy: row.Strategy, Size: size, Sample: d.o.Sample, Window: d.o.Window,
+		Mode: row.Mode, Strategy: row.Strategy, Size: row.Size, Sample: d.o.Sample, Window: d.o.Window,
 		Credit: d.o.Credit, Layout: rs.layout,
 	}
 	d.round++
@@ -455,34 +446,17 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	if !warm && d.o.MaxOps > 0 {
 		spec.MaxOps = d.o.MaxOps - rs.perInit
 	}
-	if rs.capOps > 0 && mode != ModeFlushLoad && (spec.MaxOps == 0 || spec.MaxOps > rs.capOps) {
+	if rs.capOps > 0 && !rs.def.Load && (spec.MaxOps == 0 || spec.MaxOps > rs.capOps) {
 		spec.MaxOps = rs.capOps
 	}
-	if mode == ModeFlushLoad {
+	if rs.def.Load {
 		spec.LoadMax = rs.capOps
 	}
-	if isQueueRow(mode) {
-		if err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: row.Strategy}, "QUEUE", &spec.Queue, time.Minute); err != nil {
+	if rs.def.Setup != nil {
+		if err := rs.def.Setup(d, rs, &spec); err != nil {
 			rs.fail(err)
 			return nil
 		}
-	}
-	if isOpsMode(mode) {
-		if err := d.opsLayout(&spec); err != nil {
-			rs.fail(err)
-			return nil
-		}
-	}
-	if rs.layout.IOVs > 0 {
-		if rs.scat.Base == 0 {
-			req := targetReq{Bytes: int(rs.layout.area()) * d.o.Initiators, Strategy: row.Strategy}
-			if err := d.target.call("sregion", req, "SREGION", &rs.scat, time.Minute); err != nil {
-				rs.fail(err)
-				return nil
-			}
-		}
-		spec.Scatter = rs.scat
-		spec.Layout.Base = rs.scat.Base
 	}
 	var before dpu.Stats
 	if row.Strategy != "" {
@@ -515,7 +489,7 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		}
 	}
 	if err == nil {
-		err = d.check(spec, res)
+		err = d.check(rs.def, spec, res)
 	}
 	if err != nil {
 		rs.fail(err)
@@ -554,7 +528,7 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		row.WorkerRSS = append(row.WorkerRSS, m.RSS)
 		row.WorkerAnon = append(row.WorkerAnon, m.Anon)
 		delta.Requests = rr.ops
-		if mode == ModeFlushLoad {
+		if rs.def.Load {
 			delta.Requests = rr.load
 		}
 		delta.AMs = rr.msgs
@@ -566,14 +540,6 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	d.out.interval(*row, rs.elapsed, &rs.line)
 	rs.line = lineAcc{}
 	return nil
-}
-
-func isQueueRow(mode string) bool {
-	switch mode {
-	case ModeRDMOAppendOwned, ModeRDMOAppendShared, ModeNativeOwned, ModeNativeBlocking, ModeNativePipelined, ModeFlushLoad:
-		return true
-	}
-	return false
 }
 
 // roundTrip hands the round to every initiator at once and collects their
@@ -594,48 +560,21 @@ func (d *driver) roundTrip(spec roundSpec) ([]roundResult, error) {
 	return res, errors.Join(errs...)
 }
 
-// check verifies that what the initiators report as done is in target
-// memory (or, for the AM baselines, reached the sink).
-func (d *driver) check(spec roundSpec, res []roundResult) error {
+// check has the target check the row's round (def.Check): that what the
+// initiators report as done is in its memory (or reached its sink).
+func (d *driver) check(def *rowDef, spec roundSpec, res []roundResult) error {
+	if def.Check == nil {
+		return nil
+	}
 	counts := make([]uint64, len(res))
 	for i, r := range res {
 		counts[i] = r.Ops
-		if spec.Mode == ModeFlushLoad {
+		if def.Load {
 			counts[i] = r.Load
 		}
 	}
-	switch {
-	case isOpsMode(spec.Mode):
-		return d.opsCheck(spec, counts)
-	case isQueueRow(spec.Mode):
-		ordered := spec.Mode != ModeNativeBlocking && spec.Mode != ModeNativePipelined
-		return d.target.call("check-queue", targetReq{Size: spec.Size, Round: spec.Round, Counts: counts, Ordered: ordered}, "CHECKED", nil, 5*time.Minute)
-	case spec.Layout.IOVs > 0:
-		return d.target.call("check-scatter", targetReq{Round: spec.Round, Counts: counts, Layout: spec.Layout}, "CHECKED", nil, 5*time.Minute)
-	case spec.Mode == ModeRawAM || spec.Mode == ModePingPong:
-		var st sinkState
-		if err := d.target.call("sink", targetReq{}, "SINK", &st, time.Minute); err != nil {
-			return err
-		}
-		prev := d.rep.sink
-		d.rep.sink = st
-		if st.Errors != prev.Errors {
-			return fmt.Errorf("the sink saw %d messages out of order, malformed or not received", st.Errors-prev.Errors)
-		}
-		for i, n := range counts {
-			var pc, pb uint64
-			if i < len(prev.Counts) {
-				pc, pb = prev.Counts[i], prev.Bytes[i]
-			}
-			if got := st.Counts[i] - pc; got != n {
-				return fmt.Errorf("initiator %d sent %d messages; the sink counted %d", i, n, got)
-			}
-			if got := st.Bytes[i] - pb; got != n*uint64(spec.Size) {
-				return fmt.Errorf("initiator %d sent %d bytes; the sink counted %d", i, n*uint64(spec.Size), got)
-			}
-		}
-	}
-	return nil
+	req := targetReq{Mode: spec.Mode, Size: spec.Size, Round: spec.Round, Counts: counts, Layout: spec.Layout}
+	return d.target.call("check", req, "CHECKED", nil, 5*time.Minute)
 }
 
 type roundSum struct {

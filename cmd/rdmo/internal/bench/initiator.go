@@ -34,7 +34,8 @@ type roundSpec struct {
 	Scatter  queueInfo     `json:"scatter"`  // scatter rows: the region
 	Layout   scatterLayout `json:"layout"`   // scatter rows
 
-	Ops *opsSpec `json:"ops,omitempty"` // op-pack rows (round_ops.go)
+	Ops      *opsSpec      `json:"ops,omitempty"`      // op-pack rows (target_ops.go)
+	Workload *workloadSpec `json:"workload,omitempty"` // the workload row (initiator_workload.go)
 }
 
 // roundResult is what one initiator did in a round.
@@ -272,29 +273,11 @@ func (p *initProc) round(s roundSpec) (roundResult, error) {
 		s.Window = DefaultWindow
 	}
 	p.in = p.ins[s.Strategy]
-	switch k, isScatter := scatterIOVs(s.Mode); {
-	case s.Mode == ModeRDMOAppendOwned || s.Mode == ModeRDMOAppendShared:
-		return unlocked(func() (roundResult, error) { return p.rdmoAppend(s) })
-	case isScatter && k == s.Layout.IOVs:
-		return unlocked(func() (roundResult, error) { return p.scatter(s) })
-	case s.Mode == ModeFlushIdle, s.Mode == ModeFlushIdleDrive:
-		return unlocked(func() (roundResult, error) { return p.flushIdle(s) })
-	case s.Mode == ModeFlushLoad:
-		return unlocked(func() (roundResult, error) { return p.flushLoad(s) })
-	case s.Mode == ModeNativeOwned:
-		return p.nativeOwned(s)
-	case s.Mode == ModeNativeBlocking:
-		return p.native(s, 1)
-	case s.Mode == ModeNativePipelined:
-		return p.native(s, s.Window)
-	case isOpsMode(s.Mode):
-		return p.opsRound(s)
-	case s.Mode == ModeRawAM:
-		return p.rawAM(s)
-	case s.Mode == ModePingPong:
-		return p.pingPong(s)
+	r, ok := rowByName(s.Mode)
+	if !ok || r.Round == nil {
+		return roundResult{}, fmt.Errorf("no initiator round for mode %q", s.Mode)
 	}
-	return roundResult{}, fmt.Errorf("unknown mode %q", s.Mode)
+	return r.Round(p, s)
 }
 
 // unlocked runs an RDMO round on a goroutine of its own, as an

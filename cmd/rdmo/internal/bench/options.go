@@ -29,24 +29,6 @@ const (
 	TopologySHM Topology = "shm"
 )
 
-// The rows a run can measure. Each is one way to get `size` bytes per
-// operation into target memory (or to a peer, for the baselines).
-const (
-	ModePerftestAM       = "perftest-am"             // ucx_perftest -t ucp_am_bw at the size and transport: what libucp moves
-	ModePerftestPut      = "perftest-put"            // ucx_perftest -t ucp_put_bw: the one-sided limit
-	ModeRawAM            = "raw-am"                  // bare UCX AMs to a counting sink: the limit of one message per operation
-	ModeNativeOwned      = "native-owned"            // one writer owns the tail and batches its records into large puts
-	ModePingPong         = "am-pingpong"             // one AM and its echo at a time: the round-trip baseline
-	ModeNativeBlocking   = "native-append/blocking"  // initiator fetch-adds the tail, waits, puts the data
-	ModeNativePipelined  = "native-append/pipelined" // the same with many fetch-adds outstanding
-	ModeRDMOAppendOwned  = "rdmo-append/owned"       // RDMO APPEND, worker owns the tail
-	ModeRDMOAppendShared = "rdmo-append/shared"      // RDMO APPEND, tail shared (fetch-add per batch)
-	modeScatterPrefix    = "scatter/"                // scatter/<iovs>: RDMO SCATTER of <iovs> chunks of `size` bytes
-	ModeFlushIdle        = "flush/idle"              // RDMO FLUSH round trip with nothing else in flight
-	ModeFlushIdleDrive   = "flush/idle/drive"        // the same, each FLUSH made inside initiator.Drive (on the Initiator's loop thread)
-	ModeFlushLoad        = "flush/load"              // the same while the initiator streams appends
-)
-
 // Options configure a benchmark run.
 type Options struct {
 	Topology   Topology
@@ -71,6 +53,9 @@ type Options struct {
 	// Sample: the latency of every Sample-th operation is measured (acks
 	// for RDMO requests, echoes for AMs); round-trip rows measure all.
 	Sample int
+	// Seed is the workload row's first seed (each initiator and round
+	// derives its own from it).
+	Seed uint64
 	// Short is the CI form: tiny counts, every check, no timing.
 	Short bool
 	// Credit bounds an initiator's RDMO requests past its last answered
@@ -128,95 +113,9 @@ func DefaultOptions() Options {
 		QueueBytes: DefaultQueueBytes,
 		Sample:     DefaultSample,
 		Credit:     DefaultCredit,
+		Seed:       1,
 		Aggregate:  initiator.AggregateSupported(dpu.Capabilities()),
 	}
-}
-
-// AllModes lists every row for the given scatter iov counts, in the order a
-// run measures them.
-func AllModes(iovs []int) []string {
-	m := []string{ModePerftestAM, ModePerftestPut, ModeRawAM, ModePingPong, ModeNativeOwned, ModeNativeBlocking, ModeNativePipelined, ModeRDMOAppendOwned}
-	for _, n := range iovs {
-		m = append(m, modeScatterPrefix+strconv.Itoa(n))
-	}
-	return append(m, ModeFlushIdle, ModeFlushIdleDrive, ModeFlushLoad, ModeRDMOAppendShared)
-}
-
-// expandModes resolves names and group names ("rdmo-append",
-// "native-append", "scatter", "flush", "baselines", "all") to rows, in
-// run order, without duplicates.
-func expandModes(names []string, iovs []int) ([]string, error) {
-	iovs = append([]int(nil), iovs...)
-	for _, n := range names {
-		n = strings.ToLower(strings.TrimSpace(n))
-		if s, ok := strings.CutPrefix(n, modeScatterPrefix); ok {
-			k, err := strconv.Atoi(s)
-			if err != nil || k < 1 || k > 1024 {
-				return nil, fmt.Errorf("mode %q: want scatter/<iov count from 1 to 1024>", n)
-			}
-			if !slices.Contains(iovs, k) {
-				iovs = append(iovs, k)
-			}
-		}
-	}
-	all := AllModes(iovs)
-	if len(names) == 0 {
-		return all, nil
-	}
-	om, err := opsModes(names) // named only (not in the default set)
-	if err != nil {
-		return nil, err
-	}
-	all = append(all, om...)
-	want := map[string]bool{}
-	for _, n := range names {
-		n = strings.ToLower(strings.TrimSpace(n))
-		matched := false
-		for _, m := range all {
-			group, _, _ := strings.Cut(m, "/")
-			if _, call := opsCallForm(m); call && isOpsMode(m) {
-				group = "" // chase/4/call is not in "chase", fetch-add/call not in "fetch-add"
-			}
-			baseline := m == ModeRawAM || m == ModePingPong || m == ModeNativeOwned || strings.HasPrefix(m, "native-append/") || isPerftest(m)
-			if n == "all" || n == m || n == group || (n == "baselines" && baseline) || (n == "perftest" && isPerftest(m)) || (n == modeGroupOps && isOpsMode(m)) {
-				want[m] = true
-				matched = true
-			}
-		}
-		if !matched {
-			om, _ := opsModes(nil)
-			return nil, fmt.Errorf("unknown mode %q; modes: %s (or the groups perftest, rdmo-append, native-append, scatter, flush, baselines, ops, all)",
-				n, strings.Join(append(AllModes([]int{1, 4, 16}), om...), ", "))
-		}
-	}
-	var out []string
-	for _, m := range all {
-		if want[m] {
-			out = append(out, m)
-		}
-	}
-	return out, nil
-}
-
-func scatterIOVs(mode string) (int, bool) {
-	s, ok := strings.CutPrefix(mode, modeScatterPrefix)
-	if !ok {
-		return 0, false
-	}
-	k, err := strconv.Atoi(s)
-	return k, err == nil
-}
-
-// strategyOf is the append strategy a row's worker runs ("" when the row
-// needs no RDMO worker).
-func strategyOf(mode string) string {
-	switch {
-	case mode == ModeRDMOAppendShared:
-		return "shared"
-	case mode == ModeRDMOAppendOwned, mode == ModeFlushIdle, mode == ModeFlushIdleDrive, mode == ModeFlushLoad, strings.HasPrefix(mode, modeScatterPrefix), opsRDMO(mode):
-		return "owned"
-	}
-	return ""
 }
 
 // validate checks and completes the options.
@@ -242,15 +141,6 @@ func (o *Options) validate() error {
 			return fmt.Errorf("--iovs %d: want 1 to 1024", k)
 		}
 	}
-	for _, s := range o.Sizes {
-		if s > 65535 {
-			for _, m := range o.Modes {
-				if strings.HasPrefix(m, "scatter") {
-					return fmt.Errorf("--size %d: scatter chunks are at most 65535 bytes", s)
-				}
-			}
-		}
-	}
 	if o.Initiators < 1 || o.Initiators > 64 {
 		return fmt.Errorf("--initiators %d: want 1 to 64", o.Initiators)
 	}
@@ -258,17 +148,23 @@ func (o *Options) validate() error {
 	if err != nil {
 		return err
 	}
-	if o.Initiators > 1 && slices.Contains(modes, ModeNativeOwned) {
+	if o.Initiators > 1 {
 		// One writer owns the tail: with several initiators there is no
 		// such writer. Dropped from groups, refused by name.
 		for _, m := range o.Modes {
-			if strings.EqualFold(strings.TrimSpace(m), ModeNativeOwned) {
-				return fmt.Errorf("mode %s: a single writer owns the queue; it runs with --initiators 1", ModeNativeOwned)
+			m = strings.ToLower(strings.TrimSpace(m))
+			if r, ok := rowByName(m); ok && r.SingleWriter {
+				return fmt.Errorf("mode %s: a single writer owns the queue; it runs with --initiators 1", m)
 			}
 		}
-		modes = slices.DeleteFunc(modes, func(m string) bool { return m == ModeNativeOwned })
+		modes = slices.DeleteFunc(modes, func(m string) bool { return mustRow(m).SingleWriter })
 	}
 	o.Modes = modes
+	for _, m := range o.Modes {
+		if mustRow(m).IOVs > 0 && slices.Max(o.Sizes) > 65535 {
+			return fmt.Errorf("--size %d: scatter chunks are at most 65535 bytes", slices.Max(o.Sizes))
+		}
+	}
 	if o.Duration < 0 || o.Interval <= 0 {
 		return fmt.Errorf("--duration must not be negative and --interval must be positive")
 	}
@@ -300,13 +196,13 @@ func (o *Options) validate() error {
 	for _, s := range o.Sizes {
 		maxSize = max(maxSize, s)
 	}
-	maxIOVs := 1
+	maxIOVs, scatters := 1, false
 	for _, m := range o.Modes {
-		if k, ok := scatterIOVs(m); ok {
-			maxIOVs = max(maxIOVs, k)
+		if k := mustRow(m).IOVs; k > 0 {
+			maxIOVs, scatters = max(maxIOVs, k), true
 		}
 	}
-	if maxIOVs > 1 || slices.ContainsFunc(o.Modes, func(m string) bool { _, ok := scatterIOVs(m); return ok }) {
+	if scatters {
 		// A scatter goes eager, whole: the worker refuses one larger than
 		// its eager payload limit (LengthOverflow).
 		if payload := maxIOVs * (wire.IOVDescLen + maxSize); payload > dpu.DefaultMaxEagerPayload {
@@ -347,7 +243,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Var((*topologyValue)(&o.Topology), "topology", "Where the processes sit: dpu (worker next to the target on shared memory, initiators over TCP) or shm (all on shared memory)")
 	fs.Var((*intsValue)(&o.Sizes), "size", "Message size(s) in bytes, comma-separated (e.g. 8,64,512,4096)")
 	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
-	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, chase/4/pipelined (many chases in flight: the rate at saturation), and their native-* rows), all")
+	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], workload (the demo's mix, rdmo -m client), baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, chase/4/pipelined (many chases in flight: the rate at saturation), and their native-* rows), all")
 	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "Measured time per row (after one warm-up round)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Length of a round and of a progress line")
@@ -355,6 +251,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.IntVar(&o.Window, "window", o.Window, "Operations an initiator keeps outstanding (RDMO send window, native-pipelined fetch-adds)")
 	fs.Var((*mibValue)(&o.QueueBytes), "queue-mb", "Target memory per queue in MiB; a round ends early when its queue is full")
 	fs.IntVar(&o.Sample, "sample", o.Sample, "Measure the latency of every N-th operation of the streaming rows")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "The workload row's seed (each initiator and round derives its own from it)")
 	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
 	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")

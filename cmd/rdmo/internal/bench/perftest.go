@@ -32,17 +32,10 @@ import (
 // perftestBinary is the program the perftest rows run.
 var perftestBinary = "ucx_perftest"
 
-func perftestTest(mode string) string {
-	switch mode {
-	case ModePerftestAM:
-		return "ucp_am_bw"
-	case ModePerftestPut:
-		return "ucp_put_bw"
-	}
-	return ""
+// perftestDrive is the round of a perftest row running test.
+func perftestDrive(test string) func(d *driver, rs *rowState, warm bool) error {
+	return func(d *driver, rs *rowState, warm bool) error { return d.perftestRound(rs, test, warm) }
 }
-
-func isPerftest(mode string) bool { return perftestTest(mode) != "" }
 
 // perftestReport is one report line of the client.
 type perftestReport struct {
@@ -85,7 +78,7 @@ func parsePerftestLine(l string) (r perftestReport, ok bool) {
 }
 
 // perftestRound runs one round of a perftest row.
-func (d *driver) perftestRound(rs *rowState, warm bool) error {
+func (d *driver) perftestRound(rs *rowState, test string, warm bool) error {
 	if warm {
 		return nil // ucx_perftest warms up itself (-w)
 	}
@@ -94,7 +87,7 @@ func (d *driver) perftestRound(rs *rowState, warm bool) error {
 	if d.o.Duration > 0 && d.o.Duration-rs.elapsed < want {
 		want = max(d.o.Duration-rs.elapsed, 10*time.Millisecond)
 	}
-	ops, el, cpu, err := d.perftest(perftestTest(row.Mode), row.Size, want, rs.rates)
+	ops, el, cpu, err := d.perftest(test, row.Size, want, rs.rates)
 	if err != nil {
 		rs.fail(err)
 		d.out.failed(rs.row)

@@ -35,8 +35,6 @@ type Report struct {
 	Env                 map[string][]string `json:"env"`
 	InitiatorTransports []string            `json:"initiator_transports"`
 	Rows                []Row               `json:"rows"`
-
-	sink sinkState // the sink's counters after the last AM round
 }
 
 // Row is one mode at one size.
@@ -198,17 +196,14 @@ func (r *Report) finish() {
 		row.XNativeOwned = ratio(ModeNativeOwned)
 		row.XNativeBlocking = ratio(ModeNativeBlocking)
 		row.XNativePipelined = ratio(ModeNativePipelined)
-		if roundTripRow(row.Mode) {
+		def, _ := rowByName(row.Mode)
+		if def != nil && def.RoundTrip {
 			if pp := r.Row(ModePingPong, row.Size); pp != nil && pp.P50 > 0 {
 				row.LatXPingPong = float64(row.P50) / float64(pp.P50)
 			}
 		}
-		r.opsRatios(row)
+		r.baselineRatios(row)
 	}
-}
-
-func roundTripRow(mode string) bool {
-	return mode == ModePingPong || mode == ModeFlushIdle || mode == ModeFlushIdleDrive || mode == ModeFlushLoad || isOpsMode(mode)
 }
 
 // WriteTable prints the final table (without the columns no row fills)
@@ -242,7 +237,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		c[13], c[14], c[15], c[16], c[17], c[18] = x(row.XPerftestAM), x(row.XRawAM), x(row.XNativeOwned), x(row.XNativeBlocking), x(row.XNativePipelined), x(row.LatXPingPong)
 		if row.Worker != nil && row.Worker.Requests > 0 {
 			c[19] = fmt.Sprintf("%.4f", row.Worker.WritesPerOp)
-			if row.Mode != ModeFlushIdle && row.Mode != ModeFlushIdleDrive {
+			if def, _ := rowByName(row.Mode); def == nil || !def.hasGroup("flush") || def.Load { // an idle flush is one AM
 				c[20] = fmt.Sprintf("%.3f", row.Worker.AMsPerOp)
 			}
 			c[21] = fmt.Sprintf("%.1f", row.Worker.BatchMean)
@@ -267,22 +262,22 @@ func (r *Report) WriteTable(w io.Writer) {
 	if !r.Short {
 		fmt.Fprintf(w, "stable: at least %d measured rounds whose rates span at most %.0f%% of their median (spread = (max-min)/median); goals compare stable rows only.\n", StableRounds, StableSpread*100)
 	}
-	if r.Topology == TopologyDPU && r.hasRow(func(m string) bool { return m == ModeNativeBlocking || m == ModeNativePipelined }) {
+	if r.Topology == TopologyDPU && r.hasRow(func(d *rowDef) bool { return d.hasGroup("native-append") }) {
 		fmt.Fprintf(w, "note: UCX over tcp has no network atomics: the native-append rows' fetch-adds are emulated by the target process's progress (its CPU), which an RDMA NIC would do in hardware.\n")
 	}
-	if r.hasRow(isPerftest) {
+	if r.hasRow(func(d *rowDef) bool { return d.NoData }) {
 		fmt.Fprintf(w, "perftest rows: ucx_perftest at the same size and UCX_TLS, interleaved with the other rows; it checks no data (verified: false).\n")
 	}
 	for _, row := range r.Rows {
 		if row.Error != "" {
 			fmt.Fprintf(w, "FAILED %s %d B: %s\n", row.Mode, row.Size, row.Error)
 		}
-		if row.Mode == ModeFlushLoad && row.Error == "" {
-			fmt.Fprintf(w, "flush/load %d B: the load streamed %s appends/s while flushing\n", row.Size, rate(row.LoadRate))
+		if row.Load > 0 && row.Error == "" {
+			fmt.Fprintf(w, "%s %d B: the load streamed %s appends/s while flushing\n", row.Mode, row.Size, rate(row.LoadRate))
 		}
 	}
 	r.writeGoals(w)
-	r.writeOpsGoals(w)
+	r.writeBaselineGoals(w)
 }
 
 func columnUsed(cells [][]string, i int) bool {
@@ -294,9 +289,10 @@ func columnUsed(cells [][]string, i int) bool {
 	return false
 }
 
-func (r *Report) hasRow(f func(string) bool) bool {
+// hasRow reports whether a row of the run is one f accepts.
+func (r *Report) hasRow(f func(*rowDef) bool) bool {
 	for _, row := range r.Rows {
-		if f(row.Mode) {
+		if d, ok := rowByName(row.Mode); ok && f(d) {
 			return true
 		}
 	}

@@ -62,6 +62,7 @@ type benchTarget struct {
 	sinkErrs  atomic.Uint64
 	sinkNext  [maxInitiators]uint64
 	sinkRound [maxInitiators]uint32
+	sinkSeen  sinkState // the counters at the last check
 
 	svc       *target.Service
 	workers   map[string]*workerState // by append strategy
@@ -72,9 +73,10 @@ type benchTarget struct {
 	queueW   *workerState
 	scat     *ucp.Memory
 
-	ops     opsTarget     // the op-pack rows' memory (round_ops.go)
-	scratch *ucp.Memory   // rendezvous payloads of the sink land here
-	old     []*ucp.Memory // earlier scratch memory, freed at the end
+	ops     opsTarget      // the op-pack rows' memory (target_ops.go)
+	wl      workloadTarget // the workload row's (target_workload.go)
+	scratch *ucp.Memory    // rendezvous payloads of the sink land here
+	old     []*ucp.Memory  // earlier scratch memory, freed at the end
 }
 
 func targetMain() error {
@@ -172,6 +174,7 @@ func (t *benchTarget) close() {
 		t.scratch.Close()
 	}
 	t.opsClose()
+	t.workloadClose()
 	for _, m := range t.old {
 		m.Close()
 	}
@@ -254,6 +257,7 @@ type queueInfo struct {
 
 // targetReq is every command's argument (each uses some fields).
 type targetReq struct {
+	Mode     string        `json:"mode,omitempty"`     // the row (check)
 	Strategy string        `json:"strategy,omitempty"` // which worker
 	CPUs     string        `json:"cpus,omitempty"`
 	Bytes    int           `json:"bytes,omitempty"`
@@ -346,35 +350,15 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 			return err
 		}
 		ls.reply("RQ", map[string]any{"rq": rq})
-	case "check-queue":
-		if t.queue == nil {
-			return errors.New("check-queue: no queue")
+	case "check":
+		r, ok := rowByName(req.Mode)
+		if !ok || r.Check == nil {
+			return fmt.Errorf("check: mode %q has no target check", req.Mode)
 		}
-		mem := t.queue.Bytes()
-		tail := binary.LittleEndian.Uint64(mem)
-		start := t.queue.Address() + 8
-		if tail < start || tail > t.queue.Address()+uint64(len(mem)) {
-			return fmt.Errorf("queue tail %#x outside the queue [%#x, %#x)", tail, start, t.queue.Address()+uint64(len(mem)))
-		}
-		if err := checkQueue(mem[8:], tail-start, req.Size, req.Round, req.Counts, req.Ordered); err != nil {
-			return err
-		}
-		ls.reply("CHECKED", map[string]any{"bytes": tail - start})
-	case "check-scatter":
-		if t.scat == nil {
-			return errors.New("check-scatter: no scatter region")
-		}
-		if err := checkScatter(t.scat.Bytes(), req.Layout, req.Round, req.Counts); err != nil {
+		if err := r.Check(t, req); err != nil {
 			return err
 		}
 		ls.reply("CHECKED", struct{}{})
-	case "sink":
-		st := sinkState{Errors: t.sinkErrs.Load()}
-		for i := range t.sinkCount {
-			st.Counts = append(st.Counts, t.sinkCount[i].Load())
-			st.Bytes = append(st.Bytes, t.sinkBytes[i].Load())
-		}
-		ls.reply("SINK", st)
 	case "spin":
 		t.spin.Store(req.On)
 		t.w.Wake()
@@ -388,6 +372,8 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 			return fmt.Errorf("worker stats: %w", err)
 		}
 		ls.reply("STATS", st)
+	case "workload":
+		return t.handleWorkload(ctx, ls, body)
 	default:
 		if ok, err := t.handleOps(ctx, ls, verb, body); ok {
 			return err
@@ -485,6 +471,9 @@ func (t *benchTarget) stopWorker(ctx context.Context, ws *workerState) error {
 		t.queueW, t.queueReg = nil, 0
 	}
 	ws.scatReg = 0
+	if t.wl.ws == ws {
+		t.wl.ws, t.wl.regs = nil, nil
+	}
 	delete(t.workers, ws.strategy)
 	return ws.tg.CloseContext(ctx)
 }

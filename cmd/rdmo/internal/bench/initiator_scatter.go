@@ -12,9 +12,6 @@ import (
 // scatter sends SCATTERs of Layout.IOVs chunks of Size bytes, each chunk
 // to its own lane, then flushes.
 func (p *initProc) scatter(s roundSpec) (roundResult, error) {
-	if err := p.needRDMO(); err != nil {
-		return roundResult{}, err
-	}
 	p.acks.reset()
 	l := s.Layout
 	iovs := make([]wire.IOV, l.IOVs)

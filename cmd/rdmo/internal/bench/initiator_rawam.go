@@ -167,9 +167,6 @@ func (a *amSender) finish() error {
 
 // rawAM streams Size-byte AMs to the target's sink, which counts them.
 func (p *initProc) rawAM(s roundSpec) (roundResult, error) {
-	if err := p.needTarget(); err != nil {
-		return roundResult{}, err
-	}
 	var h Hist
 	p.echo = echoState{t0: map[uint64]time.Time{}, hist: &h}
 	a := newAMSender(p, s)
@@ -206,9 +203,6 @@ func (p *initProc) rawAM(s roundSpec) (roundResult, error) {
 
 // pingPong sends one Size-byte AM at a time and waits for its echo.
 func (p *initProc) pingPong(s roundSpec) (roundResult, error) {
-	if err := p.needTarget(); err != nil {
-		return roundResult{}, err
-	}
 	var h Hist
 	p.echo = echoState{t0: map[uint64]time.Time{}, hist: &h}
 	a := newAMSender(p, s)

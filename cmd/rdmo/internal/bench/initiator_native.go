@@ -17,10 +17,17 @@ import (
 // fetch-adds outstanding: 1 is native-blocking (each put waits for its
 // fetch-add, the next fetch-add for nothing else), more is
 // native-pipelined (each put is issued when its fetch-add returns).
-func (p *initProc) native(s roundSpec, inflight int) (roundResult, error) {
-	if err := p.needTarget(); err != nil {
-		return roundResult{}, err
+// nativeAppend is native-append/blocking or, pipelined, /pipelined.
+func nativeAppend(pipelined bool) roundFunc {
+	return func(p *initProc, s roundSpec) (roundResult, error) {
+		if pipelined {
+			return p.native(s, s.Window)
+		}
+		return p.native(s, 1)
 	}
+}
+
+func (p *initProc) native(s roundSpec, inflight int) (roundResult, error) {
 	rkey, err := p.rkey(s.Queue.Rkey)
 	if err != nil {
 		return roundResult{}, err
@@ -149,9 +156,6 @@ const nativeOwnedBatch = 64 << 10
 // packs its records into large puts (several in flight), and publishes the
 // tail word once at the end of the round.
 func (p *initProc) nativeOwned(s roundSpec) (roundResult, error) {
-	if err := p.needTarget(); err != nil {
-		return roundResult{}, err
-	}
 	rkey, err := p.rkey(s.Queue.Rkey)
 	if err != nil {
 		return roundResult{}, err

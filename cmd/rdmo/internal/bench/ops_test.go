@@ -50,7 +50,7 @@ func TestOpsModes(t *testing.T) {
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("got %v %v, want %v", got, err, want)
 	}
-	if all, _ := expandModes(nil, []int{1}); slices.ContainsFunc(all, isOpsMode) {
+	if all, _ := expandModes(nil, []int{1}); slices.ContainsFunc(all, func(m string) bool { return mustRow(m).hasGroup("ops") }) {
 		t.Errorf("the default rows include op-pack rows: %v", all)
 	}
 	got, err = expandModes([]string{"chase/2/pipelined", "native-chase/2/pipelined"}, nil)
@@ -59,8 +59,8 @@ func TestOpsModes(t *testing.T) {
 		t.Errorf("got %v %v, want %v", got, err, want)
 	}
 	for m, n := range map[string]string{"chase/4/pipelined": "native-chase/4/pipelined", "chase/4": "native-chase/4", "chase/4/call": "native-chase/4"} {
-		if got := opsNativeOf(m); got != n {
-			t.Errorf("opsNativeOf(%s) = %q, want %q", m, got, n)
+		if got := mustRow(m).Baseline; got != n {
+			t.Errorf("%s's baseline is %q, want %q", m, got, n)
 		}
 	}
 	for _, bad := range []string{"chase/0", "chase/17", "native-chase/x", "native-chase/4/call", "chase/4/call/pipelined", "chase/4/pipelined/call"} {
@@ -69,8 +69,8 @@ func TestOpsModes(t *testing.T) {
 		}
 	}
 	for m, s := range map[string]string{"chase/4": "owned", "chase/4/call": "owned", "chase/4/pipelined": "owned", "native-chase/4/pipelined": "", "native-chase/4": "", ModeKVLookup: "owned", "fetch-add/call": "owned", ModeNativeFetchAdd: ""} {
-		if got := strategyOf(m); got != s {
-			t.Errorf("strategyOf(%s) = %q, want %q", m, got, s)
+		if got := mustRow(m).Strategy; got != s {
+			t.Errorf("%s's strategy is %q, want %q", m, got, s)
 		}
 	}
 }

@@ -11,9 +11,6 @@ import (
 // rdmoAppend streams APPENDs of records to the queue, then flushes: when
 // the flush answers, every record is in target memory.
 func (p *initProc) rdmoAppend(s roundSpec) (roundResult, error) {
-	if err := p.needRDMO(); err != nil {
-		return roundResult{}, err
-	}
 	p.acks.reset()
 	rec := make([]byte, s.Size)
 	q := s.Queue

@@ -12,15 +12,17 @@ import (
 
 // The flush rows: FLUSH round trips, idle and under an append load.
 
-// flushIdle measures FLUSH round trips with nothing else in flight.
-func (p *initProc) flushIdle(s roundSpec) (roundResult, error) {
-	if err := p.needRDMO(); err != nil {
-		return roundResult{}, err
-	}
+// flushIdle measures FLUSH round trips with nothing else in flight; with
+// drive, each made inside initiator.Drive.
+func flushIdle(drive bool) roundFunc {
+	return func(p *initProc, s roundSpec) (roundResult, error) { return p.flushIdle(s, drive) }
+}
+
+func (p *initProc) flushIdle(s roundSpec, drive bool) (roundResult, error) {
 	run := func(flush func(ctx context.Context) (wire.FlushResponse, error)) (roundResult, error) {
 		return timedOps(s, 0, func(int) error { return checkFlush(flush) }, nil)
 	}
-	if s.Mode == ModeFlushIdleDrive {
+	if drive {
 		// The flushes run on the Initiator's own loop thread, as a
 		// latency-minded caller would make them: no hand-off between the
 		// caller's thread and the loop's.
@@ -43,9 +45,6 @@ func (p *initProc) flushIdle(s roundSpec) (roundResult, error) {
 // queued before it). The round ends when the flushes are done or the
 // load's queue space is used up.
 func (p *initProc) flushLoad(s roundSpec) (roundResult, error) {
-	if err := p.needRDMO(); err != nil {
-		return roundResult{}, err
-	}
 	var stop atomic.Bool
 	var loaded atomic.Uint64
 	loadErr := make(chan error, 1)

@@ -27,16 +27,27 @@ import (
 //     raw UCX worker) as soon as its last one completed: the best a UCX
 //     program does with one-sided gets.
 
+// opsPipeMax bounds the chases a pipelined row keeps in flight per
+// initiator (its --window, at most this): enough to saturate two cores,
+// well within the worker's in-flight limit per queue.
+const opsPipeMax = 256
+
 // pipeDepth is the chases a pipelined row keeps in flight per initiator.
 func pipeDepth(s roundSpec) int {
 	return max(1, min(s.Window, opsPipeMax))
 }
 
-// opsCallsPipelined keeps pipeDepth(s) chases in flight inside one Drive
-// and checks every answer.
-func (p *initProc) opsCallsPipelined(s roundSpec) (roundResult, error) {
+// chasePipelined keeps pipeDepth(s) chases of depth d in flight inside
+// one Drive and checks every answer.
+func chasePipelined(d int) roundFunc {
+	return func(p *initProc, s roundSpec) (roundResult, error) { return p.chasePipelined(s, d) }
+}
+
+func (p *initProc) chasePipelined(s roundSpec, d int) (roundResult, error) {
+	if err := opsLayoutOK(s, p.id); err != nil {
+		return roundResult{}, err
+	}
 	o := s.Ops
-	d, _, _ := chaseDepth(s.Mode)
 	chain := o.Chains[p.id]
 	sub := ops.IndirectReq{Region: rdmo.RegionID(o.Region), Addr: chain[0], Depth: uint16(d)}.Sub()
 	depth := pipeDepth(s)
@@ -91,15 +102,21 @@ type chaseLegs struct {
 
 func (l *chaseLegs) Complete(c ucp.Completion) { l.done = append(l.done, c) }
 
-// opsNativePipelined keeps pipeDepth(s) chains of dependent gets in
+// chaseNativePipelined keeps pipeDepth(s) chains of d dependent gets in
 // flight and checks where every chain ends.
-func (p *initProc) opsNativePipelined(s roundSpec) (roundResult, error) {
+func chaseNativePipelined(d int) roundFunc {
+	return func(p *initProc, s roundSpec) (roundResult, error) { return p.chaseNativePipelined(s, d) }
+}
+
+func (p *initProc) chaseNativePipelined(s roundSpec, d int) (roundResult, error) {
+	if err := opsLayoutOK(s, p.id); err != nil {
+		return roundResult{}, err
+	}
 	o := s.Ops
 	rkey, err := p.rkey(o.Rkey)
 	if err != nil {
 		return roundResult{}, err
 	}
-	d, _, _ := chaseDepth(s.Mode)
 	chain := o.Chains[p.id]
 	depth := pipeDepth(s)
 	type chaseState struct {
