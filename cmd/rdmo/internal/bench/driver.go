@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if o.ResultsFrom != "" {
+		return convert(o)
+	}
 	d := &driver{o: o, log: o.Logger}
 	d.exe = o.Executable
 	if d.exe == "" {
@@ -90,17 +94,29 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return d.rep, nil
 }
 
-func (d *driver) writeJSON() error {
-	b, err := json.MarshalIndent(d.rep, "", "  ")
-	if err != nil {
+func (d *driver) writeJSON() error { return writeResults(d.rep, d.o) }
+
+// writeResults writes a report to o.Results ("-": standard output) in
+// o.ResultsFormat.
+func writeResults(rep *Report, o Options) error {
+	var b []byte
+	switch o.ResultsFormat {
+	case FormatGoBench:
+		var buf bytes.Buffer
+		rep.WriteGoBench(&buf)
+		b = buf.Bytes()
+	default:
+		j, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		b = append(j, '\n')
+	}
+	if o.Results == "-" {
+		_, err := o.Stdout.Write(b)
 		return err
 	}
-	b = append(b, '\n')
-	if d.o.Results == "-" {
-		_, err = d.o.Stdout.Write(b)
-		return err
-	}
-	if err := os.WriteFile(d.o.Results, b, 0o644); err != nil {
+	if err := os.WriteFile(o.Results, b, 0o644); err != nil {
 		return fmt.Errorf("bench: --results: %w", err)
 	}
 	return nil

@@ -65,7 +65,13 @@ type Options struct {
 	// containers (initiator.Options.Aggregate).
 	Aggregate bool
 
-	Results     string // the results as JSON: "" off, "-" standard output, else a file
+	Results string // the results: "" off, "-" standard output, else a file
+	// ResultsFormat is FormatJSON (the report, for tools) or FormatGoBench
+	// (Go benchmark lines, for benchstat).
+	ResultsFormat string
+	// ResultsFrom: run nothing; read this results file (JSON) and write it
+	// to Results in ResultsFormat.
+	ResultsFrom string
 	Plot        string // SVG file of rate against size, "" none
 	MetricsAddr string // serve the run's worker metrics here ("" none)
 	UROMAddress string // an external UROM service ("" runs one in this process)
@@ -103,23 +109,40 @@ const (
 // initiator, every row.
 func DefaultOptions() Options {
 	return Options{
-		Topology:   TopologyDPU,
-		Sizes:      []int{DefaultSize},
-		Initiators: DefaultInitiators,
-		IOVs:       []int{1, 4, 16},
-		Duration:   DefaultDuration,
-		Interval:   DefaultInterval,
-		Window:     DefaultWindow,
-		QueueBytes: DefaultQueueBytes,
-		Sample:     DefaultSample,
-		Credit:     DefaultCredit,
-		Seed:       1,
-		Aggregate:  initiator.AggregateSupported(dpu.Capabilities()),
+		Topology:      TopologyDPU,
+		Sizes:         []int{DefaultSize},
+		Initiators:    DefaultInitiators,
+		IOVs:          []int{1, 4, 16},
+		Duration:      DefaultDuration,
+		Interval:      DefaultInterval,
+		Window:        DefaultWindow,
+		QueueBytes:    DefaultQueueBytes,
+		Sample:        DefaultSample,
+		Credit:        DefaultCredit,
+		Seed:          1,
+		ResultsFormat: FormatJSON,
+		Aggregate:     initiator.AggregateSupported(dpu.Capabilities()),
 	}
 }
 
+// The --results formats.
+const (
+	FormatJSON    = "json"
+	FormatGoBench = "gobench"
+)
+
 // validate checks and completes the options.
 func (o *Options) validate() error {
+	switch o.ResultsFormat {
+	case "", FormatJSON:
+		o.ResultsFormat = FormatJSON
+	case FormatGoBench:
+		if o.Results == "" {
+			o.Results = "-"
+		}
+	default:
+		return fmt.Errorf("--results-format %q; valid: %s, %s", o.ResultsFormat, FormatJSON, FormatGoBench)
+	}
 	switch o.Topology {
 	case TopologyDPU, TopologySHM:
 	default:
@@ -256,6 +279,8 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
 	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
+	fs.StringVar(&o.ResultsFormat, "results-format", o.ResultsFormat, "Format of --results: json (the report) or gobench (Go benchmark lines for benchstat; --results defaults to standard output)")
+	fs.StringVar(&o.ResultsFrom, "results-from", o.ResultsFrom, "Run nothing: read a JSON results file written by --results and write it again in --results-format")
 	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
 	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")

@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+)
+
+// WriteGoBench writes the report as Go benchmark results
+// (golang.org/x/perf/benchfmt), for benchstat: the run's settings as
+// configuration lines, then a line per measured row,
+//
+//	BenchmarkRDMO/mode=rdmo-append:owned/size=64  <ops>  <ns> ns/op  <MB/s> MB/s  <ns> cpu-ns/op  <ns> p50-ns
+//
+// ns/op is the inverse of the row's rate (all initiators), cpu-ns/op its
+// CPU time per operation, p50-ns the p50 of its sampled latencies. A
+// row's "/" is written ":" (benchfmt splits names on "/"); failed rows are
+// left out.
+func (r *Report) WriteGoBench(w io.Writer) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/openrdmo/rdmo/cmd/rdmo\n", runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "topology: %s\ninitiators: %d\naggregate: %v\ncpus: %d\n", r.Topology, r.Initiators, r.Aggregate, r.CPUs)
+	for _, row := range r.Rows {
+		if row.Error != "" || row.Rate <= 0 {
+			continue
+		}
+		size := fmt.Sprint(row.Size)
+		if row.Size == 0 {
+			size = "mix"
+		}
+		fmt.Fprintf(w, "BenchmarkRDMO/mode=%s/size=%s %d %.1f ns/op %.2f MB/s",
+			strings.ReplaceAll(row.Mode, "/", ":"), size, row.Ops, 1e9/row.Rate, row.MBps)
+		if row.CPUNsPerOp > 0 {
+			fmt.Fprintf(w, " %.1f cpu-ns/op", row.CPUNsPerOp)
+		}
+		if row.P50 > 0 {
+			fmt.Fprintf(w, " %d p50-ns", row.P50.Nanoseconds())
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// convert is --results-from: a results file written again in
+// --results-format.
+func convert(o Options) (*Report, error) {
+	b, err := os.ReadFile(o.ResultsFrom)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --results-from: %w", err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("bench: --results-from %s: %w", o.ResultsFrom, err)
+	}
+	if o.Results == "" {
+		o.Results = "-"
+	}
+	return &rep, writeResults(&rep, o)
+}
