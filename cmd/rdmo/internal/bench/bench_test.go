@@ -400,6 +400,7 @@ func TestReportRatiosAndPlot(t *testing.T) {
 	if !r.Failed() {
 		t.Error("a failed row does not fail the report")
 	}
+	r.Rows = append(r.Rows, Row{Mode: ModeWorkload, Rate: 5000, Stable: true, Rounds: 3}) // sizeless: not plotted
 	svg := r.SVG()
 	if strings.Count(svg, "<polyline") != 6 || !strings.Contains(svg, ">4k<") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Errorf("plot:\n%s", svg)

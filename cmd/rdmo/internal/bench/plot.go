@@ -18,8 +18,8 @@ func (r *Report) SVG() string {
 	series := map[string][]pt{}
 	var order []string
 	for _, row := range r.Rows {
-		if row.Error != "" || row.Rate <= 0 {
-			continue
+		if row.Error != "" || row.Rate <= 0 || row.Size <= 0 {
+			continue // a sizeless row (workload) has no place on a size axis
 		}
 		if _, ok := series[row.Mode]; !ok {
 			order = append(order, row.Mode)
