@@ -216,7 +216,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	var cells [][]string
 	for _, row := range r.Rows {
 		c := make([]string, len(head))
-		c[0], c[1] = row.Mode, fmt.Sprint(row.Size)
+		c[0], c[1] = row.Mode, sizeName(row.Size)
 		if row.Error != "" {
 			c[2] = "FAILED"
 			cells = append(cells, c)
@@ -418,6 +418,14 @@ func (r *Report) writeGoals(w io.Writer) {
 	}
 }
 
+// sizeName is a row's size in the table: "mix" for a sizeless row.
+func sizeName(size int) string {
+	if size == 0 {
+		return "mix"
+	}
+	return fmt.Sprint(size)
+}
+
 func firstField(s string) string {
 	if f := strings.Fields(s); len(f) > 0 {
 		return f[0]
@@ -524,8 +532,8 @@ func (p *progress) interval(row Row, total time.Duration, l *lineAcc) {
 	if l.elapsed > 0 {
 		mbs = float64(l.bytes) / l.elapsed.Seconds() / 1e6
 	}
-	s := fmt.Sprintf("%-24s %6d B %7.1fs %10s op/s %9.1f MB/s  p50 %9s  p99 %9s",
-		row.Mode, row.Size, total.Seconds(), rate(r), mbs, dur(l.lat.Quantile(0.5)), dur(l.lat.Quantile(0.99)))
+	s := fmt.Sprintf("%-24s %8s %7.1fs %10s op/s %9.1f MB/s  p50 %9s  p99 %9s",
+		row.Mode, sizeName(row.Size)+" B", total.Seconds(), rate(r), mbs, dur(l.lat.Quantile(0.5)), dur(l.lat.Quantile(0.99)))
 	if f := l.fig; f != nil && f.Requests > 0 {
 		s += fmt.Sprintf("  puts/op %.4f", f.PutsPerOp)
 		if f.Failures > 0 {
@@ -543,5 +551,5 @@ func (p *progress) failed(row Row) {
 	if p.tty {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
-	fmt.Fprintf(p.w, "%-24s %6d B FAILED: %s\n", row.Mode, row.Size, row.Error)
+	fmt.Fprintf(p.w, "%-24s %8s FAILED: %s\n", row.Mode, sizeName(row.Size)+" B", row.Error)
 }
