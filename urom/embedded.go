@@ -1,16 +1,14 @@
 package urom
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/openrdmo/rdmo/internal/childproc"
 )
 
 // announcePrefix starts the line a service prints when it listens, so a
@@ -26,9 +24,7 @@ func Announce(w io.Writer, addr string) {
 // loopback, for one-machine use without a daemon.
 type Embedded struct {
 	Addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	p    *childproc.Proc
 }
 
 // StartEmbedded starts argv (a command that runs a service and Announces
@@ -60,9 +56,7 @@ func StartEmbeddedWith(ctx context.Context, argv []string, opts EmbeddedOptions)
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("urom: no service command")
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), opts.Env...)
-	cmd.Stderr = os.Stderr
+	o := childproc.Options{Name: "embedded UROM service", Env: opts.Env, Group: true, Lines: true, Stderr: os.Stderr}
 	if len(opts.Secret) > 0 {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -77,77 +71,36 @@ func StartEmbeddedWith(ctx context.Context, argv []string, opts EmbeddedOptions)
 			return nil, fmt.Errorf("urom: secret pipe: %w", err)
 		}
 		defer r.Close() // the child has its copy once started
-		cmd.ExtraFiles = []*os.File{r}
+		o.ExtraFiles = []*os.File{r}
 	}
-	out, err := cmd.StdoutPipe()
+	p, err := childproc.Start(argv, o)
 	if err != nil {
-		return nil, err
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	e := &Embedded{cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig follows the thread that forked: keep it for the
-		// child's lifetime.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(e.done)
-			return
-		}
-		started <- nil
-		e.err = cmd.Wait()
-		close(e.done)
-	}()
-	if err := <-started; err != nil {
 		return nil, fmt.Errorf("urom: start embedded service: %w", err)
 	}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), announcePrefix); ok {
-				addrc <- a
-				break
-			}
-		}
-		io.Copy(os.Stderr, out)
-	}()
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	select {
-	case e.Addr = <-addrc:
-		return e, nil
-	case <-e.done:
-		return nil, fmt.Errorf("urom: embedded service exited before listening: %v", e.err)
-	case <-t.C:
+	e := &Embedded{p: p}
+	addr, err := p.AwaitLine(ctx, announcePrefix, 30*time.Second, func(l string) { fmt.Fprintln(os.Stderr, l) })
+	if err != nil {
 		e.Stop()
-		return nil, fmt.Errorf("urom: embedded service did not announce its address within 30s")
-	case <-ctx.Done():
-		e.Stop()
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("urom: embedded service did not announce its address: %w", err)
 	}
+	e.Addr = addr
+	go func() { // the rest of its output, as its stderr
+		for l := range p.Lines() {
+			fmt.Fprintln(os.Stderr, l)
+		}
+	}()
+	return e, nil
 }
 
 // PID is the service process's id.
-func (e *Embedded) PID() int { return e.cmd.Process.Pid }
+func (e *Embedded) PID() int { return e.p.Pid() }
 
 // Stop ends the service (SIGTERM, then SIGKILL of its process group after a
 // grace period) and waits for it.
 func (e *Embedded) Stop() error {
-	if e.cmd.Process == nil {
-		return nil
-	}
-	e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.done:
-	case <-time.After(5 * time.Second):
-		syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
-		<-e.done
-	}
-	syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	e.p.Stop(syscall.SIGTERM, 5*time.Second)
 	return nil
 }
 
 // Done is closed when the service process exited.
-func (e *Embedded) Done() <-chan struct{} { return e.done }
+func (e *Embedded) Done() <-chan struct{} { return e.p.Done() }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/childproc"
 	"github.com/openrdmo/rdmo/internal/hmacauth"
 	"github.com/openrdmo/rdmo/internal/logsample"
 )
@@ -626,40 +626,25 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 	}
 	parent := os.NewFile(uintptr(fds[0]), "urom-control")
 	child := os.NewFile(uintptr(fds[1]), "urom-control-worker")
-	argv := append([]string(nil), w.s.cfg.WorkerCommand...)
-	if opts.CPUs != "" {
-		argv = append([]string{"taskset", "-c", opts.CPUs}, argv...)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.ExtraFiles = []*os.File{child}
-	cmd.Env = append(append(append(os.Environ(), w.s.cfg.WorkerEnv...), opts.Env...), fmt.Sprintf("RDMO_UROM_WORKER=%d", w.id))
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
 	// The worker gets its own process group (so stopping it also stops its
-	// plugin processes) and dies with the thread that started it: that
-	// thread is locked to the goroutine below, which lives exactly as long
-	// as the worker.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(w.done)
-			return
-		}
-		started <- nil
-		err := cmd.Wait()
-		w.exited(err)
-	}()
-	err = <-started
+	// plugin processes) and dies with the service (childproc).
+	wenv := append(append(append([]string(nil), w.s.cfg.WorkerEnv...), opts.Env...), fmt.Sprintf("RDMO_UROM_WORKER=%d", w.id))
+	p, err := childproc.Start(w.s.cfg.WorkerCommand, childproc.Options{
+		Name: fmt.Sprintf("worker %d", w.id), Env: wenv, CPUs: opts.CPUs, Group: true,
+		Stdout: os.Stderr, Stderr: os.Stderr, ExtraFiles: []*os.File{child},
+	})
 	child.Close()
 	if err != nil {
+		close(w.done)
 		parent.Close()
 		return fmt.Errorf("urom: start worker: %w", err)
 	}
+	go func() {
+		<-p.Done()
+		w.exited(p.Err())
+	}()
 	w.mu.Lock()
-	w.cmd, w.pid = cmd, cmd.Process.Pid
+	w.cmd, w.pid = p.Cmd, p.Pid()
 	w.mu.Unlock()
 	nc, err := net.FileConn(parent)
 	parent.Close()

@@ -196,24 +196,27 @@ func (p *Proc) AwaitLine(ctx context.Context, prefix string, timeout time.Durati
 	}
 }
 
-// Signal sends sig to the child (to its group with Options.Group).
-func (p *Proc) Signal(sig syscall.Signal) {
+// Signal sends sig to the child.
+func (p *Proc) Signal(sig syscall.Signal) error { return syscall.Kill(p.Pid(), sig) }
+
+// kill sends SIGKILL to the child and its group (Options.Group).
+func (p *Proc) kill() {
 	if p.group {
-		syscall.Kill(-p.Pid(), sig)
+		syscall.Kill(-p.Pid(), syscall.SIGKILL)
 	}
-	syscall.Kill(p.Pid(), sig)
+	syscall.Kill(p.Pid(), syscall.SIGKILL)
 }
 
 // Kill ends the child (and its group) with SIGKILL and waits until it was
 // reaped.
 func (p *Proc) Kill() {
-	p.Signal(syscall.SIGKILL)
+	p.kill()
 	<-p.done
 }
 
-// Stop gives the child grace to exit after sig (0: none; the caller may
-// have asked otherwise, e.g. by closing its stdin), then kills it; its
-// group is killed either way. It reports whether the child had to be
+// Stop closes the child's stdin (Options.Stdin), sends it sig (0: none)
+// and gives it grace to exit, then kills it; its group is killed either
+// way. It reports whether the child had to be
 // killed.
 func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) (killed bool) {
 	if p.stdin != nil {
@@ -226,8 +229,7 @@ func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) (killed bool) {
 	case <-p.done:
 	case <-time.After(grace):
 		killed = true
-		p.Signal(syscall.SIGKILL)
-		<-p.done
+		p.Kill()
 	}
 	if p.group {
 		syscall.Kill(-p.Pid(), syscall.SIGKILL) // what the child left of its group

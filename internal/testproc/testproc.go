@@ -41,6 +41,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openrdmo/rdmo/internal/childproc"
 )
 
 // RoleEnv is the environment variable that carries a child's role.
@@ -84,6 +86,7 @@ type Options struct {
 // Proc is a running (or exited) child.
 type Proc struct {
 	name string
+	cp   *childproc.Proc
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 
@@ -116,42 +119,26 @@ func StartCommand(t testing.TB, argv []string, opt Options) *Proc {
 	if opt.Name == "" {
 		opt.Name = filepath.Base(argv[0])
 	}
-	if opt.Command == nil {
-		opt.Command = func(argv ...string) *exec.Cmd { return exec.Command(argv[0], argv[1:]...) }
-	}
-	cmd := opt.Command(argv...)
-	cmd.Env = append(append(os.Environ(), tagEnv+"="+tag), opt.Env...)
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	// A descendant that keeps our end of stdout or stderr open does not
-	// hold Wait up for longer than this after the child exited.
-	cmd.WaitDelay = 5 * time.Second
-	p := &Proc{name: opt.Name, cmd: cmd, changed: make(chan struct{}), code: -1, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = stdoutWriter{p}, stderrWriter{p}
-	in, err := cmd.StdinPipe()
+	p := &Proc{name: opt.Name, changed: make(chan struct{}), code: -1, done: make(chan struct{})}
+	cp, err := childproc.Start(argv, childproc.Options{
+		Name: opt.Name, Env: append([]string{tagEnv + "=" + tag}, opt.Env...), Command: opt.Command, Stdin: true,
+		Stdout: stdoutWriter{p}, Stderr: stderrWriter{p},
+		// A descendant that keeps our end of stdout or stderr open does
+		// not hold Wait up for longer than this after the child exited.
+		WaitDelay: 5 * time.Second,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.in = in
-	started := make(chan error, 1)
+	p.cp, p.cmd, p.in = cp, cp.Cmd, cp.Stdin()
 	go func() {
-		// Pdeathsig fires when the thread that forked the child ends,
-		// not the process: keep this thread for the child's lifetime.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
+		<-cp.Done()
 		p.mu.Lock()
 		if len(p.partial) > 0 {
 			p.lines = append(p.lines, string(p.partial))
 			p.partial = nil
 		}
-		if st := cmd.ProcessState; st != nil {
+		if st := p.cmd.ProcessState; st != nil {
 			p.code = st.ExitCode()
 			if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 				p.code = 128 + int(ws.Signal())
@@ -162,9 +149,6 @@ func StartCommand(t testing.TB, argv []string, opt Options) *Proc {
 		p.mu.Unlock()
 		close(p.done)
 	}()
-	if err := <-started; err != nil {
-		t.Fatalf("start %s: %v", opt.Name, err)
-	}
 	grace := opt.Grace
 	if grace == 0 {
 		grace = 10 * time.Second
@@ -328,7 +312,7 @@ func (p *Proc) Must(t testing.TB, prefix string, timeout time.Duration) []string
 // Kill ends the child with SIGKILL (if it still runs) and waits until it
 // was reaped.
 func (p *Proc) Kill() {
-	p.cmd.Process.Kill()
+	p.cp.Kill()
 	<-p.done
 }
 

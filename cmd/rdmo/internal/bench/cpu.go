@@ -66,11 +66,11 @@ func (a cpuSample) add(b cpuSample) cpuSample {
 func (d *driver) sampleCPU(workerPID int) cpuSample {
 	var s cpuSample
 	for _, c := range d.inits {
-		s.init = s.init.add(readCPU(c.cmd.Process.Pid))
+		s.init = s.init.add(readCPU(c.pid()))
 	}
 	s.worker = readCPU(workerPID)
 	if d.target != nil {
-		s.target = readCPU(d.target.cmd.Process.Pid)
+		s.target = readCPU(d.target.pid())
 	}
 	return s
 }

@@ -1,17 +1,17 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/openrdmo/rdmo/internal/childproc"
 )
 
 // The perftest rows run UCX's own ucx_perftest (ucx-utils) between two
@@ -131,54 +131,39 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 		warmup = 16
 	}
 	p := []string{"-p", strconv.Itoa(port)}
-	srv := perftestCmd(d.o.TargetCPUs, initEnv, p...)
-	var srvErr bytes.Buffer
-	srv.Stdout, srv.Stderr = nil, &srvErr
-	if err := srv.Start(); err != nil {
+	var srvErr, cliErr bytes.Buffer
+	srv, err := startPerftest(d.o.TargetCPUs, initEnv, &srvErr, false, p...)
+	if err != nil {
 		return 0, 0, cpuSample{}, fmt.Errorf("%s: %w (ucx_perftest comes with ucx-utils)", perftestBinary, err)
 	}
-	srvDone := make(chan struct{})
-	go func() { srv.Wait(); close(srvDone) }()
-	defer func() {
-		srv.Process.Kill()
-		<-srvDone
-	}()
-	if err := waitListening(port, srvDone, 30*time.Second); err != nil {
+	defer srv.Kill()
+	if err := waitListening(port, srv.Done(), 30*time.Second); err != nil {
 		return 0, 0, cpuSample{}, fmt.Errorf("%s server: %w: %s", perftestBinary, err, lastLine(srvErr.String()))
 	}
-	cli := perftestCmd(d.o.InitiatorCPUs, initEnv, append([]string{"127.0.0.1"}, append(p,
+	cli, err := startPerftest(d.o.InitiatorCPUs, initEnv, &cliErr, true, append([]string{"127.0.0.1"}, append(p,
 		"-t", test, "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters), "-w", strconv.Itoa(warmup))...)...)
-	out, err := cli.StdoutPipe()
 	if err != nil {
-		return 0, 0, cpuSample{}, err
-	}
-	var cliErr bytes.Buffer
-	cli.Stderr = &cliErr
-	if err := cli.Start(); err != nil {
 		return 0, 0, cpuSample{}, fmt.Errorf("%s: %w", perftestBinary, err)
 	}
 	lines := make(chan perftestReport, 16)
 	var text strings.Builder
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l := sc.Text()
+		for l := range cli.Lines() {
 			if text.Len() < 4096 {
 				text.WriteString(l + "\n")
 			}
 			if r, ok := parsePerftestLine(l); ok {
 				r.at = time.Now()
-				r.cpu = cpuSample{init: readCPU(cli.Process.Pid), target: readCPU(srv.Process.Pid)}
+				r.cpu = cpuSample{init: readCPU(cli.Pid()), target: readCPU(srv.Pid())}
 				lines <- r
 			}
 		}
 	}()
 	stop := func() {
-		cli.Process.Kill()
+		cli.Kill()
 		for range lines {
 		}
-		cli.Wait()
 	}
 	var first, last, final *perftestReport
 	timeout := time.NewTimer(want + 2*time.Minute)
@@ -187,11 +172,13 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 		select {
 		case r, ok := <-lines:
 			if !ok {
-				err := cli.Wait()
+				<-cli.Done()
+				err := cli.Err()
+				st := cli.Cmd.ProcessState
 				if last != nil && last.final && d.o.Short {
 					// The count ran out: the whole run, CPU from the
 					// processes' exit accounting.
-					c := cpuSample{init: cpuTime{cli.ProcessState.UserTime(), cli.ProcessState.SystemTime()}}
+					c := cpuSample{init: cpuTime{st.UserTime(), st.SystemTime()}}
 					return last.iters, last.elapsed, c, nil
 				}
 				if first != nil && last != first {
@@ -201,7 +188,7 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 					// Over before a second report: the whole run, CPU
 					// from the exit accounting (client) and the last
 					// report (server).
-					c := cpuSample{init: cpuTime{cli.ProcessState.UserTime(), cli.ProcessState.SystemTime()}, target: final.cpu.target}
+					c := cpuSample{init: cpuTime{st.UserTime(), st.SystemTime()}, target: final.cpu.target}
 					return final.iters, final.elapsed, c, nil
 				}
 				return 0, 0, cpuSample{}, fmt.Errorf("%s -t %s -s %d ended without a measurement (%v): %s%s", perftestBinary, test, size, err,
@@ -229,17 +216,12 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 	}
 }
 
-// perftestCmd is ucx_perftest with args, its output line-buffered (it
-// reports through stdio), pinned to cpus when given.
-func perftestCmd(cpus string, env []string, args ...string) *exec.Cmd {
-	argv := []string{"stdbuf", "-oL", perftestBinary}
-	if cpus != "" {
-		argv = append([]string{"taskset", "-c", cpus}, argv...)
-	}
-	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
+// startPerftest starts ucx_perftest with args, its output line-buffered
+// (it reports through stdio; with lines, read from Proc.Lines), pinned to
+// cpus when given.
+func startPerftest(cpus string, env []string, stderr io.Writer, lines bool, args ...string) (*childproc.Proc, error) {
+	return childproc.Start(append([]string{"stdbuf", "-oL", perftestBinary}, args...),
+		childproc.Options{Name: perftestBinary, Env: env, CPUs: cpus, Lines: lines, Stderr: stderr})
 }
 
 // freePort returns a TCP port nothing listens on right now.
