@@ -83,7 +83,9 @@ func Start(argv []string, o Options) (*Proc, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	cmd.SysProcAttr.Setpgid = o.Group
+	if o.Group {
+		cmd.SysProcAttr.Setpgid = true
+	}
 	p := &Proc{Cmd: cmd, name: o.Name, group: o.Group, done: make(chan struct{})}
 	var err error
 	if o.Stdin {
