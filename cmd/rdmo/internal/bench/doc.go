@@ -37,13 +37,23 @@
 //   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
 //     same connection streams appends; flush/idle/drive: the idle ones made
 //     inside initiator.Drive, on the Initiator's own loop thread.
+//   - workload: the demo's mix (`rdmo -m client`, cmd/rdmo/internal/demo's
+//     generator): records of 8 B to 64 KiB, scatters of 1 to 8 chunks, a
+//     pipelined flush every 128 operations, each initiator from its own
+//     seed (--seed); the target checks every byte with the demo server's
+//     verifier. It reports size "mix"; its latency is its flushes'.
 //   - Only when asked for (--modes ops): chase/D, kv-lookup and fetch-add,
 //     one call of the operation pack at a time inside initiator.Drive (and
 //     their /call twins, with Initiator.Call), against native-chase/D,
 //     native-kv-lookup and native-fetch-add, the one-sided accesses that
-//     give the same answer (round_ops.go); and chase/4/pipelined against
+//     give the same answer (initiator_ops.go); and chase/4/pipelined against
 //     native-chase/4/pipelined, many chases in flight: the rate at
-//     saturation (round_ops_pipe.go).
+//     saturation (initiator_ops_pipe.go).
+//
+// Each row is a rowDef in the registry (rows.go): its name, the row it is
+// compared with, the target memory it sets up before a round, the
+// initiators' round and the target's check after it. row.go says how to add
+// one; row_test.go holds each row's test of what it checks.
 //
 // A row runs in rounds (about --interval each): a round ends when its time
 // is up or its queue is full; the initiators flush (or send a fin through
@@ -72,6 +82,14 @@
 // (a FlushAsync every N/4 requests, never more than N past the last
 // answered flush), to compare the two. --aggregate lets
 // the initiator pack queued requests into BATCH messages.
+//
+// # Results
+//
+// The table (rows that fit), --results as JSON (the report, for tools) or,
+// with --results-format gobench, as Go benchmark lines for benchstat
+// (report_gobench.go; `make bench-compare`, docs/benchmarks/compare.md);
+// --results-from converts a JSON results file; --plot draws rate against
+// size as SVG.
 //
 // # Topologies
 //

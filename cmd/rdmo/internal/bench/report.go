@@ -89,7 +89,7 @@ type Row struct {
 	XNativePipelined float64 `json:"x_native_pipelined,omitempty"`
 	LatXPingPong     float64 `json:"lat_x_pingpong,omitempty"`
 	// An op-pack row's rate and p50 ratios to its native row
-	// (round_ops.go).
+	// (report_ops.go).
 	XNative    float64 `json:"x_native,omitempty"`
 	LatXNative float64 `json:"lat_x_native,omitempty"`
 
