@@ -73,6 +73,7 @@ type Options struct {
 	// to Results in ResultsFormat.
 	ResultsFrom string
 	Plot        string // SVG file of rate against size, "" none
+	Wide        bool   // the table has every column, not only what fits 100 columns
 	MetricsAddr string // serve the run's worker metrics here ("" none)
 	UROMAddress string // an external UROM service ("" runs one in this process)
 
@@ -281,6 +282,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
 	fs.StringVar(&o.ResultsFormat, "results-format", o.ResultsFormat, "Format of --results: json (the report) or gobench (Go benchmark lines for benchstat; --results defaults to standard output)")
 	fs.StringVar(&o.ResultsFrom, "results-from", o.ResultsFrom, "Run nothing: read a JSON results file written by --results and write it again in --results-format")
+	fs.BoolVar(&o.Wide, "wide", o.Wide, "Print every column of the table (default: what fits 100 columns; the JSON results have everything)")
 	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
 	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")

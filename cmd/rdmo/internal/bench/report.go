@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,10 @@ type Report struct {
 	Env                 map[string][]string `json:"env"`
 	InitiatorTransports []string            `json:"initiator_transports"`
 	Rows                []Row               `json:"rows"`
+
+	// Wide: the table has every column (--wide), not only those that fit
+	// 100 columns.
+	Wide bool `json:"-"`
 }
 
 // Row is one mode at one size.
@@ -140,7 +145,7 @@ func newReport(o Options) *Report {
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
 		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate,
-		Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
+		Wide: o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
 }
@@ -248,10 +253,19 @@ func (r *Report) WriteTable(w io.Writer) {
 		c[23], c[24] = x(row.XNative), x(row.LatXNative)
 		cells = append(cells, c)
 	}
+	if !r.Wide {
+		head = slices.Clone(head)
+		head[14], head[18], head[23], head[24] = "×raw", "p50×pp", "×nat", "p50×nat"
+		for i, row := range r.Rows {
+			if row.Error == "" && !r.Short && !row.Stable {
+				cells[i][2] += "?" // the stable column is not shown
+			}
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	for _, line := range append([][]string{head}, cells...) {
 		for i, v := range line {
-			if i < 3 || columnUsed(cells, i) {
+			if i < 3 || (r.Wide || narrowColumns[i]) && columnUsed(cells, i) {
 				fmt.Fprintf(tw, "%s\t", v)
 			}
 		}
@@ -259,6 +273,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "CPU/op: user+system CPU time per operation of the row's processes (init: initiators or the ucx_perftest client; worker: the RDMO worker; target: the target or the ucx_perftest server), from /proc/<pid>/stat; sys: the kernel's share.\n")
+	if !r.Wide {
+		fmt.Fprintf(w, "columns: those that fit 100 columns (--wide: all; ×raw: rate / raw-am's, p50×pp: p50 / am-pingpong's, ×nat and p50×nat: to the row's baseline); a ? after op/s: not stable.\n")
+	}
 	if !r.Short {
 		fmt.Fprintf(w, "stable: at least %d measured rounds whose rates span at most %.0f%% of their median (spread = (max-min)/median); goals compare stable rows only.\n", StableRounds, StableSpread*100)
 	}
@@ -279,6 +296,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	r.writeGoals(w)
 	r.writeBaselineGoals(w)
 }
+
+// narrowColumns are the table's columns without --wide: what fits a
+// 100-column terminal (the rest is in the JSON results and with --wide).
+var narrowColumns = map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 8: true, 14: true, 18: true, 23: true, 24: true}
 
 func columnUsed(cells [][]string, i int) bool {
 	for _, c := range cells {
@@ -314,6 +335,13 @@ func (r *Report) goal(w io.Writer, what string, v float64, kind string, want flo
 		verdict = fmt.Sprintf("(goal ≥ %g): %s", want, met(v >= want))
 	default:
 		verdict = fmt.Sprintf("(goal ≤ %g): %s", want, met(v <= want))
+	}
+	for _, row := range rows {
+		if row.Rounds < StableRounds {
+			fmt.Fprintf(w, "%s = %.3g: not judged: %s has %d measured round(s), a verdict needs %d (--duration ≥ %v)\n",
+				what, v, row.Mode, row.Rounds, StableRounds, time.Duration(StableRounds)*r.Interval)
+			return
+		}
 	}
 	for _, row := range rows {
 		if !row.Stable {
@@ -400,8 +428,13 @@ func (r *Report) writeGoals(w io.Writer) {
 		}
 		if s == 64 && a.CPUNsPerOp > 0 && !r.Short {
 			v := a.CPUInitNsPerOp + a.CPUWorkerNsPerOp
+			verdict := met(v <= 300)
+			if a.Rounds < StableRounds || !a.Stable {
+				verdict = fmt.Sprintf("not judged: %d measured round(s), spread %.0f%% (needs ≥ %d rounds within %.0f%%: --duration ≥ %v)",
+					a.Rounds, a.Spread*100, StableRounds, StableSpread*100, time.Duration(StableRounds)*r.Interval)
+			}
 			fmt.Fprintf(w, "64 B: CPU per rdmo-append/owned, initiator + worker = %.0f ns (init %.0f, worker %.0f, %.0f%% in the kernel; goal ≤ 300 ns): %s\n",
-				v, a.CPUInitNsPerOp, a.CPUWorkerNsPerOp, a.CPUSysShare*100, met(v <= 300))
+				v, a.CPUInitNsPerOp, a.CPUWorkerNsPerOp, a.CPUSysShare*100, verdict)
 		}
 		if a.Worker != nil && a.Worker.Requests > 0 {
 			r.goal(w, fmt.Sprintf("%d B: target writes (puts and placements) per append", s), a.Worker.WritesPerOp, "<=", 1.0/16, "", a)
@@ -412,8 +445,12 @@ func (r *Report) writeGoals(w io.Writer) {
 			if n := len(a.WorkerAnon); n >= 8 {
 				q = fmt.Sprintf(", %s after a quarter of the rounds", mib(a.WorkerAnon[n/4]))
 			}
+			verdict := met(d <= 10 && d >= -10)
+			if a.Seconds < memoryGoalSeconds {
+				verdict = fmt.Sprintf("not judged: the goal is over %d s (--duration ≥ %ds)", memoryGoalSeconds, memoryGoalSeconds)
+			}
 			fmt.Fprintf(w, "%d B: worker private memory (RssAnon) over rdmo-append/owned (%.0f s): %s → %s%s (%+.1f%%; goal flat ±10%% over 60 s): %s; RSS with mapped target memory %s → %s\n",
-				s, a.Seconds, mib(a.WorkerAnonStart), mib(a.WorkerAnonEnd), q, d, met(d <= 10 && d >= -10), mib(a.WorkerRSSStart), mib(a.WorkerRSSEnd))
+				s, a.Seconds, mib(a.WorkerAnonStart), mib(a.WorkerAnonEnd), q, d, verdict, mib(a.WorkerRSSStart), mib(a.WorkerRSSEnd))
 		}
 	}
 }
@@ -425,6 +462,9 @@ func sizeName(size int) string {
 	}
 	return fmt.Sprint(size)
 }
+
+// memoryGoalSeconds is how long the worker-memory goal watches a row.
+const memoryGoalSeconds = 60
 
 func firstField(s string) string {
 	if f := strings.Fields(s); len(f) > 0 {

@@ -51,3 +51,51 @@ func TestGoBench(t *testing.T) {
 		t.Errorf("--results-from wrote %v:\n%s\nwant:\n%s", err, got, b.String())
 	}
 }
+
+// The table fits 100 columns unless --wide asks for every column, and a
+// goal is judged only on rows measured long enough.
+func TestTableWidthAndVerdicts(t *testing.T) {
+	all, err := expandModes([]string{"all"}, []int{1, 4, 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Report{Topology: TopologyDPU, Initiators: 1, Interval: time.Second}
+	for i, m := range all {
+		row := Row{Mode: m, Size: 65536, Rate: 1234567.8, MBps: 80912.3, P50: 1234567 * time.Nanosecond, P99: 98765432 * time.Nanosecond,
+			Spread: 0.123, Stable: i%2 == 0, Rounds: 1, CPUNsPerOp: 12345.6, CPUInitNsPerOp: 6000, CPUWorkerNsPerOp: 6000, CPUTargetNsPerOp: 345, CPUSysShare: 0.42,
+			Worker: &WorkerFigures{Requests: 10, WritesPerOp: 0.0625, AMsPerOp: 0.5, BatchMean: 12.5}, WorkerRSSStart: 30 << 20, WorkerRSSEnd: 31 << 20, WorkerAnonStart: 9 << 20, WorkerAnonEnd: 9 << 20}
+		if mustRow(m).Sizeless {
+			row.Size = 0
+		} else if m == ModeRDMOAppendOwned {
+			row.Size = 64
+		}
+		r.Rows = append(r.Rows, row)
+	}
+	r.finish()
+	var narrow, wide bytes.Buffer
+	r.WriteTable(&narrow)
+	r.Wide = true
+	r.WriteTable(&wide)
+	for _, l := range strings.Split(narrow.String(), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "mode") || strings.Contains(l, "  ") && !strings.Contains(l, ": ") {
+			if n := len([]rune(l)); n > 100 {
+				t.Errorf("table line of %d columns:\n%s", n, l)
+			}
+		}
+	}
+	if strings.Contains(narrow.String(), "worker RSS") || !strings.Contains(wide.String(), "worker RSS") {
+		t.Errorf("--wide does not add the other columns:\n%s\n%s", narrow.String(), wide.String())
+	}
+	for _, want := range []string{
+		"64 B: CPU per rdmo-append/owned, initiator + worker = 12000 ns",
+		"not judged: 1 measured round(s)",
+		"goal flat ±10% over 60 s): not judged: the goal is over 60 s",
+	} {
+		if !strings.Contains(narrow.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, narrow.String())
+		}
+	}
+	if strings.Contains(narrow.String(), "NOT met") || strings.Contains(narrow.String(), ": met") {
+		t.Errorf("a verdict on one-round rows:\n%s", narrow.String())
+	}
+}
