@@ -147,14 +147,15 @@ func TestShortDPU(t *testing.T) {
 }
 
 // TestShortSHM runs every row on shared memory with two initiators and two
-// sizes, so queue checks see interleaved records of several writers.
+// sizes, so queue checks see interleaved records of several writers (and
+// the workload row gives each initiator its own regions and seed).
 func TestShortSHM(t *testing.T) {
 	o := DefaultOptions()
 	o.Topology = TopologySHM
 	o.Initiators = 2
 	o.Sizes = []int{8, 200}
 	o.IOVs = []int{3}
-	o.Modes = []string{"baselines", "rdmo-append", "scatter", "flush"}
+	o.Modes = []string{"baselines", "rdmo-append", "scatter", "flush", "workload"}
 	rep := runShort(t, o)
 	for _, tr := range rep.InitiatorTransports {
 		if tr == "tcp" {
