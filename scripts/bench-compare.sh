@@ -6,9 +6,10 @@
 # chase/4, and prints the comparison with benchstat.
 #
 #   BASE=<rev> ./scripts/bench-compare.sh          # or: make bench-compare BASE=<rev>
-#   COUNT=6 DURATION=5s TOPOLOGY=shm BASE=main ./scripts/bench-compare.sh
+#   COUNT=10 DURATION=5s TOPOLOGY=shm BASE=main ./scripts/bench-compare.sh
 #
-# COUNT is the runs of each build (default 4), DURATION the measured time per
+# COUNT is the runs of each build (default 6: benchstat needs 6 for a
+# confidence interval), DURATION the measured time per
 # row and run (default 3s), TOPOLOGY dpu (default) or shm, DEMO_OPS the
 # operations of a demo pair (default 100000). OUT keeps the raw results in a
 # directory (default: a temporary one, removed). A base without the workload
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1
 GO="${GO:-go}"
 BASE="${BASE:-${1:-}}"
-COUNT="${COUNT:-4}"
+COUNT="${COUNT:-6}"
 DURATION="${DURATION:-3s}"
 TOPOLOGY="${TOPOLOGY:-dpu}"
 DEMO_OPS="${DEMO_OPS:-100000}"

@@ -15,7 +15,8 @@ import (
 //
 //	BenchmarkRDMO/mode=rdmo-append:owned/size=64  <ops>  <ns> ns/op  <MB/s> MB/s  <ns> cpu-ns/op  <ns> p50-ns
 //
-// ns/op is the inverse of the row's rate (all initiators), cpu-ns/op its
+// ns/op is the inverse of the row's rate (all initiators), MB/s its
+// payload (rows that carry none have no MB/s), cpu-ns/op its
 // CPU time per operation, p50-ns the p50 of its sampled latencies. A
 // row's "/" is written ":" (benchfmt splits names on "/"); failed rows are
 // left out.
@@ -30,8 +31,11 @@ func (r *Report) WriteGoBench(w io.Writer) {
 		if row.Size == 0 {
 			size = "mix"
 		}
-		fmt.Fprintf(w, "BenchmarkRDMO/mode=%s/size=%s %d %.1f ns/op %.2f MB/s",
-			strings.ReplaceAll(row.Mode, "/", ":"), size, row.Ops, 1e9/row.Rate, row.MBps)
+		fmt.Fprintf(w, "BenchmarkRDMO/mode=%s/size=%s %d %.1f ns/op",
+			strings.ReplaceAll(row.Mode, "/", ":"), size, row.Ops, 1e9/row.Rate)
+		if row.MBps > 0 { // rows that move payload
+			fmt.Fprintf(w, " %.6g MB/s", row.MBps)
+		}
 		if row.CPUNsPerOp > 0 {
 			fmt.Fprintf(w, " %.1f cpu-ns/op", row.CPUNsPerOp)
 		}
