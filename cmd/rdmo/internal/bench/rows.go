@@ -82,9 +82,9 @@ var registry = []rowFamily{
 	fixed(opsRow(ModeKVLookup, "owned", ModeNativeKVLookup, &rowGoal{Kind: "<=", Want: 0.5}, kvCalls(false))),
 	fixed(opsRow(ModeKVLookup+opsCallSuffix, "owned", ModeNativeKVLookup, callTwinGoal, kvCalls(true))),
 	fixed(opsRow(ModeNativeKVLookup, "", "", nil, native(opsNative(kvNative)))),
-	fixed(opsRow(ModeFetchAdd, "owned", ModeNativeFetchAdd, noGoal, fetchAddCalls(false))),
-	fixed(opsRow(ModeFetchAdd+opsCallSuffix, "owned", ModeNativeFetchAdd, callTwinGoal, fetchAddCalls(true))),
-	fixed(opsRow(ModeNativeFetchAdd, "", "", nil, native(opsNative(fetchAddNative)))),
+	fixed(fetchAdds(opsRow(ModeFetchAdd, "owned", ModeNativeFetchAdd, noGoal, fetchAddCalls(false)))),
+	fixed(fetchAdds(opsRow(ModeFetchAdd+opsCallSuffix, "owned", ModeNativeFetchAdd, callTwinGoal, fetchAddCalls(true)))),
+	fixed(fetchAdds(opsRow(ModeNativeFetchAdd, "", "", nil, native(opsNative(fetchAddNative))))),
 	pipelinedChaseFamily,
 }
 
@@ -164,9 +164,14 @@ func opsRow(name, strategy, baseline string, goal *rowGoal, round roundFunc) row
 	if g, _, _ := strings.Cut(name, "/"); !strings.HasSuffix(name, opsCallSuffix) {
 		r.Groups = append(r.Groups, g) // chase/4/call is not in "chase", fetch-add/call not in "fetch-add"
 	}
-	if strings.Contains(name, "fetch-add") {
-		r.Check = checkOpsRow(true)
-	}
+	return r
+}
+
+// fetchAdds is an op-pack row whose operations move its initiator's
+// counter: the target's check expects it moved by exactly the operations
+// done.
+func fetchAdds(r rowDef) rowDef {
+	r.Check = checkOpsRow(true)
 	return r
 }
 
