@@ -4,30 +4,8 @@ import (
 	"context"
 	"sync"
 
-	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 )
-
-// FlushEvent says how many FLUSHes of a request queue have completed and
-// what the last one answered. It is how a target learns that an
-// initiator's work is done and visible in its memory without polling that
-// memory (an rdmo extension, docs/PROTOCOL.md "Extensions for reference
-// peers": a reference initiator says nothing to its target after its
-// flush, so the target asks the worker).
-type FlushEvent struct {
-	Client  uint64 `msgpack:"client"`
-	RQ      uint64 `msgpack:"rq"`
-	Flushes uint64 `msgpack:"flushes"` // FLUSHes completed on the queue so far
-	// The last flush response: its flush id, and the failed requests it
-	// reported (the first of them: op, status, sequence number).
-	FlushID     uint64      `msgpack:"flush_id"`
-	Failed      uint32      `msgpack:"failed"`
-	FirstOp     uint32      `msgpack:"first_op,omitempty"`
-	FirstStatus rdmo.Status `msgpack:"first_status,omitempty"`
-	FirstSeq    uint64      `msgpack:"first_seq,omitempty"`
-	// Failures is the sum of Failed over every flush of the queue.
-	Failures uint64 `msgpack:"failures"`
-}
 
 // flushWatch is a queue's record of completed FLUSHes: written by the loop
 // when a flush response leaves, read by WaitFlush callers. The loop pays a

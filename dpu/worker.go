@@ -276,12 +276,12 @@ func (w *Worker) Do(ctx context.Context, cmd Command) (Notification, error) {
 	cmd, ok := normalize(cmd)
 	if !ok {
 		e := cmdErr(CommandType(255), ErrInvalidCommand, "nil or unknown command")
-		return e.notification(0), e
+		return e.Notification(0), e
 	}
 	c := &command{cmd: cmd, reply: make(chan cmdResult, 1)}
 	if !w.cmds.Push(c) {
 		e := cmdErr(cmd.CommandType(), ErrClosed, "")
-		return e.notification(commandClient(cmd)), e
+		return e.Notification(commandClient(cmd)), e
 	}
 	select {
 	case r := <-c.reply:
@@ -508,7 +508,7 @@ func (w *Worker) drainInbox() int {
 	for i, c := range cmds {
 		if w.shutdown {
 			e := cmdErr(c.cmd.CommandType(), ErrClosed, "")
-			c.answer(e.notification(commandClient(c.cmd)), e)
+			c.answer(e.Notification(commandClient(c.cmd)), e)
 		} else {
 			w.execute(c)
 		}
@@ -574,7 +574,7 @@ func (w *Worker) teardown() error {
 	// Answer commands that raced with Close.
 	for _, c := range w.cmds.Take(nil) {
 		e := cmdErr(c.cmd.CommandType(), ErrClosed, "")
-		c.answer(e.notification(commandClient(c.cmd)), e)
+		c.answer(e.Notification(commandClient(c.cmd)), e)
 	}
 	w.closeShmProbes()
 	w.uw.SetHandler(0, nil)
