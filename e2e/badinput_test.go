@@ -20,11 +20,13 @@ import (
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
@@ -911,16 +913,16 @@ func TestLimitsOverTheCommandChannel(t *testing.T) {
 func TestBadInputSpawnEnvironment(t *testing.T) {
 	testproc.CheckNoLeftovers(t)
 	tr := ucptest.Transports[0]
-	addr := uromtest.Start(t, urom.Config{
+	addr := uromtest.Start(t, service.Config{
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        workerEnv(tr),
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

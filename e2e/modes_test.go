@@ -15,9 +15,11 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
@@ -54,18 +56,18 @@ func startWorker(t testing.TB, tr ucptest.Transport, strategy appendop.Strategy,
 	if mode == modeUROMPlugin {
 		names = []string{"plugin:append", "plugin:flush", "plugin:scatter"}
 	}
-	return startUROMWorker(t, tr, names, map[string]string{rdmoworker.ConfigAppendStrategy: strategy.String()})
+	return startUROMWorker(t, tr, names, map[string]string{command.ConfigAppendStrategy: strategy.String()})
 }
 
 // startUROMWorker runs a UROM service in this process and spawns one worker
 // process with the named plugins (plugin binaries come from pluginDir).
 func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config map[string]string) remote {
-	cfg := urom.Config{
+	cfg := service.Config{
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        workerEnv(tr),
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, "plugin:") {
@@ -76,7 +78,7 @@ func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config 
 	addr := uromtest.Start(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +90,15 @@ func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config 
 		w.Stop(context.Background())
 		c.Close()
 	})
-	return remote{rdmoworker.Remote{W: w}}
+	return remote{Remote: command.Remote{W: w}, W: w}
 }
 
-type remote struct{ rdmoworker.Remote }
+// remote is a worker process through its service: its commands, and the
+// process (W) for the tests that watch or kill it.
+type remote struct {
+	command.Remote
+	W *urom.WorkerProcess
+}
 
 func (r remote) Stats() dpu.Stats {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -140,7 +147,7 @@ func workerProcessMain() int {
 		cfg.OutputPaths = []string{fmt.Sprintf("%s/worker-%d.log", dir, os.Getpid())}
 		log, _ = cfg.Build()
 	}
-	err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, log)
+	err := service.ServeWorker(context.Background(), os.NewFile(service.ControlFD, "control"), rdmoworker.Factory, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1

@@ -7,17 +7,18 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/openrdmo/rdmo/internal/msgpackcheck"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // bodyKinds makes a value of every body type that crosses a UROM
 // connection: what a host sends the service (Hello, SpawnOptions,
-// StopRequest, commandRequest), what the service sends a worker process
-// (WorkerSpec, commandRequest) and what comes back to hosts (HelloReply,
+// StopRequest, uromwire.CommandRequest), what the service sends a worker process
+// (WorkerSpec, uromwire.CommandRequest) and what comes back to hosts (HelloReply,
 // plugin and worker lists, SpawnReply, WorkerDied, the ready pid), and
 // the host's authentication proof.
 func bodyKinds() []any {
 	return []any{new(Hello), new(HelloReply), new([]PluginInfo), new(SpawnOptions), new(WorkerSpec),
-		new(SpawnReply), new(StopRequest), new([]WorkerInfo), new(commandRequest), new(WorkerDied), new(int), new(authProof)}
+		new(SpawnReply), new(StopRequest), new([]WorkerInfo), new(uromwire.CommandRequest), new(WorkerDied), new(int), new(uromwire.AuthProof)}
 }
 
 // FuzzDecodeBody decodes arbitrary bytes as each body type the way a
@@ -35,10 +36,10 @@ func FuzzDecodeBody(f *testing.F) {
 		SpawnReply{Worker: 3, PID: 99},
 		StopRequest{Worker: 3},
 		[]WorkerInfo{{ID: 3, PID: 99, Plugins: []string{"append"}}},
-		commandRequest{Worker: 3, Kind: "mr-reg", Body: msgpack.RawMessage{0x80}},
+		uromwire.CommandRequest{Worker: 3, Kind: "mr-reg", Body: msgpack.RawMessage{0x80}},
 		WorkerDied{Worker: 3, Reason: "signal: killed"},
 		1234,
-		authProof{MAC: bytes.Repeat([]byte{1}, 32)},
+		uromwire.AuthProof{MAC: bytes.Repeat([]byte{1}, 32)},
 	}
 	for i, s := range samples {
 		b, err := msgpack.Marshal(s)
@@ -58,12 +59,12 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(uint8(4), []byte{0x81, 0xa6, 'c', 'o', 'n', 'f', 'i', 'g', 0xdf, 0, 0, 0, 0x10}) // map count past the end
 	f.Add(uint8(8), []byte{0x81, 0xa4, 'b', 'o', 'd', 'y', 0xc1})
 	f.Fuzz(func(t *testing.T, kind uint8, b []byte) {
-		if msgpackcheck.Value(b, maxNesting) != nil {
+		if msgpackcheck.Value(b, uromwire.MaxNesting) != nil {
 			return
 		}
 		k := int(kind) % len(bodyKinds())
 		v := bodyKinds()[k]
-		if err := decodeBody(b, v); err != nil {
+		if err := uromwire.DecodeBody(b, v); err != nil {
 			return
 		}
 		enc, err := msgpack.Marshal(v)
@@ -71,7 +72,7 @@ func FuzzDecodeBody(f *testing.F) {
 			t.Fatalf("%T: re-encode: %v", v, err)
 		}
 		v2 := bodyKinds()[k]
-		if err := decodeBody(enc, v2); err != nil {
+		if err := uromwire.DecodeBody(enc, v2); err != nil {
 			t.Fatalf("%T: decoding the re-encoding: %v", v, err)
 		}
 		if enc2, _ := msgpack.Marshal(v2); !bytes.Equal(enc, enc2) {

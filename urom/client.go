@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/internal/hmacauth"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // ClientOptions configure a host's connection to a service.
@@ -33,12 +34,12 @@ type ClientOptions struct {
 
 // Client is a host's session with a UROM service.
 type Client struct {
-	c    *conn
+	c    *uromwire.Conn
 	opts ClientOptions
 	log  *zap.Logger
 
 	mu      sync.Mutex
-	pending map[uint64]chan *envelope
+	pending map[uint64]chan *uromwire.Envelope
 	next    uint64
 	workers map[uint64]*WorkerProcess
 	err     error
@@ -74,8 +75,8 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 		}
 		return nil, fmt.Errorf("urom: connect to service %s: %w", addr, err)
 	}
-	c := &Client{c: newConn(nc, 10*time.Second), opts: opts, log: opts.Logger,
-		pending: map[uint64]chan *envelope{}, workers: map[uint64]*WorkerProcess{}, done: make(chan struct{}), next: 2}
+	c := &Client{c: uromwire.NewConn(nc, 10*time.Second), opts: opts, log: opts.Logger,
+		pending: map[uint64]chan *uromwire.Envelope{}, workers: map[uint64]*WorkerProcess{}, done: make(chan struct{}), next: 2}
 	reply, err := c.handshake(ctx)
 	if err != nil {
 		return nil, err
@@ -89,12 +90,12 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 func (c *Client) readLoop() {
 	defer close(c.done)
 	for {
-		env, err := c.c.read(0)
+		env, err := c.c.Read(0)
 		if err != nil {
 			c.mu.Lock()
 			c.err = fmt.Errorf("urom: connection to service lost: %w", err)
 			pending := c.pending
-			c.pending = map[uint64]chan *envelope{}
+			c.pending = map[uint64]chan *uromwire.Envelope{}
 			workers := c.workers
 			c.mu.Unlock()
 			for _, ch := range pending {
@@ -109,9 +110,9 @@ func (c *Client) readLoop() {
 			}
 			return
 		}
-		if env.Kind == kindShutdown && env.Cookie == 0 {
+		if env.Kind == uromwire.KindShutdown && env.Cookie == 0 {
 			var n ShutdownNotice
-			decodeBody(env.Body, &n)
+			uromwire.DecodeBody(env.Body, &n)
 			c.mu.Lock()
 			c.shutdown = true
 			c.mu.Unlock()
@@ -119,9 +120,9 @@ func (c *Client) readLoop() {
 				zap.Duration("drain_timeout", n.Drain))
 			continue
 		}
-		if env.Kind == kindWorkerDied && env.Cookie == 0 {
+		if env.Kind == uromwire.KindWorkerDied && env.Cookie == 0 {
 			var ev WorkerDied
-			decodeBody(env.Body, &ev)
+			uromwire.DecodeBody(env.Body, &ev)
 			c.mu.Lock()
 			w := c.workers[ev.Worker]
 			delete(c.workers, ev.Worker)
@@ -147,11 +148,11 @@ func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	body, err := encodeBody(req)
+	body, err := uromwire.EncodeBody(req)
 	if err != nil {
 		return err
 	}
-	ch := make(chan *envelope, 1)
+	ch := make(chan *uromwire.Envelope, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -167,7 +168,7 @@ func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
 		delete(c.pending, cookie)
 		c.mu.Unlock()
 	}
-	if err := c.c.write(&envelope{Cookie: cookie, Kind: kind, Body: body}); err != nil {
+	if err := c.c.Write(&uromwire.Envelope{Cookie: cookie, Kind: kind, Body: body}); err != nil {
 		forget()
 		return fmt.Errorf("urom: send %s: %w", kind, err)
 	}
@@ -187,13 +188,13 @@ func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
 			c.mu.Unlock()
 			return err
 		}
-		if err := errorFromEnvelope(env); err != nil {
+		if err := uromwire.ErrorOf(env); err != nil {
 			return err
 		}
-		return decodeBody(env.Body, resp)
+		return uromwire.DecodeBody(env.Body, resp)
 	case <-expired:
 		forget()
-		return errorf(codeTimeout, "%s: no answer from the service within %v", kind, c.opts.CallTimeout)
+		return errorf(uromwire.CodeTimeout, "%s: no answer from the service within %v", kind, c.opts.CallTimeout)
 	case <-ctx.Done():
 		forget()
 		return ctx.Err()
@@ -203,21 +204,21 @@ func (c *Client) call(ctx context.Context, kind string, req, resp any) error {
 // Plugins lists the plugins the service offers.
 func (c *Client) Plugins(ctx context.Context) ([]PluginInfo, error) {
 	var out []PluginInfo
-	err := c.call(ctx, kindPlugins, nil, &out)
+	err := c.call(ctx, uromwire.KindPlugins, nil, &out)
 	return out, err
 }
 
 // Workers lists the service's running workers.
 func (c *Client) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	var out []WorkerInfo
-	err := c.call(ctx, kindWorkers, nil, &out)
+	err := c.call(ctx, uromwire.KindWorkers, nil, &out)
 	return out, err
 }
 
 // Spawn starts a worker process with the chosen plugins.
 func (c *Client) Spawn(ctx context.Context, opts SpawnOptions) (*WorkerProcess, error) {
 	var reply SpawnReply
-	if err := c.call(ctx, kindSpawn, opts, &reply); err != nil {
+	if err := c.call(ctx, uromwire.KindSpawn, opts, &reply); err != nil {
 		return nil, err
 	}
 	w := &WorkerProcess{ID: reply.Worker, PID: reply.PID, c: c, gone: make(chan struct{})}
@@ -283,9 +284,9 @@ func (w *WorkerProcess) Err() error {
 		return nil
 	}
 	if w.reason == ReasonShuttingDown {
-		return errorf(codeShuttingDown, "%s", ReasonShuttingDown)
+		return errorf(uromwire.CodeShuttingDown, "%s", ReasonShuttingDown)
 	}
-	return errorf(codeWorkerDied, "worker %d is gone: %s", w.ID, w.reason)
+	return errorf(uromwire.CodeWorkerDied, "worker %d is gone: %s", w.ID, w.reason)
 }
 
 // Call sends a command of the given kind to the worker and decodes its
@@ -297,34 +298,25 @@ func (w *WorkerProcess) Call(ctx context.Context, kind string, req, resp any) er
 	if err := w.Err(); err != nil {
 		return err
 	}
-	body, err := encodeBody(req)
+	body, err := uromwire.EncodeBody(req)
 	if err != nil {
 		return err
 	}
 	var raw []byte
-	var out rawBody
-	if err := w.c.call(ctx, kindCommand, commandRequest{Worker: w.ID, Kind: kind, Body: body}, &out); err != nil {
+	var out uromwire.RawBody
+	if err := w.c.call(ctx, uromwire.KindCommand, uromwire.CommandRequest{Worker: w.ID, Kind: kind, Body: body}, &out); err != nil {
 		return err
 	}
 	raw = out
-	return decodeBody(raw, resp)
+	return uromwire.DecodeBody(raw, resp)
 }
 
 // Stop stops the worker.
 func (w *WorkerProcess) Stop(ctx context.Context) error {
-	err := w.c.call(ctx, kindStop, StopRequest{Worker: w.ID}, nil)
+	err := w.c.call(ctx, uromwire.KindStop, StopRequest{Worker: w.ID}, nil)
 	if err != nil && !errors.Is(err, ErrUnknownWorker) {
 		return err
 	}
 	w.died("stopped")
-	return nil
-}
-
-// rawBody keeps a msgpack body undecoded.
-type rawBody []byte
-
-// UnmarshalMsgpack keeps the bytes.
-func (r *rawBody) UnmarshalMsgpack(b []byte) error {
-	*r = append((*r)[:0], b...)
 	return nil
 }

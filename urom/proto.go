@@ -1,28 +1,9 @@
 package urom
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-)
-
-// Message kinds between hosts and the service.
-const (
-	kindHello      = "hello"
-	kindAuth       = "auth" // the host's proof, with a shared secret (auth.go)
-	kindPlugins    = "plugins"
-	kindSpawn      = "spawn"
-	kindStop       = "stop"
-	kindWorkers    = "workers"
-	kindCommand    = "cmd"
-	kindWorkerDied = "worker-died" // event, cookie 0
-	kindShutdown   = "shutdown"    // event, cookie 0: ShutdownNotice
-	kindEvent      = "event"       // worker process -> service, cookie 0: workerEvent
-	kindReady      = "ready"       // worker process -> service, at start
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // Hello opens a host's session: the host names the RDMO component version it
@@ -47,11 +28,6 @@ type HelloReply struct {
 	Auth             bool   `msgpack:"auth,omitempty"`
 	Nonce            []byte `msgpack:"nonce,omitempty"`
 	MAC              []byte `msgpack:"mac,omitempty"`
-}
-
-// authProof is the host's proof of the shared secret.
-type authProof struct {
-	MAC []byte `msgpack:"mac"`
 }
 
 // PluginInfo describes a plugin the service offers.
@@ -119,104 +95,56 @@ type WorkerInfo struct {
 	RequestQueues int `msgpack:"rqs,omitempty" json:"request_queues"`
 }
 
-// BuildInfo is what rdmo_build_info labels (Config.Build); the Go version
-// is the running binary's.
-type BuildInfo struct {
-	Version, Commit, UCX string
-}
-
-// commandRequest carries one worker command through the service.
-type commandRequest struct {
-	Worker uint64             `msgpack:"worker"`
-	Kind   string             `msgpack:"kind"`
-	Body   msgpack.RawMessage `msgpack:"body"`
-}
-
 // WorkerDied tells a host that one of its workers exited.
 type WorkerDied struct {
 	Worker uint64 `msgpack:"worker"`
 	Reason string `msgpack:"reason"`
 }
 
-// Error classes carried in envelopes; they survive the wire and come back as
-// *Error values that match the sentinels below with errors.Is.
-const (
-	codeVersion       = "version"
-	codeAuth          = "auth"
-	codeLimit         = "limit"
-	codeUnknownWorker = "unknown-worker"
-	codeWorkerDied    = "worker-died"
-	codeBadRequest    = "bad-request"
-	codeTimeout       = "timeout"
-	codeNotFound      = "not-found"
-	codeCommand       = "command"
-	codeInternal      = "internal"
-	codeShuttingDown  = "shutting-down"
-)
-
-// Error is an error the service or a worker answered with.
-type Error struct {
-	Code    string
-	Message string
-}
-
-func (e *Error) Error() string { return "urom: " + e.Message }
-
-// Is matches the sentinel of the same class.
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Code == e.Code
-}
+// Error is an error the service or a worker answered with; it matches the
+// sentinel of its class (errors.Is).
+type Error = uromwire.Error
 
 // Sentinels for errors.Is.
 var (
-	ErrVersion       = &Error{Code: codeVersion}       // no compatible component version
-	ErrAuth          = &Error{Code: codeAuth}          // the shared secrets differ, or only one side has one
-	ErrLimit         = &Error{Code: codeLimit}         // too many workers
-	ErrUnknownWorker = &Error{Code: codeUnknownWorker} // no such worker (of this host)
-	ErrWorkerDied    = &Error{Code: codeWorkerDied}    // the worker process exited
-	ErrBadRequest    = &Error{Code: codeBadRequest}    // malformed request
-	ErrTimeout       = &Error{Code: codeTimeout}       // no answer before the deadline
-	ErrNotFound      = &Error{Code: codeNotFound}      // unknown plugin
-	ErrCommand       = &Error{Code: codeCommand}       // the worker refused the command
-	ErrInternal      = &Error{Code: codeInternal}
-	ErrShuttingDown  = &Error{Code: codeShuttingDown} // the service is shutting down (ReasonShuttingDown)
+	ErrVersion       = &Error{Code: uromwire.CodeVersion}       // no compatible component version
+	ErrAuth          = &Error{Code: uromwire.CodeAuth}          // the shared secrets differ, or only one side has one
+	ErrLimit         = &Error{Code: uromwire.CodeLimit}         // too many workers
+	ErrUnknownWorker = &Error{Code: uromwire.CodeUnknownWorker} // no such worker (of this host)
+	ErrWorkerDied    = &Error{Code: uromwire.CodeWorkerDied}    // the worker process exited
+	ErrBadRequest    = &Error{Code: uromwire.CodeBadRequest}    // malformed request
+	ErrTimeout       = &Error{Code: uromwire.CodeTimeout}       // no answer before the deadline
+	ErrNotFound      = &Error{Code: uromwire.CodeNotFound}      // unknown plugin
+	ErrCommand       = &Error{Code: uromwire.CodeCommand}       // the worker refused the command
+	ErrInternal      = &Error{Code: uromwire.CodeInternal}
+	ErrShuttingDown  = &Error{Code: uromwire.CodeShuttingDown} // the service is shutting down (ReasonShuttingDown)
 )
 
 func errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return uromwire.Errorf(code, format, args...)
 }
 
-func errorFromEnvelope(env *envelope) error {
-	if env.Status == "" {
-		return nil
-	}
-	return &Error{Code: env.Code, Message: env.Status}
+// ReasonShuttingDown is the reason a host's workers end with when the
+// service stops them on its way down (WorkerDied.Reason,
+// WorkerProcess.Reason); WorkerProcess.Err then matches ErrShuttingDown.
+const ReasonShuttingDown = "the UROM service is shutting down"
+
+// ShutdownNotice tells a connected host that the service is shutting down
+// (an event, cookie 0): it accepts nothing new and stops the host's
+// workers once Drain has passed (or the host released them).
+type ShutdownNotice struct {
+	Drain time.Duration `msgpack:"drain"`
 }
 
-func setError(env *envelope, err error) {
-	var ue *Error
-	if errors.As(err, &ue) {
-		env.Code, env.Status = ue.Code, ue.Message
-		return
-	}
-	env.Code, env.Status = codeInternal, err.Error()
-}
+// Limits of the protocol's frames.
+const (
+	// ProtocolVersion is the version of the UROM frames this package
+	// speaks.
+	ProtocolVersion = uromwire.ProtocolVersion
+	// MaxFrame bounds a frame body; larger ones are refused before any
+	// allocation.
+	MaxFrame = uromwire.MaxFrame
+)
 
-// compatible reports whether a host asking for version want can use a
-// component of version have: same major version, have at least want.
-func compatible(want, have string) bool {
-	wm, wn, ok1 := majorMinor(want)
-	hm, hn, ok2 := majorMinor(have)
-	return ok1 && ok2 && wm == hm && hn >= wn
-}
-
-func majorMinor(v string) (int, int, bool) {
-	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	return major, minor, err1 == nil && err2 == nil
-}
+// ErrFrameTooLarge reports a frame over MaxFrame.
+var ErrFrameTooLarge = uromwire.ErrFrameTooLarge

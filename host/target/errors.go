@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom"
 )
 
@@ -58,11 +58,11 @@ func (e *ServiceError) Error() string {
 func (e *ServiceError) Unwrap() error { return e.Err }
 
 // CommandError is a command the RDMO worker refused or could not answer.
-// Err wraps the cause: the worker's status (dpu.ErrUnknownClient, ...,
+// Err wraps the cause: the worker's status (command.ErrUnknownClient, ...,
 // see package dpu), a *WorkerDiedError, ErrServiceExited or a context
 // error.
 type CommandError struct {
-	Command dpu.CommandType
+	Command command.CommandType
 	Err     error
 }
 

@@ -13,8 +13,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom"
-	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // Default timeouts.
@@ -51,7 +51,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Service, error) 
 	log := orNop(opts.Logger)
 	dctx, cancel := context.WithTimeout(ctx, orDefault(opts.Timeout, DefaultCommandTimeout))
 	defer cancel()
-	uc, err := urom.Dial(dctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: opts.Secret, Logger: log.Named("urom")})
+	uc, err := urom.Dial(dctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion, Secret: opts.Secret, Logger: log.Named("urom")})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -13,10 +13,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/urom"
-	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // Options configure New. The worker comes from Service if set, else from
@@ -78,7 +77,7 @@ type Target struct {
 	svc     *Service
 	ownsSvc bool
 	w       *urom.WorkerProcess
-	remote  rdmoworker.Remote
+	remote  command.Remote
 	log     *zap.Logger
 	timeout time.Duration
 
@@ -148,7 +147,7 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	defer cancel()
 	var config map[string]string
 	if opts.AppendStrategy != "" {
-		config = map[string]string{rdmoworker.ConfigAppendStrategy: opts.AppendStrategy}
+		config = map[string]string{command.ConfigAppendStrategy: opts.AppendStrategy}
 	}
 	w, err := t.svc.uc.Spawn(sctx, urom.SpawnOptions{Env: opts.Env, CPUs: opts.CPUs, Config: config, Plugins: spawnNames(opts.Plugins)})
 	if err != nil {
@@ -157,7 +156,7 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 		}
 		return &ServiceError{Addr: t.svc.addr, Embedded: t.svc.Embedded(), Op: "spawning the RDMO worker", Err: err}
 	}
-	t.w, t.remote = w, rdmoworker.Remote{W: w}
+	t.w, t.remote = w, command.Remote{W: w}
 	t.log.Info("RDMO worker started", zap.Uint64("worker", w.ID), zap.Int("pid", w.PID), zap.String("append_strategy", opts.AppendStrategy))
 	go func() {
 		select {
@@ -176,7 +175,7 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	// of that wire-up makes UCX 1.13 (tcp) abort this process on the
 	// half-done reply it still holds. The wait is bounded by the command
 	// timeout; then ctx's end is reported.
-	n, err := t.do(context.WithoutCancel(ctx), dpu.ClientInit{ID: t.client, Addr: opts.Address})
+	n, err := t.do(context.WithoutCancel(ctx), command.ClientInit{ID: t.client, Addr: opts.Address})
 	if err != nil {
 		return err
 	}
@@ -263,9 +262,9 @@ func (t *Target) WorkerPID() int { return t.w.PID }
 func (t *Target) Service() *Service { return t.svc }
 
 // do sends one command, bounded, and fails fast once the target is done.
-func (t *Target) do(ctx context.Context, cmd dpu.Command) (dpu.Notification, error) {
+func (t *Target) do(ctx context.Context, cmd command.Command) (command.Notification, error) {
 	if err := t.Err(); err != nil {
-		return dpu.Notification{}, &CommandError{Command: cmd.CommandType(), Err: err}
+		return command.Notification{}, &CommandError{Command: cmd.CommandType(), Err: err}
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
@@ -279,7 +278,7 @@ func (t *Target) do(ctx context.Context, cmd dpu.Command) (dpu.Notification, err
 	return n, nil
 }
 
-func (t *Target) checkOpen(cmd dpu.CommandType) error {
+func (t *Target) checkOpen(cmd command.CommandType) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -291,7 +290,7 @@ func (t *Target) checkOpen(cmd dpu.CommandType) error {
 // Register registers mem with the worker (MR_REG). Its packed remote key
 // goes with it, and its exported memory handle where UCX can export one.
 func (t *Target) Register(ctx context.Context, mem *ucp.Memory) (Region, error) {
-	if err := t.checkOpen(dpu.CmdMRReg); err != nil {
+	if err := t.checkOpen(command.CmdMRReg); err != nil {
 		return Region{}, err
 	}
 	rkey, err := mem.PackRkey()
@@ -303,7 +302,7 @@ func (t *Target) Register(ctx context.Context, mem *ucp.Memory) (Region, error) 
 		memh = nil // UCX < 1.14, or transports that cannot export
 	}
 	r := Region{Base: mem.Address(), Len: uint64(mem.Len()), Rkey: rkey}
-	n, err := t.do(ctx, dpu.MRReg{Client: t.client, VA: r.Base, Len: r.Len, PackedRkey: rkey, PackedMemh: memh})
+	n, err := t.do(ctx, command.MRReg{Client: t.client, VA: r.Base, Len: r.Len, PackedRkey: rkey, PackedMemh: memh})
 	if err != nil {
 		return Region{}, err
 	}
@@ -318,11 +317,11 @@ func (t *Target) Register(ctx context.Context, mem *ucp.Memory) (Region, error) 
 // caches for it, and once this returns nothing writes into it any more.
 // The region is forgotten even when the worker reports a failure.
 func (t *Target) Deregister(ctx context.Context, region uint64) error {
-	if err := t.checkOpen(dpu.CmdMRDereg); err != nil {
+	if err := t.checkOpen(command.CmdMRDereg); err != nil {
 		return err
 	}
 	t.forget(&t.regions, region)
-	_, err := t.do(ctx, dpu.MRDereg{Client: t.client, Region: region})
+	_, err := t.do(ctx, command.MRDereg{Client: t.client, Region: region})
 	return err
 }
 
@@ -338,7 +337,7 @@ type RQOptions struct {
 	// ErrorHandling is the mode of the worker's endpoint to the initiator;
 	// it must match the initiator's own (UCX refuses asymmetric modes).
 	// Zero: peer-failure detection, as rdmo's initiators use.
-	ErrorHandling dpu.RQErrorHandling
+	ErrorHandling command.RQErrorHandling
 	// ZeroClientID lets this queue's requests carry client id 0 (a DOCA
 	// reference initiator writes 0); docs/SECURITY.md says why that does
 	// not weaken the client check of any other queue.
@@ -347,10 +346,10 @@ type RQOptions struct {
 
 // CreateRQWith is CreateRQ with the extensions of opts.
 func (t *Target) CreateRQWith(ctx context.Context, addr []byte, opts RQOptions) (uint64, error) {
-	if err := t.checkOpen(dpu.CmdRQCreate); err != nil {
+	if err := t.checkOpen(command.CmdRQCreate); err != nil {
 		return 0, err
 	}
-	n, err := t.do(ctx, dpu.RQCreate{Client: t.client, Addr: addr, ErrorHandling: opts.ErrorHandling, ZeroClientID: opts.ZeroClientID})
+	n, err := t.do(ctx, command.RQCreate{Client: t.client, Addr: addr, ErrorHandling: opts.ErrorHandling, ZeroClientID: opts.ZeroClientID})
 	if err != nil {
 		return 0, err
 	}
@@ -364,9 +363,9 @@ func (t *Target) CreateRQWith(ctx context.Context, addr []byte, opts RQOptions) 
 // later has completed (the worker's flush notification, so a target never
 // polls its memory to learn that work is done), or when ctx ends. The
 // worker answers within its own bound; ask again with the same after.
-func (t *Target) WaitFlush(ctx context.Context, rq, after uint64) (dpu.FlushEvent, error) {
-	if err := t.checkOpen(dpu.CmdRQCreate); err != nil {
-		return dpu.FlushEvent{}, err
+func (t *Target) WaitFlush(ctx context.Context, rq, after uint64) (command.FlushEvent, error) {
+	if err := t.checkOpen(command.CmdRQCreate); err != nil {
+		return command.FlushEvent{}, err
 	}
 	return t.remote.WaitFlush(ctx, t.client, rq, after)
 }
@@ -376,11 +375,11 @@ func (t *Target) WaitFlush(ctx context.Context, rq, after uint64) (dpu.FlushEven
 // disconnects: one that left first took its queue with it, and the worker
 // then reports the queue unknown. The queue is forgotten either way.
 func (t *Target) DestroyRQ(ctx context.Context, rq uint64) error {
-	if err := t.checkOpen(dpu.CmdRQDestroy); err != nil {
+	if err := t.checkOpen(command.CmdRQDestroy); err != nil {
 		return err
 	}
 	known := t.forget(&t.rqs, rq)
-	_, err := t.do(ctx, dpu.RQDestroy{Client: t.client, RQ: rq})
+	_, err := t.do(ctx, command.RQDestroy{Client: t.client, RQ: rq})
 	if known && unknownRQ(err) {
 		// The worker took the queue down already, when its initiator
 		// went (a normal end of a run): nothing is left to destroy.
@@ -394,7 +393,7 @@ func (t *Target) DestroyRQ(ctx context.Context, rq uint64) error {
 // request queue (through a worker process the sentinel arrives as the
 // notification's detail).
 func unknownRQ(err error) bool {
-	return err != nil && (errors.Is(err, dpu.ErrUnknownRQ) || strings.Contains(err.Error(), dpu.ErrUnknownRQ.Error()))
+	return err != nil && (errors.Is(err, command.ErrUnknownRQ) || strings.Contains(err.Error(), command.ErrUnknownRQ.Error()))
 }
 
 func (t *Target) forget(ids *[]uint64, id uint64) bool {
@@ -408,7 +407,7 @@ func (t *Target) forget(ids *[]uint64, id uint64) bool {
 }
 
 // Stats returns the worker's counters.
-func (t *Target) Stats(ctx context.Context) (dpu.Stats, error) {
+func (t *Target) Stats(ctx context.Context) (command.Stats, error) {
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	return t.remote.Stats(cctx)
@@ -445,7 +444,7 @@ func (t *Target) CloseContext(ctx context.Context) error {
 		return errors.Is(err, urom.ErrWorkerDied) || errors.Is(err, urom.ErrUnknownWorker) || errors.Is(err, ErrServiceExited) ||
 			errors.Is(err, urom.ErrShuttingDown)
 	}
-	undo := func(cmd dpu.Command) error {
+	undo := func(cmd command.Command) error {
 		if !alive {
 			return nil
 		}
@@ -459,12 +458,12 @@ func (t *Target) CloseContext(ctx context.Context) error {
 	for _, rq := range rqs {
 		// An initiator that disconnected first took its queue with it:
 		// a failure here is no teardown failure.
-		if err := undo(dpu.RQDestroy{Client: t.client, RQ: rq}); err != nil {
+		if err := undo(command.RQDestroy{Client: t.client, RQ: rq}); err != nil {
 			t.log.Debug("RQ_DESTROY", zap.Uint64("rq", rq), zap.Error(err))
 		}
 	}
 	for _, r := range slices.Backward(regions) {
-		if err := undo(dpu.MRDereg{Client: t.client, Region: r}); err != nil {
+		if err := undo(command.MRDereg{Client: t.client, Region: r}); err != nil {
 			errs = append(errs, err)
 		}
 	}

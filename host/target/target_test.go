@@ -17,9 +17,11 @@ import (
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/host/target"
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
@@ -29,7 +31,7 @@ import (
 func TestMain(m *testing.M) {
 	switch testproc.Role() {
 	case "worker":
-		if err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, nil); err != nil {
+		if err := service.ServeWorker(context.Background(), os.NewFile(service.ControlFD, "control"), rdmoworker.Factory, nil); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
 		}
@@ -44,14 +46,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func serviceConfig(listen string, tr ucptest.Transport) urom.Config {
-	return urom.Config{
+func serviceConfig(listen string, tr ucptest.Transport) service.Config {
+	return service.Config{
 		Listen:           listen,
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0]},
 		WorkerEnv:        append([]string{testproc.RoleEnv + "=worker"}, tr.Env()...),
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 	}
 }
 
@@ -72,7 +74,7 @@ func serviceMain(args []string) error {
 	defer stop()
 	cfg := serviceConfig(*listen, ucptest.Transports[0])
 	cfg.Secret = bytes.TrimSpace(secret)
-	svc, err := urom.NewService(ctx, cfg)
+	svc, err := service.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

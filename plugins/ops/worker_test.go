@@ -18,17 +18,18 @@ import (
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/plugins/ops"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/rdmo/rdmotest"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
-	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 	"github.com/openrdmo/rdmo/urom/uromtest"
 )
 
 // The test binary doubles as a UROM worker process (role "worker").
 func TestMain(m *testing.M) {
 	if testproc.Role() == "worker" {
-		if err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, nil); err != nil {
+		if err := service.ServeWorker(context.Background(), os.NewFile(service.ControlFD, "control"), rdmoworker.Factory, nil); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
 		}
@@ -69,12 +70,12 @@ func pluginDir(t testing.TB) string {
 // startService runs a UROM service in this process whose workers are this
 // test binary.
 func startService(t testing.TB, tr ucptest.Transport, plugins bool) string {
-	cfg := urom.Config{
+	cfg := service.Config{
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       2,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        append([]string{testproc.RoleEnv + "=worker"}, tr.Env()...),
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 	}
 	if plugins {
 		cfg.PluginPath, cfg.Probe = []string{pluginDir(t)}, rdmoworker.Probe

@@ -118,4 +118,3 @@ type FlushEvent struct {
 	// Failures is the sum of Failed over every flush of the queue.
 	Failures uint64 `msgpack:"failures"`
 }
-

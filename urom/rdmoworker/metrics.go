@@ -7,17 +7,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // Metrics returns the RDMO component's per-worker series for
-// urom.Config.Metrics: a UROM service serving them asks every worker for
-// its dpu.Stats (KindStats) at scrape time.
-func Metrics() urom.WorkerMetrics { return newMetrics() }
+// service.Config.Metrics: a UROM service serving them asks every worker for
+// its command.Stats (command.KindStats) at scrape time.
+func Metrics() service.WorkerMetrics { return newMetrics() }
 
-// metrics turns one worker's dpu.Stats into series named
+// metrics turns one worker's command.Stats into series named
 // rdmo_worker_*, each with the label "worker" first.
 type metrics struct {
 	requests, reqBytes, dropped               *prometheus.Desc
@@ -71,20 +72,20 @@ func newMetrics() *metrics {
 	}
 }
 
-// Summary implements urom.WorkerSummarizer: the clients and request
+// Summary implements service.WorkerSummarizer: the clients and request
 // queues `rdmo workers` shows.
 func (*metrics) Summary(decode func(v any) error) (int, int, error) {
-	var st dpu.Stats
+	var st command.Stats
 	if err := decode(&st); err != nil {
 		return 0, 0, err
 	}
 	return st.Clients, st.RQs, nil
 }
 
-// Command implements urom.WorkerMetrics.
-func (*metrics) Command() string { return KindStats }
+// Command implements service.WorkerMetrics.
+func (*metrics) Command() string { return command.KindStats }
 
-// Describe implements urom.WorkerMetrics.
+// Describe implements service.WorkerMetrics.
 func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
@@ -96,9 +97,9 @@ func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements urom.WorkerMetrics.
+// Collect implements service.WorkerMetrics.
 func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v any) error) error {
-	var st dpu.Stats
+	var st command.Stats
 	if err := decode(&st); err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 // opLabel names an op for the "op" label: a plugin's op by its handler's
 // name (dpu.OpLabel).
 func opLabel(op uint32, names map[uint32]string) string {
-	if op == dpu.OtherOp {
+	if op == command.OtherOp {
 		return "other"
 	}
 	if n, ok := names[op]; ok {
@@ -174,11 +175,11 @@ func opLabel(op uint32, names map[uint32]string) string {
 	return rdmo.OpName(op)
 }
 
-// batchBuckets turns dpu.Stats.BatchSizes (bucket i counts batches of
+// batchBuckets turns command.Stats.BatchSizes (bucket i counts batches of
 // 2^i .. 2^(i+1)-1 requests, the last one everything larger) into a
 // Prometheus histogram: cumulative counts by upper bound (2^(i+1)-1; the
 // last bucket is +Inf, i.e. the count).
-func batchBuckets(sizes [dpu.BatchSizeBuckets]uint64) (uint64, map[float64]uint64) {
+func batchBuckets(sizes [command.BatchSizeBuckets]uint64) (uint64, map[float64]uint64) {
 	buckets := make(map[float64]uint64, len(sizes)-1)
 	var cum uint64
 	for i, n := range sizes {
@@ -190,10 +191,10 @@ func batchBuckets(sizes [dpu.BatchSizeBuckets]uint64) (uint64, map[float64]uint6
 	return cum, buckets
 }
 
-// latencyBuckets turns a dpu.OpLatency (bucket i counts requests under
+// latencyBuckets turns a command.OpLatency (bucket i counts requests under
 // 2^i µs, the last one everything slower) into a Prometheus histogram in
 // seconds.
-func latencyBuckets(l dpu.OpLatency) (uint64, float64, map[float64]uint64) {
+func latencyBuckets(l command.OpLatency) (uint64, float64, map[float64]uint64) {
 	buckets := make(map[float64]uint64, len(l.Buckets)-1)
 	var cum uint64
 	for i, n := range l.Buckets {
@@ -208,20 +209,20 @@ func latencyBuckets(l dpu.OpLatency) (uint64, float64, map[float64]uint64) {
 // WorkerStats is one live worker's counters, as WorkerStats collects them.
 type WorkerStats struct {
 	urom.WorkerInfo
-	Stats dpu.Stats
+	Stats command.Stats
 	// Memory is the worker process's resident memory, read from /proc on
 	// the service's host (zeros when it cannot be read).
-	Memory urom.ProcessMemory
+	Memory service.ProcessMemory
 	// Err is why the counters could not be read (the worker did not
 	// answer in time, died, or does not run the RDMO component).
 	Err error
 }
 
 // CollectStats asks every live worker process of s, whichever host spawned
-// it, for its counters, all at once (urom.Service.AskWorkers), each bounded
+// it, for its counters, all at once (service.Service.AskWorkers), each bounded
 // by ctx and the service's CallTimeout. The result is ordered by worker id.
-func CollectStats(ctx context.Context, s *urom.Service) []WorkerStats {
-	as := s.AskWorkers(ctx, KindStats, nil)
+func CollectStats(ctx context.Context, s *service.Service) []WorkerStats {
+	as := s.AskWorkers(ctx, command.KindStats, nil)
 	out := make([]WorkerStats, len(as))
 	for i := range as {
 		out[i] = WorkerStats{WorkerInfo: as[i].WorkerInfo, Memory: as[i].Memory, Err: as[i].Err}

@@ -1,6 +1,6 @@
 // Package rdmoworker is the RDMO component as a UROM worker: the built-in
 // op handlers, the factory a worker process builds its dpu.Worker with, and
-// the typed commands a host sends it.
+// the handler that runs a host's commands (rdmo/command) on it.
 package rdmoworker
 
 import (
@@ -22,53 +22,13 @@ import (
 	"github.com/openrdmo/rdmo/plugins/ops"
 	"github.com/openrdmo/rdmo/plugins/scatter"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
 	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
-// ComponentVersion is the version of the RDMO component hosts check.
-const ComponentVersion = "1.0.0"
-
-// Command kinds on the UROM command channel.
-const (
-	KindClientInit = "client-init"
-	KindRQCreate   = "rq-create"
-	KindRQDestroy  = "rq-destroy"
-	KindMRReg      = "mr-reg"
-	KindMRDereg    = "mr-dereg"
-	KindStats      = "stats"
-	// KindRQFlushWait is rdmo's flush notification (FlushWait): answered
-	// when a FLUSH of a request queue completed, or after its wait.
-	KindRQFlushWait = "rq-flush-wait"
-)
-
-// FlushWait asks the worker to answer when more than After FLUSHes of
-// request queue RQ (of Client) have completed (dpu.Worker.WaitFlush), or
-// after Wait at most (MaxFlushWait; 0: DefaultFlushWait), whichever comes
-// first. The answer is the queue's dpu.FlushEvent: Flushes > After means
-// done; otherwise ask again. The wait is bounded so the answer beats the
-// service's command timeout (urom.Config.CallTimeout, 30 s by default).
-type FlushWait struct {
-	Client uint64        `msgpack:"client"`
-	RQ     uint64        `msgpack:"rq"`
-	After  uint64        `msgpack:"after"`
-	Wait   time.Duration `msgpack:"wait"`
-}
-
-// Bounds of FlushWait.Wait.
-const (
-	DefaultFlushWait = 10 * time.Second
-	MaxFlushWait     = 20 * time.Second
-)
-
-// Config keys a host may set in urom.SpawnOptions.Config.
-const (
-	// ConfigAppendStrategy selects the built-in append strategy:
-	// "owned" (default) or "shared".
-	ConfigAppendStrategy = "append-strategy"
-)
-
-// Settings of every worker of a service (urom.Config.WorkerSettings, set
+// Settings of every worker of a service (service.Config.WorkerSettings, set
 // by the operator: `rdmo dpu`'s "worker" section), named like the dpu.Config
 // limit they set. Values are decimal numbers (drain-timeout a Go duration,
 // "5s"); 0 (or a missing key) is the dpu default, a negative value or an
@@ -129,7 +89,7 @@ var builtins = []builtin{
 	{
 		info: appendop.New(appendop.Options{}).Info(),
 		make: func(cfg map[string]string) (rdmo.Handler, error) {
-			s, err := ParseStrategy(cfg[ConfigAppendStrategy])
+			s, err := ParseStrategy(cfg[command.ConfigAppendStrategy])
 			if err != nil {
 				return nil, err
 			}
@@ -187,7 +147,7 @@ func Probe(ctx context.Context, path string) (urom.PluginInfo, error) {
 
 // Factory builds a worker process's RDMO worker from its spec: built-in
 // handlers linked in, the others loaded from their plugin binaries.
-func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.CommandHandler, error) {
+func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (service.CommandHandler, error) {
 	c := &commands{log: log}
 	var handlers []rdmo.Handler
 	for _, p := range spec.Plugins {
@@ -212,8 +172,8 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 			Logger: log.With(zap.String("plugin_name", p.Name)), Name: p.Name, Version: p.Version,
 			Env: configEnv(spec.Config),
 			// The service counts these beyond this worker's life.
-			OnFailure: func(string) { urom.ReportPluginFailed(ctx, name) },
-			OnRestart: func() { urom.ReportPluginRestarted(ctx, name) },
+			OnFailure: func(string) { service.ReportPluginFailed(ctx, name) },
+			OnRestart: func() { service.ReportPluginRestarted(ctx, name) },
 		})
 		if err != nil {
 			c.closePlugins()
@@ -225,7 +185,7 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (urom.C
 	// A worker that can hear no local peer any more (a shared-memory
 	// receive queue blocked by a peer that died mid-send) ends its
 	// process: its peers then see it gone instead of waiting for good.
-	cfg := dpu.Config{Handlers: handlers, Logger: log, OnFatal: func(err error) { urom.ReportFatal(ctx, err) }}
+	cfg := dpu.Config{Handlers: handlers, Logger: log, OnFatal: func(err error) { service.ReportFatal(ctx, err) }}
 	if err := ApplySettings(&cfg, spec.Settings); err != nil {
 		c.closePlugins()
 		return nil, err
@@ -279,31 +239,31 @@ func decode[T any](body msgpack.RawMessage) (T, error) {
 // Handle runs one command. A command the worker refuses still answers with
 // its Notification (Status says why): the host turns it into a typed error.
 func (c *commands) Handle(ctx context.Context, kind string, body msgpack.RawMessage) (any, error) {
-	var cmd dpu.Command
+	var cmd command.Command
 	var err error
 	switch kind {
-	case KindClientInit:
-		cmd, err = decode[dpu.ClientInit](body)
-	case KindRQCreate:
-		cmd, err = decode[dpu.RQCreate](body)
-	case KindRQDestroy:
-		cmd, err = decode[dpu.RQDestroy](body)
-	case KindMRReg:
-		cmd, err = decode[dpu.MRReg](body)
-	case KindMRDereg:
-		cmd, err = decode[dpu.MRDereg](body)
-	case KindStats:
+	case command.KindClientInit:
+		cmd, err = decode[command.ClientInit](body)
+	case command.KindRQCreate:
+		cmd, err = decode[command.RQCreate](body)
+	case command.KindRQDestroy:
+		cmd, err = decode[command.RQDestroy](body)
+	case command.KindMRReg:
+		cmd, err = decode[command.MRReg](body)
+	case command.KindMRDereg:
+		cmd, err = decode[command.MRDereg](body)
+	case command.KindStats:
 		return c.w.Stats(), nil
-	case KindRQFlushWait:
-		fw, err := decode[FlushWait](body)
+	case command.KindRQFlushWait:
+		fw, err := decode[command.FlushWait](body)
 		if err != nil {
 			return nil, fmt.Errorf("malformed %s: %w", kind, err)
 		}
 		wait := fw.Wait
 		if wait <= 0 {
-			wait = DefaultFlushWait
+			wait = command.DefaultFlushWait
 		}
-		wctx, cancel := context.WithTimeout(ctx, min(wait, MaxFlushWait))
+		wctx, cancel := context.WithTimeout(ctx, min(wait, command.MaxFlushWait))
 		ev, err := c.w.WaitFlush(wctx, fw.Client, fw.RQ, fw.After)
 		cancel()
 		if err != nil && !(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
@@ -317,7 +277,7 @@ func (c *commands) Handle(ctx context.Context, kind string, body msgpack.RawMess
 		return nil, fmt.Errorf("malformed %s: %w", kind, err)
 	}
 	n, err := c.w.Do(ctx, cmd)
-	var ce *dpu.CommandError
+	var ce *command.CommandError
 	if err != nil && !errors.As(err, &ce) {
 		return nil, err
 	}
@@ -328,65 +288,4 @@ func (c *commands) Close() error {
 	err := c.w.Close()
 	c.closePlugins()
 	return err
-}
-
-// Remote sends RDMO commands to a worker process through the UROM service.
-type Remote struct{ W *urom.WorkerProcess }
-
-func kindOf(cmd dpu.Command) string {
-	switch cmd.CommandType() {
-	case dpu.CmdClientInit:
-		return KindClientInit
-	case dpu.CmdRQCreate:
-		return KindRQCreate
-	case dpu.CmdRQDestroy:
-		return KindRQDestroy
-	case dpu.CmdMRReg:
-		return KindMRReg
-	case dpu.CmdMRDereg:
-		return KindMRDereg
-	}
-	return ""
-}
-
-// Do sends a command and returns its notification; a refused command
-// returns its notification and an error matching the rdmo status sentinel.
-func (r Remote) Do(ctx context.Context, cmd dpu.Command) (dpu.Notification, error) {
-	var n dpu.Notification
-	if err := r.W.Call(ctx, kindOf(cmd), cmd, &n); err != nil {
-		return n, err
-	}
-	return n, n.Err()
-}
-
-// WaitFlush waits until more than after FLUSHes of request queue rq have
-// completed (FlushWait, asked again until then), and returns the queue's
-// FlushEvent; ctx bounds the whole wait.
-func (r Remote) WaitFlush(ctx context.Context, client, rq, after uint64) (dpu.FlushEvent, error) {
-	for {
-		wait := DefaultFlushWait
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
-			if wait <= 0 {
-				return dpu.FlushEvent{Client: client, RQ: rq}, context.DeadlineExceeded
-			}
-		}
-		var ev dpu.FlushEvent
-		if err := r.W.Call(ctx, KindRQFlushWait, FlushWait{Client: client, RQ: rq, After: after, Wait: wait}, &ev); err != nil {
-			return ev, err
-		}
-		if ev.Flushes > after {
-			return ev, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return ev, err
-		}
-	}
-}
-
-// Stats returns the worker's counters.
-func (r Remote) Stats(ctx context.Context) (dpu.Stats, error) {
-	var st dpu.Stats
-	err := r.W.Call(ctx, KindStats, nil, &st)
-	return st, err
 }

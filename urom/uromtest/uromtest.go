@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // Start runs a UROM service with cfg until the test ends and returns the
@@ -13,13 +13,13 @@ import (
 // so tests running side by side never collide. The service is stopped,
 // and waited for, when the test's cleanups run: cleanups registered after
 // Start (stopping workers, closing clients) run before it.
-func Start(t testing.TB, cfg urom.Config) string {
+func Start(t testing.TB, cfg service.Config) string {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := urom.NewService(ctx, cfg)
+	svc, err := service.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatalf("uromtest: %v", err)

@@ -15,8 +15,9 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
-	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // driver is the `rdmo bench` process: it runs the UROM service (unless an
@@ -28,7 +29,7 @@ type driver struct {
 	log *zap.Logger
 	exe string
 
-	svc      *urom.Service
+	svc      *service.Service
 	svcStop  context.CancelFunc
 	svcDone  chan struct{}
 	uromAddr string
@@ -148,14 +149,14 @@ func (d *driver) run(ctx context.Context) error {
 		d.uromAddr = d.o.UROMAddress
 	} else {
 		sctx, cancel := context.WithCancel(context.Background())
-		svc, err := urom.NewService(sctx, urom.Config{
+		svc, err := service.New(sctx, service.Config{
 			Listen:           "127.0.0.1:0",
 			Builtins:         rdmoworker.Builtins(),
 			Metrics:          rdmoworker.Metrics(),
 			MaxWorkers:       4,
 			WorkerCommand:    []string{d.exe},
 			WorkerEnv:        append(append([]string{roleEnv + "=" + roleWorker}, d.o.ChildEnv...), sideEnv...),
-			ComponentVersion: rdmoworker.ComponentVersion,
+			ComponentVersion: command.ComponentVersion,
 			Logger:           d.log.Named("urom"),
 		})
 		if err != nil {
@@ -171,7 +172,7 @@ func (d *driver) run(ctx context.Context) error {
 		d.svc, d.svcStop, d.svcDone, d.uromAddr = svc, cancel, make(chan struct{}), addr
 		go func() { svc.Serve(sctx); close(d.svcDone) }()
 		if d.o.MetricsAddr != "" {
-			maddr, err := urom.ServeMetrics(sctx, svc, d.o.MetricsAddr, d.log.Named("metrics"))
+			maddr, err := service.ServeMetrics(sctx, svc, d.o.MetricsAddr, d.log.Named("metrics"))
 			if err != nil {
 				return err
 			}
@@ -183,7 +184,7 @@ func (d *driver) run(ctx context.Context) error {
 	// The embedded service gives its workers the rest itself (WorkerEnv).
 	var spawnEnv []string
 	for _, kv := range append(append([]string(nil), d.o.ChildEnv...), sideEnv...) {
-		if name, _, _ := strings.Cut(kv, "="); urom.SpawnEnvAllowed[name] {
+		if name, _, _ := strings.Cut(kv, "="); service.SpawnEnvAllowed[name] {
 			spawnEnv = append(spawnEnv, kv)
 		}
 	}
@@ -482,7 +483,7 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		}
 		before = st
 		if !warm && row.Rounds == 0 {
-			m := urom.ReadProcessMemory(d.workers[row.Strategy].PID)
+			m := service.ReadProcessMemory(d.workers[row.Strategy].PID)
 			row.WorkerRSSStart, row.WorkerAnonStart = m.RSS, m.Anon
 		}
 	}
@@ -539,7 +540,7 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	if row.Strategy != "" {
 		delta = statsDelta(before, after)
 		rs.fig.add(delta)
-		m := urom.ReadProcessMemory(d.workers[row.Strategy].PID)
+		m := service.ReadProcessMemory(d.workers[row.Strategy].PID)
 		row.WorkerRSSEnd, row.WorkerAnonEnd = m.RSS, m.Anon
 		row.WorkerRSS = append(row.WorkerRSS, m.RSS)
 		row.WorkerAnon = append(row.WorkerAnon, m.Anon)

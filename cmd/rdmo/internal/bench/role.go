@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // The benchmark's processes are this program re-executed in a hidden role
@@ -62,7 +62,7 @@ func RoleMain() (int, bool) {
 	case roleInit:
 		err = initiatorMain()
 	case roleWorker:
-		err = urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "urom-control"), rdmoworker.Factory, childLogger("worker"))
+		err = service.ServeWorker(context.Background(), os.NewFile(service.ControlFD, "urom-control"), rdmoworker.Factory, childLogger("worker"))
 	default:
 		err = fmt.Errorf("unknown %s %q", roleEnv, role)
 	}

@@ -33,7 +33,7 @@ const (
 // the reference demo's sequence of exchanges, with the reference server's
 // checks, on the seed region (a 128 KiB queue whose tail starts at
 // base+8). It learns that the initiator's append and scatter are done
-// from the worker (rdmoworker.Remote.WaitFlush: the queue's FLUSH
+// from the worker (command.Remote.WaitFlush: the queue's FLUSH
 // completed), never by polling its memory.
 func (s *server) runReference(ctx context.Context, rc *oob.RefConn) error {
 	s.ref = rc

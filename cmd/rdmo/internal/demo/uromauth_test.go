@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom"
-	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // startDPU runs `rdmo dpu args...` and waits until it listens on addr.
@@ -123,7 +123,7 @@ func TestEmbeddedServiceRequiresTheRunSecret(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 	defer cancel()
-	c, err := urom.Dial(ctx, m[1], urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, m[1], urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err == nil {
 		c.Close()
 		t.Error("a host without the run's secret was served by the embedded service")

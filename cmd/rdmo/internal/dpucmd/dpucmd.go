@@ -23,8 +23,10 @@ import (
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/ucxflag"
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // Stdout is where `rdmo dpu` and `rdmo plugins` print (the announce line,
@@ -39,14 +41,14 @@ func executable() (string, error) {
 	return exe, nil
 }
 
-func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.LogConfig, logger *zap.Logger) (urom.Config, error) {
+func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.LogConfig, logger *zap.Logger) (service.Config, error) {
 	exe, err := executable()
 	if err != nil {
-		return urom.Config{}, err
+		return service.Config{}, err
 	}
 	bi := cli.VersionInfo(cli.UCX{Version: ucxflag.UCXVersion})
-	return urom.Config{
-		Build:            urom.BuildInfo{Version: bi.Version, Commit: bi.Commit, UCX: bi.UCX},
+	return service.Config{
+		Build:            service.BuildInfo{Version: bi.Version, Commit: bi.Commit, UCX: bi.UCX},
 		Listen:           listen,
 		PluginPath:       pluginPath,
 		Builtins:         rdmoworker.Builtins(),
@@ -54,7 +56,7 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 		Probe:            rdmoworker.Probe,
 		MaxWorkers:       maxWorkers,
 		WorkerCommand:    append([]string{exe, cli.WorkerSubcommand}, log.ChildArgs()...),
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 		Logger:           logger,
 	}, nil
 }
@@ -62,19 +64,19 @@ func serviceConfig(listen string, pluginPath []string, maxWorkers int, log cli.L
 // RunWorker is the body of a worker process that `rdmo dpu` started
 // (`rdmo __urom-worker`, cli.WorkerSubcommand): it serves the RDMO
 // component (rdmoworker.Factory) on the control socket the service handed
-// it on file descriptor urom.ControlFD. It is not for people to run.
+// it on file descriptor service.ControlFD. It is not for people to run.
 func RunWorker(ctx context.Context, log *zap.Logger) error {
-	ctl := os.NewFile(urom.ControlFD, "urom-control")
+	ctl := os.NewFile(service.ControlFD, "urom-control")
 	if ctl == nil {
-		return cli.Usagef("%s runs only as a worker process of `rdmo dpu` (no control socket on fd %d)", cli.WorkerSubcommand, urom.ControlFD)
+		return cli.Usagef("%s runs only as a worker process of `rdmo dpu` (no control socket on fd %d)", cli.WorkerSubcommand, service.ControlFD)
 	}
-	return urom.ServeWorker(ctx, ctl, rdmoworker.Factory, log.Named("worker"))
+	return service.ServeWorker(ctx, ctl, rdmoworker.Factory, log.Named("worker"))
 }
 
 // RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends. Once it
 // listens it prints the announce line (urom.Announce) on standard output,
 // so a host that started it as its embedded service finds its address. With --secret-file every host must
-// prove the secret (urom.Config.Secret) before it is served.
+// prove the secret (service.Config.Secret) before it is served.
 func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	log := cfg.Logger
 	if log == nil {
@@ -99,12 +101,12 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	if uc.DrainTimeout <= 0 {
 		uc.DrainTimeout = cli.DefaultWorkerDrainTimeout
 	}
-	svc, err := urom.NewService(ctx, uc)
+	svc, err := service.New(ctx, uc)
 	if err != nil {
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		if _, err := urom.ServeMetrics(ctx, svc, cfg.MetricsAddr, log.Named("metrics")); err != nil {
+		if _, err := service.ServeMetrics(ctx, svc, cfg.MetricsAddr, log.Named("metrics")); err != nil {
 			svc.Close()
 			return err
 		}
@@ -156,7 +158,7 @@ func RunWorkers(ctx context.Context, cfg cli.WorkersConfig) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
+	c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: command.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
 	if err != nil {
 		return UROMError(cfg.UROMAddress, err)
 	}
@@ -208,7 +210,7 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 		if err != nil {
 			return err
 		}
-		svc, err := urom.NewService(ctx, uc)
+		svc, err := service.New(ctx, uc)
 		if err != nil {
 			return err
 		}
@@ -222,7 +224,7 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 		if err != nil {
 			return err
 		}
-		c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
+		c, err := urom.Dial(dctx, cfg.UROMAddress, urom.ClientOptions{ComponentVersion: command.ComponentVersion, Secret: secret, Logger: log.Named("urom")})
 		if err != nil {
 			return UROMError(cfg.UROMAddress, err)
 		}
@@ -231,7 +233,7 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 			return fmt.Errorf("UROM service at %s: listing plugins: %w", cfg.UROMAddress, err)
 		}
 	}
-	fmt.Fprintf(Stdout, "Plugins %s (RDMO component %s):\n", source, rdmoworker.ComponentVersion)
+	fmt.Fprintf(Stdout, "Plugins %s (RDMO component %s):\n", source, command.ComponentVersion)
 	tw := tabwriter.NewWriter(Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tVERSION\tKIND\tOPS\tPATH")
 	for _, p := range plugins {
@@ -258,7 +260,7 @@ func UROMError(addr string, err error) error {
 	case errors.Is(err, urom.ErrAuth):
 		return fmt.Errorf("UROM service at %s: %w (the host's --secret-file and rdmo dpu --secret-file must hold the same secret)", addr, err)
 	case errors.Is(err, urom.ErrVersion):
-		return fmt.Errorf("UROM service at %s is incompatible with this host (RDMO component %s): %w", addr, rdmoworker.ComponentVersion, err)
+		return fmt.Errorf("UROM service at %s is incompatible with this host (RDMO component %s): %w", addr, command.ComponentVersion, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("UROM service at %s did not answer in time: %w", addr, err)
 	}

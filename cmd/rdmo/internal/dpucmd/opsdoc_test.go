@@ -10,8 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 type docMetric struct {
@@ -60,9 +61,9 @@ func readOperationsDoc(t *testing.T) map[string]docMetric {
 // what it serves has the documented types is TestOperatorView's part.
 func TestOperationsDocListsEveryMetric(t *testing.T) {
 	doc := readOperationsDoc(t)
-	svc, err := urom.NewService(context.Background(), urom.Config{
+	svc, err := service.New(context.Background(), service.Config{
 		Listen: "127.0.0.1:0", Builtins: rdmoworker.Builtins(), Metrics: rdmoworker.Metrics(),
-		WorkerCommand: []string{"true"}, ComponentVersion: rdmoworker.ComponentVersion,
+		WorkerCommand: []string{"true"}, ComponentVersion: command.ComponentVersion,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 	defer svc.Close()
 	ch := make(chan *prometheus.Desc)
 	go func() {
-		urom.MetricsCollector(svc).Describe(ch)
+		service.MetricsCollector(svc).Describe(ch)
 		close(ch)
 	}()
 	desc := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/internal/testproc"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/urom"
-	"github.com/openrdmo/rdmo/urom/rdmoworker"
 )
 
 // These tests run `rdmo dpu` as a real process, with real worker and
@@ -180,7 +180,7 @@ func TestOperatorView(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestJSONLogs(t *testing.T) {
 	dpu, addr, murl := startDPU(t, "--plugin-path", pluginDir, "--log-format", "json")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

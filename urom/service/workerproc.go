@@ -1,4 +1,4 @@
-package urom
+package service
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // CommandHandler runs worker commands inside a worker process. Handle may be
@@ -20,10 +23,9 @@ type CommandHandler interface {
 }
 
 // WorkerFactory builds a worker process's command handler from its spec.
-type WorkerFactory func(ctx context.Context, spec WorkerSpec, log *zap.Logger) (CommandHandler, error)
+type WorkerFactory func(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (CommandHandler, error)
 
-// kindSpec is the first frame the service sends a new worker process.
-const kindSpec = "spec"
+// uromwire.KindSpec is the first frame the service sends a new worker process.
 
 // ControlFD is the file descriptor a worker process finds its control
 // socket on (the service passes it as the first extra file).
@@ -46,17 +48,17 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 	if err != nil {
 		return fmt.Errorf("urom worker: control socket: %w", err)
 	}
-	c := newConn(nc, 10*time.Second)
+	c := uromwire.NewConn(nc, 10*time.Second)
 	defer c.Close()
-	env, err := c.read(10 * time.Second)
+	env, err := c.Read(10 * time.Second)
 	if err != nil {
 		return fmt.Errorf("urom worker: reading spec: %w", err)
 	}
-	if env.Kind != kindSpec {
+	if env.Kind != uromwire.KindSpec {
 		return fmt.Errorf("urom worker: first frame is %q, want spec", env.Kind)
 	}
-	var spec WorkerSpec
-	if err := decodeBody(env.Body, &spec); err != nil {
+	var spec urom.WorkerSpec
+	if err := uromwire.DecodeBody(env.Body, &spec); err != nil {
 		return fmt.Errorf("urom worker: spec: %w", err)
 	}
 	log = log.With(zap.Uint64("worker", spec.ID))
@@ -65,8 +67,8 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 	// What the component reports on its own (ReportPluginFailed, ...)
 	// goes to the service, which counts it beyond this process's life.
 	ctx = context.WithValue(ctx, eventsKey{}, func(ev workerEvent) {
-		body, _ := encodeBody(ev)
-		c.write(&envelope{Kind: kindEvent, Body: body})
+		body, _ := uromwire.EncodeBody(ev)
+		c.Write(&uromwire.Envelope{Kind: uromwire.KindEvent, Body: body})
 	})
 	var fatal error
 	var fatalOnce sync.Once
@@ -77,10 +79,10 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 		})
 	})
 	h, err := factory(ctx, spec, log)
-	ready := &envelope{Cookie: env.Cookie, Kind: kindReady}
+	ready := &uromwire.Envelope{Cookie: env.Cookie, Kind: uromwire.KindReady}
 	if err != nil {
-		setError(ready, err)
-		c.write(ready)
+		uromwire.SetError(ready, err)
+		c.Write(ready)
 		return err
 	}
 	defer func() {
@@ -103,8 +105,8 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 			log.Warn("worker ends without closing its component", zap.Duration("waited", fatalCloseWait))
 		}
 	}()
-	ready.Body, _ = encodeBody(os.Getpid())
-	if err := c.write(ready); err != nil {
+	ready.Body, _ = uromwire.EncodeBody(os.Getpid())
+	if err := c.Write(ready); err != nil {
 		return err
 	}
 	log.Info("worker ready", zap.Int("pid", os.Getpid()), zap.Int("plugins", len(spec.Plugins)))
@@ -113,7 +115,7 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 		c.Close()
 	}()
 	for {
-		env, err := c.read(0)
+		env, err := c.Read(0)
 		if err != nil {
 			if ctx.Err() != nil {
 				var ferr error
@@ -127,23 +129,23 @@ func ServeWorker(ctx context.Context, ctl *os.File, factory WorkerFactory, log *
 			log.Info("control socket closed: worker exits", zap.Error(err))
 			return nil
 		}
-		if env.Kind != kindCommand {
-			reply := &envelope{Cookie: env.Cookie, Kind: env.Kind}
-			setError(reply, errorf(codeBadRequest, "worker does not understand %q", env.Kind))
-			c.write(reply)
+		if env.Kind != uromwire.KindCommand {
+			reply := &uromwire.Envelope{Cookie: env.Cookie, Kind: env.Kind}
+			uromwire.SetError(reply, errorf(uromwire.CodeBadRequest, "worker does not understand %q", env.Kind))
+			c.Write(reply)
 			continue
 		}
-		go func(env *envelope) {
-			var req commandRequest
-			reply := &envelope{Cookie: env.Cookie, Kind: kindCommand}
-			if err := decodeBody(env.Body, &req); err != nil {
-				setError(reply, errorf(codeBadRequest, "malformed command: %v", err))
+		go func(env *uromwire.Envelope) {
+			var req uromwire.CommandRequest
+			reply := &uromwire.Envelope{Cookie: env.Cookie, Kind: uromwire.KindCommand}
+			if err := uromwire.DecodeBody(env.Body, &req); err != nil {
+				uromwire.SetError(reply, errorf(uromwire.CodeBadRequest, "malformed command: %v", err))
 			} else if resp, err := h.Handle(ctx, req.Kind, req.Body); err != nil {
-				setError(reply, err)
-			} else if reply.Body, err = encodeBody(resp); err != nil {
-				setError(reply, err)
+				uromwire.SetError(reply, err)
+			} else if reply.Body, err = uromwire.EncodeBody(resp); err != nil {
+				uromwire.SetError(reply, err)
 			}
-			if err := c.write(reply); err != nil {
+			if err := c.Write(reply); err != nil {
 				log.Warn("answering a command", zap.Error(err))
 			}
 		}(env)

@@ -1,4 +1,4 @@
-package urom
+package service
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"github.com/openrdmo/rdmo/internal/childproc"
 	"github.com/openrdmo/rdmo/internal/hmacauth"
 	"github.com/openrdmo/rdmo/internal/logsample"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // Config configures a Service.
@@ -32,14 +34,14 @@ type Config struct {
 	// rdmo-plugin-*.
 	PluginPath []string
 	// Builtins are the plugins linked into the worker binary.
-	Builtins []PluginInfo
+	Builtins []urom.PluginInfo
 	// Metrics is the component's per-worker series (rdmoworker.Metrics for
 	// the RDMO component), served by MetricsHandler. nil: only the
 	// service's own series.
 	Metrics WorkerMetrics
 	// Probe reads a plugin binary's name, version and ops. Without it,
 	// binaries on PluginPath are ignored.
-	Probe func(ctx context.Context, path string) (PluginInfo, error)
+	Probe func(ctx context.Context, path string) (urom.PluginInfo, error)
 	// MaxWorkers caps the worker processes (default 16).
 	MaxWorkers int
 	// WorkerCommand is the argv that starts a worker process; the service
@@ -87,7 +89,7 @@ type Service struct {
 	cfg     Config
 	log     *zap.Logger
 	hsLog   *zap.Logger // refused and dropped hosts, sampled
-	plugins []PluginInfo
+	plugins []urom.PluginInfo
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -105,8 +107,8 @@ type Service struct {
 	hurryOnce sync.Once
 }
 
-// NewService discovers plugins and prepares the service; Serve runs it.
-func NewService(ctx context.Context, cfg Config) (*Service, error) {
+// New discovers plugins and prepares the service; Serve runs it.
+func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 16
 	}
@@ -142,8 +144,8 @@ func NewService(ctx context.Context, cfg Config) (*Service, error) {
 
 // discover lists built-ins, then plugin binaries on the search path, and
 // numbers them.
-func (s *Service) discover(ctx context.Context) []PluginInfo {
-	var out []PluginInfo
+func (s *Service) discover(ctx context.Context) []urom.PluginInfo {
+	var out []urom.PluginInfo
 	for _, b := range s.cfg.Builtins {
 		b.Builtin = true
 		b.Path = ""
@@ -183,7 +185,7 @@ func (s *Service) discover(ctx context.Context) []PluginInfo {
 }
 
 // Plugins lists what the service offers.
-func (s *Service) Plugins() []PluginInfo { return append([]PluginInfo(nil), s.plugins...) }
+func (s *Service) Plugins() []urom.PluginInfo { return append([]urom.PluginInfo(nil), s.plugins...) }
 
 // Listen binds the service's address and returns it.
 func (s *Service) Listen() (string, error) {
@@ -231,7 +233,7 @@ func (s *Service) Serve(ctx context.Context) error {
 			s.Close()
 			return err
 		}
-		sess := &session{s: s, c: newConn(nc, 10*time.Second), workers: map[uint64]*workerProc{}}
+		sess := &session{s: s, c: uromwire.NewConn(nc, 10*time.Second), workers: map[uint64]*workerProc{}}
 		s.mu.Lock()
 		s.sessions[sess] = struct{}{}
 		s.mu.Unlock()
@@ -273,7 +275,7 @@ func (s *Service) Close() error {
 			defer wg.Done()
 			// A worker drains its request queues as it exits (up to
 			// the drain timeout) before it is killed.
-			w.stopFor(5*time.Second+s.cfg.DrainTimeout, ReasonShuttingDown)
+			w.stopFor(5*time.Second+s.cfg.DrainTimeout, urom.ReasonShuttingDown)
 		}()
 	}
 	wg.Wait()
@@ -286,10 +288,10 @@ func (s *Service) Close() error {
 }
 
 // Workers lists running workers.
-func (s *Service) Workers() []WorkerInfo {
+func (s *Service) Workers() []urom.WorkerInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []WorkerInfo
+	var out []urom.WorkerInfo
 	for _, w := range s.workers {
 		out = append(out, w.info())
 	}
@@ -299,9 +301,9 @@ func (s *Service) Workers() []WorkerInfo {
 
 // resolve maps plugin names to plugins. "name" prefers the built-in,
 // "builtin:name" and "plugin:name" force one kind.
-func (s *Service) resolve(names []string) ([]PluginInfo, error) {
+func (s *Service) resolve(names []string) ([]urom.PluginInfo, error) {
 	if len(names) == 0 {
-		var out []PluginInfo
+		var out []urom.PluginInfo
 		for _, p := range s.plugins {
 			if p.Builtin {
 				out = append(out, p)
@@ -309,13 +311,13 @@ func (s *Service) resolve(names []string) ([]PluginInfo, error) {
 		}
 		return out, nil
 	}
-	var out []PluginInfo
+	var out []urom.PluginInfo
 	for _, n := range names {
 		kind, name, forced := strings.Cut(n, ":")
 		if !forced {
 			name, kind = n, ""
 		}
-		var pick *PluginInfo
+		var pick *urom.PluginInfo
 		for i := range s.plugins {
 			p := &s.plugins[i]
 			if p.Name != name || (kind == "builtin" && !p.Builtin) || (kind == "plugin" && p.Builtin) {
@@ -326,7 +328,7 @@ func (s *Service) resolve(names []string) ([]PluginInfo, error) {
 			}
 		}
 		if pick == nil {
-			return nil, errorf(codeNotFound, "no plugin %q (have: %s)", n, s.pluginNames())
+			return nil, errorf(uromwire.CodeNotFound, "no plugin %q (have: %s)", n, s.pluginNames())
 		}
 		out = append(out, *pick)
 	}
@@ -348,7 +350,7 @@ func (s *Service) pluginNames() string {
 // session is one host connection.
 type session struct {
 	s       *Service
-	c       *conn
+	c       *uromwire.Conn
 	mu      sync.Mutex
 	workers map[uint64]*workerProc
 	// ended keeps why each of the session's workers ended (bounded by
@@ -390,7 +392,7 @@ func (ss *session) run(ctx context.Context) {
 		ss.notifyShutdown()
 	}
 	for {
-		env, err := ss.c.read(0)
+		env, err := ss.c.Read(0)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.log.Info("host connection ended", zap.Error(err))
@@ -401,42 +403,42 @@ func (ss *session) run(ctx context.Context) {
 	}
 }
 
-func (ss *session) handle(ctx context.Context, env *envelope) {
+func (ss *session) handle(ctx context.Context, env *uromwire.Envelope) {
 	s := ss.s
-	reply := &envelope{Cookie: env.Cookie, Kind: env.Kind}
+	reply := &uromwire.Envelope{Cookie: env.Cookie, Kind: env.Kind}
 	var resp any
 	var err error
 	switch env.Kind {
-	case kindPlugins:
+	case uromwire.KindPlugins:
 		resp = s.Plugins()
-	case kindWorkers:
+	case uromwire.KindWorkers:
 		resp = s.describeWorkers(ctx)
-	case kindSpawn:
-		var opts SpawnOptions
-		if err = decodeBody(env.Body, &opts); err != nil {
-			err = errorf(codeBadRequest, "malformed spawn: %v", err)
+	case uromwire.KindSpawn:
+		var opts urom.SpawnOptions
+		if err = uromwire.DecodeBody(env.Body, &opts); err != nil {
+			err = errorf(uromwire.CodeBadRequest, "malformed spawn: %v", err)
 			break
 		}
 		var w *workerProc
 		if w, err = s.spawn(ctx, ss, opts); err == nil {
-			resp = SpawnReply{Worker: w.id, PID: w.pid}
+			resp = urom.SpawnReply{Worker: w.id, PID: w.pid}
 		}
-	case kindStop:
-		var req StopRequest
-		if err = decodeBody(env.Body, &req); err != nil {
-			err = errorf(codeBadRequest, "malformed stop: %v", err)
+	case uromwire.KindStop:
+		var req urom.StopRequest
+		if err = uromwire.DecodeBody(env.Body, &req); err != nil {
+			err = errorf(uromwire.CodeBadRequest, "malformed stop: %v", err)
 			break
 		}
 		w := ss.worker(req.Worker)
 		if w == nil {
-			err = errorf(codeUnknownWorker, "no worker %d of this host", req.Worker)
+			err = errorf(uromwire.CodeUnknownWorker, "no worker %d of this host", req.Worker)
 			break
 		}
 		w.stop(5 * time.Second)
-	case kindCommand:
-		var req commandRequest
-		if err = decodeBody(env.Body, &req); err != nil {
-			err = errorf(codeBadRequest, "malformed command: %v", err)
+	case uromwire.KindCommand:
+		var req uromwire.CommandRequest
+		if err = uromwire.DecodeBody(env.Body, &req); err != nil {
+			err = errorf(uromwire.CodeBadRequest, "malformed command: %v", err)
 			break
 		}
 		w := ss.worker(req.Worker)
@@ -448,16 +450,16 @@ func (ss *session) handle(ctx context.Context, env *envelope) {
 		body, err = w.call(ctx, env.Body, s.cfg.CallTimeout)
 		reply.Body = body
 	default:
-		err = errorf(codeBadRequest, "unknown request %q", env.Kind)
+		err = errorf(uromwire.CodeBadRequest, "unknown request %q", env.Kind)
 	}
 	if err != nil {
-		setError(reply, err)
+		uromwire.SetError(reply, err)
 	} else if resp != nil {
-		if reply.Body, err = encodeBody(resp); err != nil {
-			setError(reply, err)
+		if reply.Body, err = uromwire.EncodeBody(resp); err != nil {
+			uromwire.SetError(reply, err)
 		}
 	}
-	if err := ss.c.write(reply); err != nil {
+	if err := ss.c.Write(reply); err != nil {
 		s.log.Info("answering host", zap.Error(err))
 	}
 }
@@ -496,13 +498,13 @@ func (ss *session) noWorker(id uint64) error {
 	reason, ok := ss.ended[id]
 	ss.mu.Unlock()
 	if ok {
-		return errorf(codeWorkerDied, "worker %d died: %s", id, reason)
+		return errorf(uromwire.CodeWorkerDied, "worker %d died: %s", id, reason)
 	}
-	return errorf(codeUnknownWorker, "no worker %d of this host", id)
+	return errorf(uromwire.CodeUnknownWorker, "no worker %d of this host", id)
 }
 
 // spawn starts a worker process for the session.
-func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) (_ *workerProc, err error) {
+func (s *Service) spawn(ctx context.Context, owner *session, opts urom.SpawnOptions) (_ *workerProc, err error) {
 	defer func() {
 		if err != nil {
 			s.stats.inc(s.stats.spawnFailures, spawnFailureReason(err))
@@ -522,20 +524,20 @@ func (s *Service) spawn(ctx context.Context, owner *session, opts SpawnOptions) 
 	s.mu.Lock()
 	if s.closed || s.draining {
 		s.mu.Unlock()
-		return nil, errorf(codeShuttingDown, "%s", ReasonShuttingDown)
+		return nil, errorf(uromwire.CodeShuttingDown, "%s", urom.ReasonShuttingDown)
 	}
 	if len(s.workers) >= s.cfg.MaxWorkers {
 		s.mu.Unlock()
-		return nil, errorf(codeLimit, "worker limit reached (%d)", s.cfg.MaxWorkers)
+		return nil, errorf(uromwire.CodeLimit, "worker limit reached (%d)", s.cfg.MaxWorkers)
 	}
 	s.nextID++
-	w := &workerProc{id: s.nextID, s: s, owner: owner, pending: map[uint64]chan *envelope{}, done: make(chan struct{}), started: time.Now()}
+	w := &workerProc{id: s.nextID, s: s, owner: owner, pending: map[uint64]chan *uromwire.Envelope{}, done: make(chan struct{}), started: time.Now()}
 	s.workers[w.id] = w
 	s.mu.Unlock()
 	for _, p := range plugins {
 		w.plugins = append(w.plugins, p.Name)
 	}
-	spec := WorkerSpec{ID: w.id, Plugins: plugins, Config: opts.Config, Settings: s.cfg.WorkerSettings}
+	spec := urom.WorkerSpec{ID: w.id, Plugins: plugins, Config: opts.Config, Settings: s.cfg.WorkerSettings}
 	if err := w.start(ctx, spec, opts); err != nil {
 		s.mu.Lock()
 		delete(s.workers, w.id)
@@ -565,7 +567,7 @@ func checkSpawnEnv(env []string) error {
 	for _, kv := range env {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || !SpawnEnvAllowed[name] {
-			return errorf(codeBadRequest, "worker environment entry %q is not allowed (allowed: UCX transport settings such as UCX_TLS, UCX_NET_DEVICES)", name)
+			return errorf(uromwire.CodeBadRequest, "worker environment entry %q is not allowed (allowed: UCX transport settings such as UCX_TLS, UCX_NET_DEVICES)", name)
 		}
 	}
 	return nil
@@ -579,10 +581,10 @@ type workerProc struct {
 	plugins []string
 	cmd     *exec.Cmd
 	pid     int
-	ctl     *conn
+	ctl     *uromwire.Conn
 
 	mu      sync.Mutex
-	pending map[uint64]chan *envelope
+	pending map[uint64]chan *uromwire.Envelope
 	next    uint64
 	done    chan struct{}
 	reason  string
@@ -600,7 +602,7 @@ type workerProc struct {
 	ready   bool // start has read the worker's answer to its spec
 }
 
-func (w *workerProc) info() WorkerInfo {
+func (w *workerProc) info() urom.WorkerInfo {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	state := "running"
@@ -614,12 +616,12 @@ func (w *workerProc) info() WorkerInfo {
 	}
 	host := ""
 	if w.owner != nil {
-		host = w.owner.c.c.RemoteAddr().String()
+		host = w.owner.c.C.RemoteAddr().String()
 	}
-	return WorkerInfo{ID: w.id, PID: w.pid, Plugins: w.plugins, Host: host, State: state, Uptime: nowSince(w.started)}
+	return urom.WorkerInfo{ID: w.id, PID: w.pid, Plugins: w.plugins, Host: host, State: state, Uptime: nowSince(w.started)}
 }
 
-func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptions) error {
+func (w *workerProc) start(ctx context.Context, spec urom.WorkerSpec, opts urom.SpawnOptions) error {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("urom: control socket: %w", err)
@@ -652,12 +654,12 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 		w.kill()
 		return fmt.Errorf("urom: control socket: %w", err)
 	}
-	ctl := newConn(nc, 10*time.Second)
+	ctl := uromwire.NewConn(nc, 10*time.Second)
 	w.mu.Lock()
 	w.ctl = ctl
 	w.mu.Unlock()
-	body, _ := encodeBody(spec)
-	if err := w.ctl.write(&envelope{Kind: kindSpec, Body: body}); err != nil {
+	body, _ := uromwire.EncodeBody(spec)
+	if err := w.ctl.Write(&uromwire.Envelope{Kind: uromwire.KindSpec, Body: body}); err != nil {
 		w.kill()
 		ctl.Close()
 		return fmt.Errorf("urom: worker spec: %w", err)
@@ -668,16 +670,16 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 	// The answer to the spec may be the worker's refusal, written just
 	// before it exits: the socket keeps it after the process is gone, and
 	// exited leaves the socket to us until we have read it (w.ready).
-	env, err := w.ctl.read(30 * time.Second)
+	env, err := w.ctl.Read(30 * time.Second)
 	if err == nil {
-		err = errorFromEnvelope(env)
+		err = uromwire.ErrorOf(env)
 		if err != nil {
 			err = fmt.Errorf("urom: worker %d refused its spec: %w", w.id, err)
 		}
 	} else {
 		w.kill()
 		<-w.done
-		err = errorf(codeWorkerDied, "worker %d did not start: %v (%s)", w.id, err, w.deathReason())
+		err = errorf(uromwire.CodeWorkerDied, "worker %d did not start: %v (%s)", w.id, err, w.deathReason())
 	}
 	w.mu.Lock()
 	w.ready = true
@@ -685,7 +687,7 @@ func (w *workerProc) start(ctx context.Context, spec WorkerSpec, opts SpawnOptio
 	w.mu.Unlock()
 	if err == nil && gone {
 		// It answered ready and died before we registered it.
-		err = errorf(codeWorkerDied, "worker %d died as it started: %s", w.id, w.deathReason())
+		err = errorf(uromwire.CodeWorkerDied, "worker %d died as it started: %s", w.id, w.deathReason())
 	}
 	if err != nil {
 		w.kill()
@@ -706,16 +708,16 @@ var testHookBeforeReady func(exited <-chan struct{})
 
 func (w *workerProc) readLoop() {
 	for {
-		env, err := w.ctl.read(0)
+		env, err := w.ctl.Read(0)
 		if err != nil {
 			// The control socket closing means the worker is going:
 			// make sure it is, so its exit is reported.
 			w.kill()
 			return
 		}
-		if env.Kind == kindEvent && env.Cookie == 0 {
+		if env.Kind == uromwire.KindEvent && env.Cookie == 0 {
 			var ev workerEvent
-			if decodeBody(env.Body, &ev) == nil {
+			if uromwire.DecodeBody(env.Body, &ev) == nil {
 				w.s.event(w, ev)
 			}
 			continue
@@ -732,32 +734,32 @@ func (w *workerProc) readLoop() {
 
 // call forwards a command and waits for the answer.
 func (w *workerProc) call(ctx context.Context, body []byte, timeout time.Duration) ([]byte, error) {
-	ch := make(chan *envelope, 1)
+	ch := make(chan *uromwire.Envelope, 1)
 	w.mu.Lock()
 	if w.reason != "" {
 		reason := w.reason
 		w.mu.Unlock()
-		return nil, errorf(codeWorkerDied, "worker %d died: %s", w.id, reason)
+		return nil, errorf(uromwire.CodeWorkerDied, "worker %d died: %s", w.id, reason)
 	}
 	w.next++
 	cookie := w.next
 	w.pending[cookie] = ch
 	w.mu.Unlock()
-	if err := w.ctl.write(&envelope{Cookie: cookie, Kind: kindCommand, Body: body}); err != nil {
+	if err := w.ctl.Write(&uromwire.Envelope{Cookie: cookie, Kind: uromwire.KindCommand, Body: body}); err != nil {
 		w.forget(cookie)
-		return nil, errorf(codeWorkerDied, "worker %d unreachable: %v", w.id, err)
+		return nil, errorf(uromwire.CodeWorkerDied, "worker %d unreachable: %v", w.id, err)
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case env := <-ch:
 		if env == nil {
-			return nil, errorf(codeWorkerDied, "worker %d died: %s", w.id, w.deathReason())
+			return nil, errorf(uromwire.CodeWorkerDied, "worker %d died: %s", w.id, w.deathReason())
 		}
-		return env.Body, errorFromEnvelope(env)
+		return env.Body, uromwire.ErrorOf(env)
 	case <-t.C:
 		w.forget(cookie)
-		return nil, errorf(codeTimeout, "worker %d did not answer within %v", w.id, timeout)
+		return nil, errorf(uromwire.CodeTimeout, "worker %d did not answer within %v", w.id, timeout)
 	case <-ctx.Done():
 		w.forget(cookie)
 		return nil, ctx.Err()
@@ -797,7 +799,7 @@ func (w *workerProc) exited(err error) {
 	w.reason = reason
 	running := w.running
 	pending := w.pending
-	w.pending = map[uint64]chan *envelope{}
+	w.pending = map[uint64]chan *uromwire.Envelope{}
 	w.mu.Unlock()
 	for _, ch := range pending {
 		ch <- nil
@@ -819,8 +821,8 @@ func (w *workerProc) exited(err error) {
 	s.mu.Unlock()
 	if w.owner != nil {
 		w.owner.workerEnded(w.id, reason)
-		body, _ := encodeBody(WorkerDied{Worker: w.id, Reason: reason})
-		w.owner.c.write(&envelope{Kind: kindWorkerDied, Body: body})
+		body, _ := uromwire.EncodeBody(urom.WorkerDied{Worker: w.id, Reason: reason})
+		w.owner.c.Write(&uromwire.Envelope{Kind: uromwire.KindWorkerDied, Body: body})
 	}
 	if running {
 		s.stats.inc(s.stats.exits, kind)
@@ -835,7 +837,7 @@ func (w *workerProc) exited(err error) {
 
 // control is the worker's control connection, nil until it started. Close
 // may stop a worker while it is still starting, so the field is guarded.
-func (w *workerProc) control() *conn {
+func (w *workerProc) control() *uromwire.Conn {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.ctl

@@ -1,4 +1,4 @@
-package urom_test
+package service_test
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // startRDMOService runs a service whose workers are real RDMO worker
@@ -21,17 +23,17 @@ import (
 // with the operator's settings, and dials it.
 func startRDMOService(t *testing.T, ctx context.Context, tr ucptest.Transport, settings map[string]string) *urom.Client {
 	t.Helper()
-	addr, _ := urom.StartForTest(t, urom.Config{
+	addr, _ := service.StartForTest(t, service.Config{
 		Listen:           "127.0.0.1:0",
 		Builtins:         rdmoworker.Builtins(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        append([]string{"UROM_METRICS_ROLE=rdmo-worker"}, tr.Env()...),
 		WorkerSettings:   settings,
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 		CallTimeout:      10 * time.Second,
 	})
-	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func startRDMOService(t *testing.T, ctx context.Context, tr ucptest.Transport, s
 	return c
 }
 
-// The operator's worker settings (urom.Config.WorkerSettings, `rdmo dpu`'s
+// The operator's worker settings (service.Config.WorkerSettings, `rdmo dpu`'s
 // "worker" group) reach every worker process the service spawns: its
 // CLIENT_INIT answer carries the configured in-flight limit, its client
 // limit is enforced, and a host cannot override them through its own
@@ -74,7 +76,7 @@ func TestWorkerSettingsReachTheWorkerProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := rdmoworker.Remote{W: w}
+		r := command.Remote{W: w}
 		n, err := r.Do(ctx, dpu.ClientInit{ID: 1, Addr: taddr})
 		if err != nil {
 			t.Fatal(err)
@@ -116,7 +118,7 @@ func TestWorkerSettingsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(context.Background())
-	n, err := rdmoworker.Remote{W: w}.Do(ctx, dpu.ClientInit{ID: 1, Addr: taddr})
+	n, err := command.Remote{W: w}.Do(ctx, dpu.ClientInit{ID: 1, Addr: taddr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestWorkerSettingsRefused(t *testing.T) {
 func TestWorkerSettingsRefusedReadAfterExit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	urom.ReadSpecAnswerAfterExit(t)
+	service.ReadSpecAnswerAfterExit(t)
 	checkSettingRefused(t, ctx, map[string]string{"max-inflight": "3"}, `unknown worker setting "max-inflight"`)
 }
 

@@ -1,4 +1,4 @@
-package urom_test
+package service_test
 
 import (
 	"context"
@@ -19,10 +19,12 @@ import (
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/rdmoworker"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // The metrics test needs real RDMO workers (the other tests of this package
@@ -33,7 +35,7 @@ func init() {
 	if os.Getenv("UROM_METRICS_ROLE") != "rdmo-worker" {
 		return
 	}
-	err := urom.ServeWorker(context.Background(), os.NewFile(urom.ControlFD, "control"), rdmoworker.Factory, nil)
+	err := service.ServeWorker(context.Background(), os.NewFile(service.ControlFD, "control"), rdmoworker.Factory, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rdmo worker:", err)
 		os.Exit(1)
@@ -50,14 +52,14 @@ func TestMetricsEndpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	svc, err := urom.NewService(ctx, urom.Config{
+	svc, err := service.New(ctx, service.Config{
 		Listen:           "127.0.0.1:0",
 		Builtins:         rdmoworker.Builtins(),
 		Metrics:          rdmoworker.Metrics(),
 		MaxWorkers:       4,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        append([]string{"UROM_METRICS_ROLE=rdmo-worker"}, tr.Env()...),
-		ComponentVersion: rdmoworker.ComponentVersion,
+		ComponentVersion: command.ComponentVersion,
 		CallTimeout:      10 * time.Second,
 	})
 	if err != nil {
@@ -72,15 +74,15 @@ func TestMetricsEndpoint(t *testing.T) {
 	go func() { svc.Serve(sctx); close(served) }()
 	defer func() { stop(); <-served }()
 
-	maddr, err := urom.ServeMetrics(sctx, svc, "127.0.0.1:0", nil)
+	maddr, err := service.ServeMetrics(sctx, svc, "127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := urom.ServeMetrics(sctx, svc, maddr, nil); err == nil {
+	if _, err := service.ServeMetrics(sctx, svc, maddr, nil); err == nil {
 		t.Fatal("a second ServeMetrics on the same address did not fail")
 	}
 
-	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: rdmoworker.ComponentVersion})
+	c, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: command.ComponentVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w2, err := c.Spawn(ctx, urom.SpawnOptions{Config: map[string]string{rdmoworker.ConfigAppendStrategy: "shared"}})
+	w2, err := c.Spawn(ctx, urom.SpawnOptions{Config: map[string]string{command.ConfigAppendStrategy: "shared"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer mem.Close()
 	binary.LittleEndian.PutUint64(mem.Bytes(), mem.Address()+8)
-	r := rdmoworker.Remote{W: w1}
+	r := command.Remote{W: w1}
 	n, err := r.Do(ctx, dpu.ClientInit{ID: 7, Addr: taddr})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package urom
+package service
 
 import (
 	"context"
@@ -10,25 +10,16 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // This file is what an operator of a service sees besides its hosts:
 // readiness, the counters that outlive the workers they count, graceful
 // drain, and the events a worker process reports about its plugins.
 
-// ReasonShuttingDown is the reason a host's workers end with when the
-// service stops them on its way down (WorkerDied.Reason, Worker.Reason);
-// Worker.Err then matches ErrShuttingDown.
-const ReasonShuttingDown = "the UROM service is shutting down"
-
-// ShutdownNotice tells a connected host that the service is shutting down
-// (kindShutdown, cookie 0): it accepts nothing new and stops the host's
-// workers once Drain has passed (or the host released them).
-type ShutdownNotice struct {
-	Drain time.Duration `msgpack:"drain"`
-}
-
-// workerEvent is what a worker process reports on its own (kindEvent,
+// workerEvent is what a worker process reports on its own (uromwire.KindEvent,
 // cookie 0): the service counts it (rdmo_urom_plugin_*_total).
 type workerEvent struct {
 	Event  string `msgpack:"event"` // eventPluginFailed, eventPluginRestarted, eventFatal
@@ -61,7 +52,7 @@ type serviceStats struct {
 	refused        map[string]uint64
 }
 
-func newServiceStats(plugins []PluginInfo) *serviceStats {
+func newServiceStats(plugins []urom.PluginInfo) *serviceStats {
 	zero := func(keys []string) map[string]uint64 {
 		m := make(map[string]uint64, len(keys))
 		for _, k := range keys {
@@ -106,14 +97,14 @@ func (st *serviceStats) snapshot(m map[string]uint64) map[string]uint64 {
 // spawnFailureReason classifies a failed spawn for
 // rdmo_urom_worker_spawn_failures_total.
 func spawnFailureReason(err error) string {
-	var ue *Error
+	var ue *urom.Error
 	if errors.As(err, &ue) {
 		switch ue.Code {
-		case codeLimit:
+		case uromwire.CodeLimit:
 			return "limit"
-		case codeBadRequest, codeNotFound:
+		case uromwire.CodeBadRequest, uromwire.CodeNotFound:
 			return "bad_request"
-		case codeShuttingDown:
+		case uromwire.CodeShuttingDown:
 			return "shutting_down"
 		}
 	}
@@ -202,8 +193,8 @@ func (ss *session) notifyShutdown() {
 	}
 	ss.mu.Unlock()
 	if send {
-		body, _ := encodeBody(ShutdownNotice{Drain: ss.s.cfg.DrainTimeout})
-		ss.c.write(&envelope{Kind: kindShutdown, Body: body})
+		body, _ := uromwire.EncodeBody(urom.ShutdownNotice{Drain: ss.s.cfg.DrainTimeout})
+		ss.c.Write(&uromwire.Envelope{Kind: uromwire.KindShutdown, Body: body})
 	}
 }
 
@@ -314,7 +305,7 @@ type WorkerSummarizer interface {
 
 // describeWorkers is the answer to a host's Client.Workers: every worker
 // with its state and, when the component can say, its clients and queues.
-func (s *Service) describeWorkers(ctx context.Context) []WorkerInfo {
+func (s *Service) describeWorkers(ctx context.Context) []urom.WorkerInfo {
 	out := s.Workers()
 	sum, ok := s.cfg.Metrics.(WorkerSummarizer)
 	if !ok || len(out) == 0 {
@@ -322,7 +313,7 @@ func (s *Service) describeWorkers(ctx context.Context) []WorkerInfo {
 	}
 	ctx, cancel := context.WithTimeout(ctx, MetricsScrapeTimeout)
 	defer cancel()
-	byID := map[uint64]*WorkerInfo{}
+	byID := map[uint64]*urom.WorkerInfo{}
 	for i := range out {
 		out[i].Clients, out[i].RequestQueues = -1, -1
 		byID[out[i].ID] = &out[i]
@@ -337,4 +328,10 @@ func (s *Service) describeWorkers(ctx context.Context) []WorkerInfo {
 		}
 	}
 	return out
+}
+
+// BuildInfo is what rdmo_build_info labels (Config.Build); the Go version
+// is the running binary's.
+type BuildInfo struct {
+	Version, Commit, UCX string
 }

@@ -1,4 +1,4 @@
-package urom
+package service
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/openrdmo/rdmo/internal/hmacauth"
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // These tests speak the wire protocol by hand, as a hostile host or a
@@ -33,7 +36,7 @@ func startRawTestService(t *testing.T, secret []byte, handshake time.Duration) (
 	core, logs := observer.New(zap.DebugLevel)
 	addr, s := startForTest(t, Config{
 		Listen:           "127.0.0.1:0",
-		Builtins:         []PluginInfo{{Name: "echo", Version: "1.0.0"}},
+		Builtins:         []urom.PluginInfo{{Name: "echo", Version: "1.0.0"}},
 		MaxWorkers:       2,
 		WorkerCommand:    []string{os.Args[0], "-test.run=^$"},
 		WorkerEnv:        []string{"UROM_TEST_ROLE=worker"},
@@ -49,7 +52,7 @@ func startRawTestService(t *testing.T, secret []byte, handshake time.Duration) (
 type rawHost struct {
 	t  *testing.T
 	nc net.Conn
-	c  *conn
+	c  *uromwire.Conn
 }
 
 func dialRaw(t *testing.T, addr string) *rawHost {
@@ -59,23 +62,23 @@ func dialRaw(t *testing.T, addr string) *rawHost {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &rawHost{t: t, nc: nc, c: newConn(nc, hangGuard)}
+	return &rawHost{t: t, nc: nc, c: uromwire.NewConn(nc, hangGuard)}
 }
 
 func (h *rawHost) send(cookie uint64, kind string, body any) {
 	h.t.Helper()
-	b, err := encodeBody(body)
+	b, err := uromwire.EncodeBody(body)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.c.write(&envelope{Cookie: cookie, Kind: kind, Body: b}); err != nil {
+	if err := h.c.Write(&uromwire.Envelope{Cookie: cookie, Kind: kind, Body: b}); err != nil {
 		h.t.Fatal(err)
 	}
 }
 
-func (h *rawHost) recv() *envelope {
+func (h *rawHost) recv() *uromwire.Envelope {
 	h.t.Helper()
-	env, err := h.c.read(hangGuard)
+	env, err := h.c.Read(hangGuard)
 	if err != nil {
 		h.t.Fatalf("reading the service's answer: %v", err)
 	}
@@ -96,12 +99,12 @@ func (h *rawHost) closed() {
 func isReset(err error) bool { return err != nil && strings.Contains(err.Error(), "connection reset") }
 
 // hello sends an authenticating hello and returns the challenge.
-func (h *rawHost) hello(nonce []byte) (*envelope, HelloReply) {
+func (h *rawHost) hello(nonce []byte) (*uromwire.Envelope, urom.HelloReply) {
 	h.t.Helper()
-	h.send(1, kindHello, Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce})
+	h.send(1, uromwire.KindHello, urom.Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce})
 	env := h.recv()
-	var r HelloReply
-	if err := decodeBody(env.Body, &r); err != nil || env.Status != "" {
+	var r urom.HelloReply
+	if err := uromwire.DecodeBody(env.Body, &r); err != nil || env.Status != "" {
 		h.t.Fatalf("challenge: %+v %v", env, err)
 	}
 	return env, r
@@ -120,43 +123,46 @@ func TestNothingServedBeforeAuthentication(t *testing.T) {
 	nonce := bytes.Repeat([]byte{7}, 32)
 	for _, tc := range []struct {
 		name string
-		run  func(h *rawHost) *envelope // returns the refusal
+		run  func(h *rawHost) *uromwire.Envelope // returns the refusal
 		code string
 	}{
-		{"plugins first", func(h *rawHost) *envelope { h.send(1, kindPlugins, nil); return h.recv() }, codeBadRequest},
-		{"spawn first", func(h *rawHost) *envelope { h.send(1, kindSpawn, SpawnOptions{}); return h.recv() }, codeBadRequest},
-		{"hello without auth", func(h *rawHost) *envelope {
-			h.send(1, kindHello, Hello{Component: "rdmo", ComponentVersion: "1.0.0"})
+		{"plugins first", func(h *rawHost) *uromwire.Envelope { h.send(1, uromwire.KindPlugins, nil); return h.recv() }, uromwire.CodeBadRequest},
+		{"spawn first", func(h *rawHost) *uromwire.Envelope {
+			h.send(1, uromwire.KindSpawn, urom.SpawnOptions{})
 			return h.recv()
-		}, codeAuth},
-		{"short nonce", func(h *rawHost) *envelope {
-			h.send(1, kindHello, Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce[:5]})
+		}, uromwire.CodeBadRequest},
+		{"hello without auth", func(h *rawHost) *uromwire.Envelope {
+			h.send(1, uromwire.KindHello, urom.Hello{Component: "rdmo", ComponentVersion: "1.0.0"})
 			return h.recv()
-		}, codeAuth},
-		{"spawn instead of the proof", func(h *rawHost) *envelope {
+		}, uromwire.CodeAuth},
+		{"short nonce", func(h *rawHost) *uromwire.Envelope {
+			h.send(1, uromwire.KindHello, urom.Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce[:5]})
+			return h.recv()
+		}, uromwire.CodeAuth},
+		{"spawn instead of the proof", func(h *rawHost) *uromwire.Envelope {
 			_, ch := h.hello(nonce)
 			if !ch.Auth || len(ch.Nonce) != 32 || ch.ComponentVersion != "" || ch.MAC != nil {
 				t.Errorf("challenge %+v: want a nonce and nothing else", ch)
 			}
-			h.send(2, kindSpawn, SpawnOptions{})
+			h.send(2, uromwire.KindSpawn, urom.SpawnOptions{})
 			return h.recv()
-		}, codeAuth},
-		{"wrong proof", func(h *rawHost) *envelope {
+		}, uromwire.CodeAuth},
+		{"wrong proof", func(h *rawHost) *uromwire.Envelope {
 			h.hello(nonce)
-			h.send(2, kindAuth, authProof{MAC: bytes.Repeat([]byte{1}, 32)})
+			h.send(2, uromwire.KindAuth, uromwire.AuthProof{MAC: bytes.Repeat([]byte{1}, 32)})
 			return h.recv()
-		}, codeAuth},
-		{"replayed proof of another connection", func(h *rawHost) *envelope {
+		}, uromwire.CodeAuth},
+		{"replayed proof of another connection", func(h *rawHost) *uromwire.Envelope {
 			// A proof is bound to the service's fresh nonce: one made for
 			// an earlier challenge does not pass a new one.
 			env, ch := h.hello(nonce)
-			tr := hmacauth.Transcript{Label: authLabel, DialerHello: mustBody(h.t, Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce}),
+			tr := hmacauth.Transcript{Label: uromwire.AuthLabel, DialerHello: mustBody(h.t, urom.Hello{Component: "rdmo", ComponentVersion: "1.0.0", Auth: true, Nonce: nonce}),
 				ListenerHello: env.Body, DialerNonce: nonce, ListenerNonce: ch.Nonce}
 			h2 := dialRaw(h.t, addr)
 			h2.hello(nonce)
-			h2.send(2, kindAuth, authProof{MAC: tr.Proof(testSecret, hmacauth.Dialer)})
+			h2.send(2, uromwire.KindAuth, uromwire.AuthProof{MAC: tr.Proof(testSecret, hmacauth.Dialer)})
 			return h2.recv()
-		}, codeAuth},
+		}, uromwire.CodeAuth},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := dialRaw(t, addr)
@@ -164,7 +170,7 @@ func TestNothingServedBeforeAuthentication(t *testing.T) {
 			if env.Code != tc.code || len(env.Body) != 0 {
 				t.Errorf("answer %+v, want error code %q and no body", env, tc.code)
 			}
-			if tc.code == codeAuth && !strings.Contains(env.Status, "authentication failed") {
+			if tc.code == uromwire.CodeAuth && !strings.Contains(env.Status, "authentication failed") {
 				t.Errorf("answer %q does not say authentication failed", env.Status)
 			}
 			if tc.name != "replayed proof of another connection" {
@@ -181,7 +187,7 @@ func TestNothingServedBeforeAuthentication(t *testing.T) {
 }
 
 func mustBody(t *testing.T, v any) []byte {
-	b, err := encodeBody(v)
+	b, err := uromwire.EncodeBody(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,12 +201,12 @@ func mustBody(t *testing.T, v any) []byte {
 func TestHandshakeDeadline(t *testing.T) {
 	addr, _, logs := startRawTestService(t, testSecret, 300*time.Millisecond)
 	ctx := context.Background()
-	good, err := Dial(ctx, addr, ClientOptions{ComponentVersion: "1.0.0", Secret: testSecret})
+	good, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: "1.0.0", Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer good.Close()
-	w, err := good.Spawn(ctx, SpawnOptions{})
+	w, err := good.Spawn(ctx, urom.SpawnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,9 +214,9 @@ func TestHandshakeDeadline(t *testing.T) {
 	stalled := dialRaw(t, addr)
 	stalled.hello(bytes.Repeat([]byte{7}, 32))
 	huge := dialRaw(t, addr)
-	prefix := []byte(frameMagic)
-	prefix = binary.BigEndian.AppendUint16(prefix, ProtocolVersion)
-	prefix = binary.BigEndian.AppendUint32(prefix, handshakeMaxFrame+1)
+	prefix := []byte(uromwire.FrameMagic)
+	prefix = binary.BigEndian.AppendUint16(prefix, urom.ProtocolVersion)
+	prefix = binary.BigEndian.AppendUint32(prefix, uromwire.HandshakeMaxFrame+1)
 	huge.nc.Write(prefix)
 
 	var echo string
@@ -237,7 +243,7 @@ func TestHandshakeDeadline(t *testing.T) {
 }
 
 // fakeService accepts one host and answers its hello with answer.
-func fakeService(t *testing.T, answer func(c *conn, hello *envelope)) string {
+func fakeService(t *testing.T, answer func(c *uromwire.Conn, hello *uromwire.Envelope)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -251,14 +257,14 @@ func fakeService(t *testing.T, answer func(c *conn, hello *envelope)) string {
 			return
 		}
 		defer nc.Close()
-		c := newConn(nc, hangGuard)
-		env, err := c.read(hangGuard)
+		c := uromwire.NewConn(nc, hangGuard)
+		env, err := c.Read(hangGuard)
 		if err != nil {
 			return
 		}
 		answer(c, env)
 		// Hold the connection until the host gives up.
-		c.read(hangGuard)
+		c.Read(hangGuard)
 	}()
 	t.Cleanup(func() {
 		ln.Close()
@@ -273,45 +279,45 @@ func fakeService(t *testing.T, answer func(c *conn, hello *envelope)) string {
 // nonce — with ErrAuth, and never falls back to an unauthenticated
 // session.
 func TestHostRefusesServiceThatDoesNotProve(t *testing.T) {
-	reply := func(c *conn, cookie uint64, kind string, r HelloReply) {
-		body, _ := encodeBody(r)
-		c.write(&envelope{Cookie: cookie, Kind: kind, Body: body})
+	reply := func(c *uromwire.Conn, cookie uint64, kind string, r urom.HelloReply) {
+		body, _ := uromwire.EncodeBody(r)
+		c.Write(&uromwire.Envelope{Cookie: cookie, Kind: kind, Body: body})
 	}
-	challengeThen := func(nonce func(h Hello) []byte, mac []byte) func(*conn, *envelope) {
-		return func(c *conn, env *envelope) {
-			var h Hello
-			decodeBody(env.Body, &h)
-			reply(c, env.Cookie, kindHello, HelloReply{Service: serviceName, Auth: true, Nonce: nonce(h)})
-			p, err := c.read(hangGuard)
+	challengeThen := func(nonce func(h urom.Hello) []byte, mac []byte) func(*uromwire.Conn, *uromwire.Envelope) {
+		return func(c *uromwire.Conn, env *uromwire.Envelope) {
+			var h urom.Hello
+			uromwire.DecodeBody(env.Body, &h)
+			reply(c, env.Cookie, uromwire.KindHello, urom.HelloReply{Service: uromwire.ServiceName, Auth: true, Nonce: nonce(h)})
+			p, err := c.Read(hangGuard)
 			if err != nil {
 				return
 			}
-			reply(c, p.Cookie, kindAuth, HelloReply{Service: serviceName, ComponentVersion: "1.2.0", MAC: mac})
+			reply(c, p.Cookie, uromwire.KindAuth, urom.HelloReply{Service: uromwire.ServiceName, ComponentVersion: "1.2.0", MAC: mac})
 		}
 	}
-	fresh := func(Hello) []byte { return bytes.Repeat([]byte{9}, 32) }
+	fresh := func(urom.Hello) []byte { return bytes.Repeat([]byte{9}, 32) }
 	for _, tc := range []struct {
 		name   string
-		answer func(*conn, *envelope)
+		answer func(*uromwire.Conn, *uromwire.Envelope)
 		want   string
 	}{
-		{"no authentication", func(c *conn, env *envelope) {
-			reply(c, env.Cookie, kindHello, HelloReply{Service: serviceName, ComponentVersion: "1.2.0"})
+		{"no authentication", func(c *uromwire.Conn, env *uromwire.Envelope) {
+			reply(c, env.Cookie, uromwire.KindHello, urom.HelloReply{Service: uromwire.ServiceName, ComponentVersion: "1.2.0"})
 		}, "the service did not"},
 		{"wrong proof", challengeThen(fresh, bytes.Repeat([]byte{1}, 32)), "the UROM service's proof does not match"},
 		{"no proof", challengeThen(fresh, nil), "the UROM service's proof does not match"},
-		{"reflected nonce", challengeThen(func(h Hello) []byte { return h.Nonce }, nil), "echoed"},
-		{"short nonce", challengeThen(func(Hello) []byte { return []byte{1} }, nil), "nonce is 1 bytes"},
+		{"reflected nonce", challengeThen(func(h urom.Hello) []byte { return h.Nonce }, nil), "echoed"},
+		{"short nonce", challengeThen(func(urom.Hello) []byte { return []byte{1} }, nil), "nonce is 1 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := fakeService(t, tc.answer)
-			c, err := Dial(context.Background(), addr, ClientOptions{ComponentVersion: "1.0.0", Secret: testSecret})
+			c, err := urom.Dial(context.Background(), addr, urom.ClientOptions{ComponentVersion: "1.0.0", Secret: testSecret})
 			if err == nil {
 				c.Close()
 				t.Fatal("connected to a service that did not prove the secret")
 			}
-			if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want ErrAuth saying %q", err, tc.want)
+			if !errors.Is(err, urom.ErrAuth) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want urom.ErrAuth saying %q", err, tc.want)
 			}
 		})
 	}
@@ -321,22 +327,52 @@ func TestHostRefusesServiceThatDoesNotProve(t *testing.T) {
 // error (deadline or cancellation), or ErrTimeout after CallTimeout when
 // the context has no deadline.
 func TestDialSilentService(t *testing.T) {
-	silent := func(*conn, *envelope) {}
+	silent := func(*uromwire.Conn, *uromwire.Envelope) {}
 	for _, secret := range [][]byte{nil, testSecret} {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		_, err := Dial(ctx, fakeService(t, silent), ClientOptions{ComponentVersion: "1.0.0", Secret: secret})
+		_, err := urom.Dial(ctx, fakeService(t, silent), urom.ClientOptions{ComponentVersion: "1.0.0", Secret: secret})
 		cancel()
 		if err != context.DeadlineExceeded {
 			t.Errorf("deadline (secret %v): %v, want context.DeadlineExceeded", secret != nil, err)
 		}
 		ctx, cancel = context.WithCancel(context.Background())
-		addr := fakeService(t, func(*conn, *envelope) { cancel() })
-		if _, err := Dial(ctx, addr, ClientOptions{ComponentVersion: "1.0.0", Secret: secret}); err != context.Canceled {
+		addr := fakeService(t, func(*uromwire.Conn, *uromwire.Envelope) { cancel() })
+		if _, err := urom.Dial(ctx, addr, urom.ClientOptions{ComponentVersion: "1.0.0", Secret: secret}); err != context.Canceled {
 			t.Errorf("cancelled (secret %v): %v, want context.Canceled", secret != nil, err)
 		}
-		_, err = Dial(context.Background(), fakeService(t, silent), ClientOptions{ComponentVersion: "1.0.0", Secret: secret, CallTimeout: 200 * time.Millisecond})
-		if !errors.Is(err, ErrTimeout) {
-			t.Errorf("CallTimeout (secret %v): %v, want ErrTimeout", secret != nil, err)
+		_, err = urom.Dial(context.Background(), fakeService(t, silent), urom.ClientOptions{ComponentVersion: "1.0.0", Secret: secret, CallTimeout: 200 * time.Millisecond})
+		if !errors.Is(err, urom.ErrTimeout) {
+			t.Errorf("CallTimeout (secret %v): %v, want urom.ErrTimeout", secret != nil, err)
 		}
+	}
+}
+
+// A command that reaches the service after its worker ended (sent before
+// its host read the death notice) is told the worker died, and why, not
+// that there is no such worker.
+func TestCommandAfterWorkerDeath(t *testing.T) {
+	addr, _, _ := startRawTestService(t, nil, 0)
+	h := dialRaw(t, addr)
+	h.send(1, uromwire.KindHello, urom.Hello{Component: "rdmo", ComponentVersion: "1.0.0"})
+	if env := h.recv(); env.Status != "" {
+		t.Fatalf("hello refused: %+v", env)
+	}
+	h.send(2, uromwire.KindSpawn, urom.SpawnOptions{})
+	env := h.recv()
+	var sp urom.SpawnReply
+	if err := uromwire.DecodeBody(env.Body, &sp); err != nil || env.Status != "" {
+		t.Fatalf("spawn: %+v %v", env, err)
+	}
+	syscall.Kill(sp.PID, syscall.SIGKILL)
+	for {
+		if env = h.recv(); env.Kind == uromwire.KindWorkerDied && env.Cookie == 0 {
+			break
+		}
+	}
+	body, _ := uromwire.EncodeBody("late")
+	h.send(3, uromwire.KindCommand, uromwire.CommandRequest{Worker: sp.Worker, Kind: "echo", Body: body})
+	env = h.recv()
+	if env.Code != uromwire.CodeWorkerDied || !strings.Contains(env.Status, "killed") {
+		t.Errorf("command after the death: %q %q, want %q saying killed", env.Code, env.Status, uromwire.CodeWorkerDied)
 	}
 }

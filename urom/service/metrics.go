@@ -1,4 +1,4 @@
-package urom
+package service
 
 import (
 	"bufio"
@@ -20,6 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/internal/uromwire"
 )
 
 // MetricsScrapeTimeout bounds how long one scrape waits for a worker's
@@ -47,7 +50,7 @@ type WorkerMetrics interface {
 // WorkerAnswer is one live worker's answer to a command sent to every
 // worker (Service.AskWorkers).
 type WorkerAnswer struct {
-	WorkerInfo
+	urom.WorkerInfo
 	// Answer is the worker's answer, undecoded (see Decode).
 	Answer msgpack.RawMessage
 	// Memory is the worker process's resident memory, read from /proc on
@@ -59,7 +62,7 @@ type WorkerAnswer struct {
 }
 
 // Decode decodes the answer into v.
-func (a *WorkerAnswer) Decode(v any) error { return decodeBody(a.Answer, v) }
+func (a *WorkerAnswer) Decode(v any) error { return uromwire.DecodeBody(a.Answer, v) }
 
 // liveWorkers lists the workers that are running, by id.
 func (s *Service) liveWorkers() []*workerProc {
@@ -86,11 +89,11 @@ func (s *Service) liveWorkers() []*workerProc {
 // control socket (as a host's Worker.Call does through a session) and
 // decodes the answer into resp.
 func (w *workerProc) command(ctx context.Context, kind string, req, resp any, timeout time.Duration) error {
-	body, err := encodeBody(req)
+	body, err := uromwire.EncodeBody(req)
 	if err != nil {
 		return err
 	}
-	wrapped, err := encodeBody(commandRequest{Worker: w.id, Kind: kind, Body: body})
+	wrapped, err := uromwire.EncodeBody(uromwire.CommandRequest{Worker: w.id, Kind: kind, Body: body})
 	if err != nil {
 		return err
 	}
@@ -98,7 +101,7 @@ func (w *workerProc) command(ctx context.Context, kind string, req, resp any, ti
 	if err != nil {
 		return err
 	}
-	return decodeBody(raw, resp)
+	return uromwire.DecodeBody(raw, resp)
 }
 
 // AskWorkers sends the command kind (with body req) to every live worker
@@ -367,7 +370,7 @@ func MetricsHandler(s *Service, log *zap.Logger) http.Handler {
 // returns, so an unusable address is an error at once, and returns the
 // address it listens on.
 //
-// `rdmo dpu --metrics-addr` calls it after urom.NewService and before
+// `rdmo dpu --metrics-addr` calls it after New and before
 // Service.Serve.
 func ServeMetrics(ctx context.Context, s *Service, addr string, log *zap.Logger) (string, error) {
 	if log == nil {

@@ -1,4 +1,4 @@
-package urom
+package service
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 func startForTest(t testing.TB, cfg Config) (string, *Service) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := NewService(ctx, cfg)
+	s, err := New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -44,16 +44,4 @@ var StartForTest = startForTest
 func ReadSpecAnswerAfterExit(t testing.TB) {
 	testHookBeforeReady = func(exited <-chan struct{}) { <-exited }
 	t.Cleanup(func() { testHookBeforeReady = nil })
-}
-
-// CallAsSent sends a command to w even when this host already knows w is
-// gone: as a command sent just before the death notice arrived reaches
-// the service.
-func (w *WorkerProcess) CallAsSent(ctx context.Context, kind string, req any) error {
-	body, err := encodeBody(req)
-	if err != nil {
-		return err
-	}
-	var out rawBody
-	return w.c.call(ctx, kindCommand, commandRequest{Worker: w.ID, Kind: kind, Body: body}, &out)
 }

@@ -1,4 +1,4 @@
-package urom_test
+package service_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 // poll waits until cond holds (the service reacts on its own goroutines).
@@ -34,7 +35,7 @@ func TestDrainAndShutdownReason(t *testing.T) {
 	cfg.DrainTimeout = 10 * time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := urom.NewService(ctx, cfg)
+	s, err := service.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestDrainAndShutdownReason(t *testing.T) {
 		t.Errorf("a running worker while draining: %q %v", echo, err)
 	}
 	rec := httptest.NewRecorder()
-	urom.MetricsHandler(s, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	service.MetricsHandler(s, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
 		"rdmo_urom_draining 1", "rdmo_urom_ready 0", "rdmo_urom_worker_spawns_total 1", "rdmo_urom_hosts 1",

@@ -1,4 +1,4 @@
-package urom_test
+package service_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/openrdmo/rdmo/urom"
+	"github.com/openrdmo/rdmo/urom/service"
 )
 
 var (
@@ -25,7 +26,7 @@ var (
 func startAuthService(t *testing.T, secret []byte) (string, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zap.DebugLevel)
-	addr, _ := startServiceWith(t, func(c *urom.Config) {
+	addr, _ := startServiceWith(t, func(c *service.Config) {
 		c.Secret = secret
 		c.Logger = zap.New(core)
 	})
@@ -159,7 +160,7 @@ func TestAuthSecretOnHostOnly(t *testing.T) {
 func TestAuthSecretTooShort(t *testing.T) {
 	cfg := serviceConfig()
 	cfg.Secret = []byte("short")
-	if _, err := urom.NewService(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "at least 16") {
+	if _, err := service.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "at least 16") {
 		t.Errorf("service: %v", err)
 	}
 	if _, err := dialSecret(context.Background(), "127.0.0.1:1", []byte("short")); err == nil || !strings.Contains(err.Error(), "at least 16") {

@@ -1,4 +1,4 @@
-package urom
+package uromwire
 
 import (
 	"bytes"
@@ -10,18 +10,18 @@ import (
 )
 
 // pipeConn gives read() a connection whose peer writes b then closes.
-func readFrom(t testing.TB, b []byte) (*envelope, error) {
+func readFrom(t testing.TB, b []byte) (*Envelope, error) {
 	a, c := net.Pipe()
 	go func() {
 		c.Write(b)
 		c.Close()
 	}()
 	defer a.Close()
-	return newConn(a, time.Second).read(time.Second)
+	return NewConn(a, time.Second).Read(time.Second)
 }
 
 func frame(body []byte, version uint16) []byte {
-	b := []byte(frameMagic)
+	b := []byte(FrameMagic)
 	b = binary.BigEndian.AppendUint16(b, version)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
 	return append(b, body...)
@@ -52,7 +52,7 @@ func FuzzReadFrame(f *testing.F) {
 	var good bytes.Buffer
 	a, c := net.Pipe()
 	go func() {
-		newConn(c, time.Second).write(&envelope{Cookie: 7, Kind: kindSpawn, Body: []byte{0x80}})
+		NewConn(c, time.Second).Write(&Envelope{Cookie: 7, Kind: KindSpawn, Body: []byte{0x80}})
 		c.Close()
 	}()
 	buf := make([]byte, 256)
