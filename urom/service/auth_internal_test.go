@@ -376,3 +376,32 @@ func TestCommandAfterWorkerDeath(t *testing.T) {
 		t.Errorf("command after the death: %q %q, want %q saying killed", env.Code, env.Status, uromwire.CodeWorkerDied)
 	}
 }
+
+// A hello in a frame of another protocol version is refused for its
+// version (rdmo_urom_hosts_refused_total{reason="version"}), not counted
+// as a host that dropped, and the service keeps serving.
+func TestWrongFrameVersionCountsAsVersion(t *testing.T) {
+	addr, svc, logs := startRawTestService(t, nil, 0)
+	h := dialRaw(t, addr)
+	body, err := uromwire.EncodeBody(uromwire.Envelope{Cookie: 1, Kind: uromwire.KindHello})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := []byte(uromwire.FrameMagic)
+	frame = binary.BigEndian.AppendUint16(frame, urom.ProtocolVersion+8)
+	frame = binary.BigEndian.AppendUint32(frame, uint32(len(body)))
+	h.nc.Write(append(frame, body...))
+	h.closed()
+	refused := svc.stats.snapshot(svc.stats.refused)
+	if refused["version"] != 1 || refused["dropped"] != 0 {
+		t.Errorf("refusals %v, want version 1 and dropped 0", refused)
+	}
+	if n := logs.FilterMessage("host refused: incompatible protocol version").Len(); n != 1 {
+		t.Errorf("%d log lines for the refusal, want 1", n)
+	}
+	good := dialRaw(t, addr)
+	good.send(1, uromwire.KindHello, urom.Hello{Component: "rdmo", ComponentVersion: "1.0.0"})
+	if env := good.recv(); env.Status != "" {
+		t.Errorf("a host after the refusal: %+v", env)
+	}
+}

@@ -36,6 +36,15 @@ func (ss *session) handshake() error {
 			case errors.As(err, &ne) && ne.Timeout():
 				err = fmt.Errorf("no %s message within the handshake deadline (%v)", kind, s.cfg.HandshakeTimeout)
 			}
+			// A frame of another protocol version is a refusal for
+			// its version (the host cannot read an answer in ours),
+			// not a host that went silent or broke off.
+			var ve *uromwire.VersionError
+			if errors.As(err, &ve) {
+				s.stats.inc(s.stats.refused, "version")
+				s.hsLog.Warn("host refused: incompatible protocol version", peer, zap.Error(err))
+				return env, err
+			}
 			s.stats.inc(s.stats.refused, "dropped")
 			s.hsLog.Warn("host dropped during the handshake", peer, zap.Error(err))
 		}
