@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // Conn is an established (handshaken and, with a secret, authenticated)
@@ -34,7 +35,7 @@ type Conn struct {
 	hsDeadline    time.Time // non-zero during the handshake: one deadline for all of it
 
 	rmu sync.Mutex // serializes reads
-	fr  frameReader
+	fr  channel.Reader
 	wmu sync.Mutex // serializes writes
 
 	mu     sync.Mutex
@@ -48,7 +49,7 @@ func newConn(nc net.Conn, opts Options) *Conn {
 		zap.String("local", nc.LocalAddr().String()),
 		zap.String("remote", nc.RemoteAddr().String()),
 		zap.Stringer("role", opts.Role))
-	c.fr = frameReader{r: nc, version: opts.version}
+	c.fr = channel.Reader{R: nc, Format: format(opts.version)}
 	return c
 }
 
@@ -88,16 +89,16 @@ func (c *Conn) Receive(ctx context.Context) (Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	if handshakeType(f.typ) {
-		return nil, &UnexpectedTypeError{Got: f.typ}
+	if handshakeType(frameType(f)) {
+		return nil, errUnexpected(frameType(f), 0)
 	}
-	msg, err := decodeBody(f.typ, f.body)
+	msg, err := decodeBody(frameType(f), f.Body)
 	if err != nil {
 		c.log.Debug("oob: bad frame", zap.Error(err))
 		return nil, err
 	}
 	if ce := c.log.Check(zap.DebugLevel, "oob: received"); ce != nil {
-		ce.Write(zap.Stringer("type", f.typ), zap.Int("bytes", len(f.raw)))
+		ce.Write(zap.Stringer("type", frameType(f)), zap.Int("bytes", len(f.Raw)))
 	}
 	return msg, nil
 }
@@ -117,7 +118,7 @@ func Expect[T Message](ctx context.Context, c *Conn) (T, error) {
 	if e, ok := msg.(Error); ok {
 		return zero, e
 	}
-	return zero, &UnexpectedTypeError{Got: msg.MessageType(), Want: zero.MessageType()}
+	return zero, errUnexpected(msg.MessageType(), zero.MessageType())
 }
 
 // Close closes the connection. It unblocks Send and Receive, which return
@@ -158,7 +159,7 @@ func (c *Conn) usable(op string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return fmt.Errorf("oob: %s: %w", op, ErrClosed)
+		return &ConnError{Proto: protoName, Kind: channel.KindClosed, Op: op}
 	}
 	if c.broken != nil {
 		return fmt.Errorf("oob: %s: connection unusable after an earlier error: %w", op, c.broken)
@@ -251,7 +252,7 @@ func (c *Conn) deadlines(ctx context.Context) (wait time.Time, frame func() time
 // the caller fails the connection (it may first drain the body of a hello
 // of another version). On a prefix-level error (magic, version, size) the
 // returned frame holds the prefix.
-func (c *Conn) read(ctx context.Context, op string, limit uint32) (*frame, error) {
+func (c *Conn) read(ctx context.Context, op string, limit uint32) (*channel.Frame, error) {
 	if err := c.usable(op); err != nil {
 		return nil, err
 	}
@@ -261,22 +262,19 @@ func (c *Conn) read(ctx context.Context, op string, limit uint32) (*frame, error
 	inHandshake := !c.hsDeadline.IsZero()
 	wait, frameDL := c.deadlines(ctx)
 	d := armDeadline(ctx, c.nc.SetReadDeadline, wait)
-	c.fr.maxBody = limit
-	c.fr.onFirst = nil
+	c.fr.OnFirst = nil
 	if !inHandshake {
-		c.fr.onFirst = func() { d.extend(frameDL()) }
+		c.fr.OnFirst = func() { d.extend(frameDL()) }
 	}
-	f, err := c.fr.read()
+	f, err := c.fr.Read(limit)
 	cancelled := d.done()
-	c.fr.onFirst = nil
+	c.fr.OnFirst = nil
 	if err == nil {
 		return f, nil
 	}
-	switch err.(type) {
-	case *BadMagicError, *VersionError, *OversizeError:
-	default:
-		err = c.ioError(ctx, op, err, cancelled, c.fr.got, c.fr.want)
-		if c.fr.got == 0 && recoverable(err) && !inHandshake {
+	if !(errors.Is(err, ErrBadMagic) || errors.Is(err, ErrVersion) || errors.Is(err, ErrOversize)) {
+		err = c.ioError(ctx, op, err, cancelled, c.fr.Got, c.fr.Want)
+		if c.fr.Got == 0 && recoverable(err) && !inHandshake {
 			return nil, err
 		}
 	}
@@ -327,25 +325,18 @@ func (c *Conn) ioError(ctx context.Context, op string, err error, cancelled bool
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			return fmt.Errorf("oob: %s: %w", op, context.DeadlineExceeded)
 		}
-		return &TimeoutError{Op: op, Limit: c.opts.Timeout}
+		return errTimeout(op, c.opts.Timeout)
 	}
 	if errors.Is(err, net.ErrClosed) {
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
 		if closed {
-			return fmt.Errorf("oob: %s: %w", op, ErrClosed)
+			return &ConnError{Proto: protoName, Kind: channel.KindClosed, Op: op}
 		}
 	}
-	if e := classifyIO(op, err, got, want); e != err {
+	if e := c.fr.Format.IOError(op, err, got, want); e != err {
 		return e
 	}
 	return fmt.Errorf("oob: %s: %w", op, err)
-}
-
-// isReset reports whether err means the peer reset or abandoned the
-// connection.
-func isReset(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ECONNABORTED)
 }

@@ -2,20 +2,19 @@ package oob
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/openrdmo/rdmo/internal/msgpackcheck"
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // Wire constants. The layout of the first six bytes (magic, version) is
 // frozen for every future version, so that any two versions can tell each
-// other apart and report a VersionError instead of garbage.
+// other apart and report a version mismatch (ErrVersion) instead of
+// garbage.
 const (
 	// Magic opens every frame.
 	Magic = "RDOB"
@@ -32,28 +31,9 @@ const (
 	maxDepth = 16
 )
 
-// prefix is the decoded fixed part of a frame.
-type prefix struct {
-	magic   [4]byte
-	version uint16
-	typ     Type
-	length  uint32
-}
-
-func (p *prefix) put(b []byte) {
-	copy(b[0:4], p.magic[:])
-	binary.BigEndian.PutUint16(b[4:6], p.version)
-	binary.BigEndian.PutUint16(b[6:8], uint16(p.typ))
-	binary.BigEndian.PutUint32(b[8:12], p.length)
-}
-
-func parsePrefix(b []byte) prefix {
-	var p prefix
-	copy(p.magic[:], b[0:4])
-	p.version = binary.BigEndian.Uint16(b[4:6])
-	p.typ = Type(binary.BigEndian.Uint16(b[6:8]))
-	p.length = binary.BigEndian.Uint32(b[8:12])
-	return p
+// format is the frame prefix of a version of this protocol (internal/channel).
+func format(version uint16) channel.Format {
+	return channel.Format{Proto: protoName, Magic: Magic, Version: version, Typed: true}
 }
 
 // encodeFrame returns the whole frame (prefix and msgpack body) of msg.
@@ -83,114 +63,30 @@ func encodeFrame(version uint16, msg Message, maxBody int) ([]byte, error) {
 	b := buf.Bytes()
 	n := len(b) - PrefixLen
 	if n > maxBody {
-		return nil, &OversizeError{Op: "send", Size: uint64(n), Limit: uint64(maxBody)}
+		return nil, &ConnError{Proto: protoName, Kind: channel.KindOversize, Op: "send", Size: uint64(n), Limit: uint64(maxBody)}
 	}
-	p := prefix{version: version, typ: t, length: uint32(n)}
-	copy(p.magic[:], Magic)
-	p.put(b)
+	format(version).PutPrefix(b, uint16(t), n)
 	return b, nil
 }
 
-// frame is one frame as read from the wire.
-type frame struct {
-	prefix
-	body []byte
-	raw  []byte // prefix and body, for the authentication transcript
-}
-
-// frameReader reads frames from r. got counts the bytes of the current
-// frame read so far; onFirst, if set, runs once the first byte of a frame
-// has arrived (the connection uses it to switch from the wait deadline to
-// the per-frame deadline).
-type frameReader struct {
-	r       io.Reader
-	version uint16
-	maxBody uint32
-	onFirst func()
-	got     int
-	want    int
-}
-
-// read reads one frame. It checks magic, version and length from the
-// prefix before reading or allocating the body. I/O errors are returned
-// unclassified with f.got and f.want set: see classifyIO.
-func (f *frameReader) read() (*frame, error) {
-	f.got, f.want = 0, PrefixLen
-	var pb [PrefixLen]byte
-	if err := f.readFull(pb[:]); err != nil {
-		return nil, err
-	}
-	p := parsePrefix(pb[:])
-	fr := &frame{prefix: p}
-	if string(p.magic[:]) != Magic {
-		return fr, &BadMagicError{Got: p.magic}
-	}
-	if p.version != f.version {
-		return fr, &VersionError{Local: f.version, Peer: p.version}
-	}
-	if p.length > f.maxBody {
-		return fr, &OversizeError{Op: "receive", Size: uint64(p.length), Limit: uint64(f.maxBody)}
-	}
-	f.want = PrefixLen + int(p.length)
-	raw := make([]byte, f.want)
-	copy(raw, pb[:])
-	if err := f.readFull(raw[PrefixLen:]); err != nil {
-		return nil, err
-	}
-	fr.raw = raw
-	fr.body = raw[PrefixLen:]
-	return fr, nil
-}
-
-func (f *frameReader) readFull(b []byte) error {
-	for len(b) > 0 {
-		n, err := f.r.Read(b)
-		if n > 0 {
-			if f.got == 0 && f.onFirst != nil {
-				f.onFirst()
-			}
-			f.got += n
-			b = b[n:]
-		}
-		if len(b) == 0 {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// classifyIO turns an I/O error of a frame read into PeerGoneError or
-// TruncatedError where it is one; other errors are returned unchanged.
-func classifyIO(op string, err error, got, want int) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		if got == 0 {
-			return &PeerGoneError{Op: op, Err: io.EOF}
-		}
-		return &TruncatedError{Got: got, Want: want}
-	}
-	if isReset(err) {
-		return &PeerGoneError{Op: op, Err: err}
-	}
-	return err
-}
+// frameType is a frame's message type.
+func frameType(f *channel.Frame) Type { return Type(f.Type) }
 
 // decodeBody decodes the body of a frame of type t. Allocation is bounded
-// by the body size: validateMsgpack checks every length claim against the
-// bytes actually present before the msgpack decoder sees the body.
+// by the body size: every length claim is checked against the bytes
+// actually present before the msgpack decoder sees the body.
 func decodeBody(t Type, body []byte) (Message, error) {
 	rt, ok := registry[t]
 	if !ok {
-		return nil, &UnexpectedTypeError{Got: t}
-	}
-	if err := validateMsgpack(body); err != nil {
-		return nil, &MalformedError{Type: t, Reason: err.Error()}
+		return nil, errUnexpected(t, 0)
 	}
 	v := reflect.New(rt)
-	if err := msgpack.Unmarshal(body, v.Interface()); err != nil {
-		return nil, &MalformedError{Type: t, Reason: err.Error()}
+	if err := format(Version).DecodeMap(body, maxDepth, v.Interface()); err != nil {
+		var ce *ConnError
+		if errors.As(err, &ce) {
+			return nil, errMalformed(t, ce.Detail)
+		}
+		return nil, err
 	}
 	return v.Elem().Interface().(Message), nil
 }
@@ -200,17 +96,13 @@ func decodeBody(t Type, body []byte) (Message, error) {
 // target exercises.
 func decodeFrame(b []byte, maxBody uint32) (Message, error) {
 	r := bytes.NewReader(b)
-	fr := &frameReader{r: r, version: Version, maxBody: maxBody}
-	f, err := fr.read()
+	fr := &channel.Reader{R: r, Format: format(Version)}
+	f, err := fr.Read(maxBody)
 	if err != nil {
-		return nil, classifyIO("decode", err, fr.got, fr.want)
+		return nil, fr.Format.IOError("decode", err, fr.Got, fr.Want)
 	}
 	if r.Len() != 0 {
 		return nil, fmt.Errorf("oob: %d bytes after the frame", r.Len())
 	}
-	return decodeBody(f.typ, f.body)
+	return decodeBody(frameType(f), f.Body)
 }
-
-// validateMsgpack checks that b is exactly one msgpack map the decoder can
-// take without allocating more than the body's size suggests.
-func validateMsgpack(b []byte) error { return msgpackcheck.Map(b, maxDepth) }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/channel"
 	"github.com/openrdmo/rdmo/internal/hmacauth"
 )
 
@@ -65,41 +66,40 @@ func (c *Conn) handshake(ctx context.Context, s side) (err error) {
 	}
 	hf, err := c.read(ctx, "handshake: receive hello", handshakeMaxBody)
 	if err != nil {
-		var ve *VersionError
-		if errors.As(err, &ve) && hf != nil && hf.length <= handshakeMaxBody {
+		if errors.Is(err, ErrVersion) && hf != nil && hf.Length <= handshakeMaxBody {
 			// Consume the peer's hello so that closing sends FIN, not
 			// RST: the peer then surely reads our hello and reports
 			// the mismatch too.
-			io.CopyN(io.Discard, c.nc, int64(hf.length))
+			io.CopyN(io.Discard, c.nc, int64(hf.Length))
 		}
 		return err
 	}
-	if hf.typ != TypeHello {
-		return &UnexpectedTypeError{Got: hf.typ, Want: TypeHello}
+	if frameType(hf) != TypeHello {
+		return errUnexpected(frameType(hf), TypeHello)
 	}
-	m, err := decodeBody(hf.typ, hf.body)
+	m, err := decodeBody(frameType(hf), hf.Body)
 	if err != nil {
 		return err
 	}
 	peer := m.(Hello)
 	switch {
-	case peer.Version != hf.version:
-		return &MalformedError{Type: TypeHello, Reason: fmt.Sprintf("hello says version %d in a version %d frame", peer.Version, hf.version)}
+	case peer.Version != hf.Version:
+		return errMalformed(TypeHello, fmt.Sprintf("hello says version %d in a version %d frame", peer.Version, hf.Version))
 	case peer.Role != RoleTarget && peer.Role != RoleInitiator:
-		return &MalformedError{Type: TypeHello, Reason: fmt.Sprintf("unknown role %d", uint8(peer.Role))}
+		return errMalformed(TypeHello, fmt.Sprintf("unknown role %d", uint8(peer.Role)))
 	case peer.Role == local.Role:
-		return &RoleError{Local: local.Role, Peer: peer.Role}
+		return &ConnError{Proto: protoName, Kind: channel.KindRole, Detail: fmt.Sprintf("this side is the %v and so is the peer", local.Role)}
 	}
 	c.peerRole = peer.Role
 	switch {
 	case local.Auth && !peer.Auth:
-		return &AuthError{Reason: "this side requires a shared secret (Options.Secret) but the peer has none configured"}
+		return errAuth("this side requires a shared secret (Options.Secret) but the peer has none configured")
 	case !local.Auth && peer.Auth:
-		return &AuthError{Reason: "the peer requires a shared secret but none is configured on this side (Options.Secret)"}
+		return errAuth("the peer requires a shared secret but none is configured on this side (Options.Secret)")
 	case !local.Auth:
 		return nil
 	}
-	if err := c.authenticate(ctx, s, myHello, hf.raw); err != nil {
+	if err := c.authenticate(ctx, s, myHello, hf.Raw); err != nil {
 		return err
 	}
 	c.authenticated = true
@@ -127,16 +127,16 @@ func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []by
 	if err != nil {
 		return err
 	}
-	if f.typ != TypeAuthChallenge {
-		return &UnexpectedTypeError{Got: f.typ, Want: TypeAuthChallenge}
+	if frameType(f) != TypeAuthChallenge {
+		return errUnexpected(frameType(f), TypeAuthChallenge)
 	}
-	m, err := decodeBody(f.typ, f.body)
+	m, err := decodeBody(frameType(f), f.Body)
 	if err != nil {
 		return err
 	}
 	peerNonce := m.(authChallenge).Nonce
 	if err := hmacauth.CheckPeerNonce(peerNonce, nonce); err != nil {
-		return &AuthError{Reason: err.Error()}
+		return errAuth(err.Error())
 	}
 
 	// The transcript covers both hellos (raw frames, so any tampering
@@ -167,7 +167,7 @@ func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []by
 	if err != nil {
 		return err
 	}
-	m, err = decodeBody(f.typ, f.body)
+	m, err = decodeBody(frameType(f), f.Body)
 	if err != nil {
 		return err
 	}
@@ -180,15 +180,15 @@ func (c *Conn) authenticate(ctx context.Context, s side, myHello, peerHello []by
 					c.write(ctx, "handshake: send rejection", b)
 				}
 			}
-			return &AuthError{Reason: "the peer's proof does not match: the shared secrets differ (or the handshake was tampered with)"}
+			return errAuth("the peer's proof does not match: the shared secrets differ (or the handshake was tampered with)")
 		}
 	case Error:
 		if m.Code == CodeAuth && s == sideDialer {
-			return &AuthError{Reason: "the peer rejected this side's proof: the shared secrets differ (or the handshake was tampered with)"}
+			return errAuth("the peer rejected this side's proof: the shared secrets differ (or the handshake was tampered with)")
 		}
 		return m
 	default:
-		return &UnexpectedTypeError{Got: f.typ, Want: TypeAuthProof}
+		return errUnexpected(frameType(f), TypeAuthProof)
 	}
 	if s == sideListener {
 		return sendProof()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // checkLeaks fails the test if goroutines started during it are still
@@ -163,18 +165,18 @@ func rawHello(t *testing.T, nc net.Conn, h Hello) Hello {
 		t.Fatal(err)
 	}
 	f := rawRead(t, nc)
-	m, err := decodeBody(f.typ, f.body)
+	m, err := decodeBody(frameType(f), f.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m.(Hello)
 }
 
-func rawRead(t *testing.T, nc net.Conn) *frame {
+func rawRead(t *testing.T, nc net.Conn) *channel.Frame {
 	t.Helper()
-	fr := frameReader{r: nc, version: Version, maxBody: MaxBodyLimit}
+	fr := channel.Reader{R: nc, Format: format(Version)}
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	f, err := fr.read()
+	f, err := fr.Read(MaxBodyLimit)
 	if err != nil {
 		t.Fatalf("raw read: %v", err)
 	}
@@ -183,24 +185,24 @@ func rawRead(t *testing.T, nc net.Conn) *frame {
 
 // rawReadAll reads frames until the peer closes, returning their types.
 func rawReadAll(nc net.Conn) []Type {
-	fr := frameReader{r: nc, version: Version, maxBody: MaxBodyLimit}
+	fr := channel.Reader{R: nc, Format: format(Version)}
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var types []Type
 	for {
-		f, err := fr.read()
+		f, err := fr.Read(MaxBodyLimit)
 		if err != nil {
 			return types
 		}
-		types = append(types, f.typ)
+		types = append(types, frameType(f))
 	}
 }
 
 // prefixBytes builds a raw prefix.
 func prefixBytes(magic string, version uint16, t Type, length uint32) []byte {
-	p := prefix{version: version, typ: t, length: length}
-	copy(p.magic[:], magic)
+	f := format(version)
+	f.Magic = magic
 	b := make([]byte, PrefixLen)
-	p.put(b)
+	f.PutPrefix(b, uint16(t), int(length))
 	return b
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // Listener accepts out-of-band connections. A background goroutine accepts
@@ -87,7 +89,7 @@ func (l *Listener) loop() {
 
 // Accept waits for a peer and runs the handshake with it (bounded by
 // Options.Timeout and ctx). Errors concerning one peer are a
-// *HandshakeError (the listener is still good: call Accept again); a closed
+// *ConnError with the peer's address (the listener is still good: call Accept again); a closed
 // listener gives an error matching ErrClosed. Accept is safe for concurrent
 // use, so several handshakes can run at once.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
@@ -102,13 +104,13 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		remote := a.nc.RemoteAddr().String()
 		c := newConn(a.nc, l.opts)
 		if err := c.handshake(ctx, sideListener); err != nil {
-			return nil, &HandshakeError{Remote: remote, Err: err}
+			return nil, channel.Handshake(protoName, remote, err, c.authenticated)
 		}
 		return c, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("oob: accept: %w", ctx.Err())
 	case <-l.done:
-		return nil, fmt.Errorf("oob: accept: %w", ErrClosed)
+		return nil, &ConnError{Proto: protoName, Kind: channel.KindClosed, Op: "accept"}
 	}
 }
 
@@ -129,7 +131,7 @@ func (l *Listener) Close() error {
 
 // Dial connects to a listener at addr and runs the handshake, all within
 // ctx and Options.Timeout. A failure after the TCP connection was made is a
-// *HandshakeError.
+// *ConnError with the peer's address.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	o, err := opts.normalize(RoleInitiator)
 	if err != nil {
@@ -142,7 +144,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	}
 	c := newConn(nc, o)
 	if err := c.handshake(ctx, sideDialer); err != nil {
-		return nil, &HandshakeError{Remote: addr, Err: err}
+		return nil, channel.Handshake(protoName, addr, err, c.authenticated)
 	}
 	return c, nil
 }
@@ -158,7 +160,8 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 // A listener with a secret refuses reference initiators (they cannot
 // authenticate): that, first bytes that are neither protocol, a length over
 // RefMaxLen, a peer that closes mid-message or stays silent past
-// Options.Timeout are *HandshakeErrors (the listener is still good).
+// Options.Timeout are *ConnErrors with the peer's address, PreAuth
+// (the listener is still good).
 func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("oob: accept: %w", err)
@@ -172,14 +175,14 @@ func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err e
 	case <-ctx.Done():
 		return nil, nil, fmt.Errorf("oob: accept: %w", ctx.Err())
 	case <-l.done:
-		return nil, nil, fmt.Errorf("oob: accept: %w", ErrClosed)
+		return nil, nil, &ConnError{Proto: protoName, Kind: channel.KindClosed, Op: "accept"}
 	}
 	remote := a.nc.RemoteAddr().String()
 	fail := func(err error) (*Conn, *RefConn, error) {
 		a.nc.Close()
-		// Debug: the caller logs the HandshakeError (one line per bad peer).
+		// Debug: the caller logs the error (one line per bad peer).
 		l.opts.Logger.Debug("oob: handshake failed", zap.String("remote", remote), zap.Error(err))
-		return nil, nil, &HandshakeError{Remote: remote, Err: err}
+		return nil, nil, channel.Handshake(protoName, remote, err, false)
 	}
 	deadline := time.Now().Add(l.opts.Timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
@@ -195,17 +198,17 @@ func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err e
 		case ctx.Err() != nil:
 			return fail(ctx.Err())
 		case errors.Is(rerr, os.ErrDeadlineExceeded):
-			return fail(&TimeoutError{Op: "handshake: the peer sent nothing", Limit: l.opts.Timeout})
+			return fail(errTimeout("handshake: the peer sent nothing", l.opts.Timeout))
 		case n > 0:
-			return fail(&TruncatedError{Got: n, Want: DetectLen})
+			return fail(&ConnError{Proto: protoName, Kind: channel.KindTruncated, Got: n, Want: DetectLen, Err: rerr})
 		}
-		return fail(classifyIO("handshake", rerr, 0, DetectLen))
+		return fail(format(Version).IOError("handshake", rerr, 0, DetectLen))
 	}
-	proto, err := Detect(first)
+	detected, err := Detect(first)
 	if err != nil {
 		return fail(err)
 	}
-	if proto == ProtocolReference {
+	if detected == ProtocolReference {
 		rc, err := acceptRef(ctx, a.nc, first, l.opts, deadline)
 		if err != nil {
 			return fail(err)
@@ -223,10 +226,10 @@ func (l *Listener) AcceptEither(ctx context.Context) (c *Conn, r *RefConn, err e
 	}
 	a.nc.SetReadDeadline(time.Time{})
 	conn := newConn(a.nc, l.opts)
-	conn.fr.r = io.MultiReader(bytes.NewReader(first), a.nc)
+	conn.fr.R = io.MultiReader(bytes.NewReader(first), a.nc)
 	if err := conn.handshake(ctx, sideListener); err != nil {
-		return nil, nil, &HandshakeError{Remote: remote, Err: err}
+		return nil, nil, channel.Handshake(protoName, remote, err, conn.authenticated)
 	}
-	conn.fr.r = a.nc // the detected bytes are consumed: read the socket directly
+	conn.fr.R = a.nc // the detected bytes are consumed: read the socket directly
 	return conn, nil, nil
 }

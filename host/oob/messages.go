@@ -29,7 +29,7 @@ const (
 //
 // To add a message type: declare the struct with msgpack tags, give it a
 // MessageType method returning a new, never used number, and add it to
-// registry below. Old peers reject the new type with an UnexpectedTypeError;
+// registry below. Old peers reject the new type (ErrUnexpected);
 // adding a field to an existing type is compatible both ways (unknown map
 // keys are ignored, missing keys decode as zero values).
 type Message interface {

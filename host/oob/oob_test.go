@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // One value of every application message type, with every field set.
@@ -117,8 +119,8 @@ func TestExpect(t *testing.T) {
 
 	s.Send(ctx, Barrier{ID: 1})
 	_, err = Expect[WorkerInfo](ctx, c)
-	var ue *UnexpectedTypeError
-	if !errors.Is(err, ErrUnexpected) || !errors.As(err, &ue) || ue.Got != TypeBarrier || ue.Want != TypeWorkerInfo {
+	var ue *ConnError
+	if !errors.Is(err, ErrUnexpected) || !errors.As(err, &ue) || ue.Kind != ErrUnexpected.Kind || ue.PreAuth {
 		t.Fatalf("Expect on Barrier = %v", err)
 	}
 	mustContain(t, err, "Barrier(20)", "WorkerInfo(16)")
@@ -184,10 +186,9 @@ func TestWrongSecret(t *testing.T) {
 	}
 	serr := <-sent
 	for name, err := range map[string]error{"listener": serr, "dialer": derr} {
-		var ae *AuthError
-		var he *HandshakeError
-		if !errors.Is(err, ErrAuth) || !errors.As(err, &ae) || !errors.As(err, &he) {
-			t.Errorf("%s: %v, want a HandshakeError wrapping an AuthError", name, err)
+		var ce *ConnError
+		if !errors.Is(err, ErrAuth) || !errors.As(err, &ce) || ce.Remote == "" || !IsPreAuth(err) {
+			t.Errorf("%s: %v, want an authentication failure of the handshake, before authentication, naming the peer", name, err)
 		}
 		if errors.Is(err, ErrPeerGone) || errors.Is(err, ErrTimeout) {
 			t.Errorf("%s: %v matches another sentinel too", name, err)
@@ -306,10 +307,10 @@ func TestRoleConflict(t *testing.T) {
 	r := <-ch
 	closeLater(t, r.c)
 	for _, err := range []error{derr, r.err} {
-		var re *RoleError
-		if !errors.As(err, &re) || re.Local != RoleTarget || re.Peer != RoleTarget {
-			t.Errorf("%v, want a RoleError", err)
+		if !errors.Is(err, ErrRole) || !IsPreAuth(err) {
+			t.Errorf("%v, want a role conflict before authentication", err)
 		}
+		mustContain(t, err, "this side is the target and so is the peer")
 	}
 }
 
@@ -341,13 +342,13 @@ func TestTamperedHandshakeFailsAuth(t *testing.T) {
 			return
 		}
 		defer out.Close()
-		fr := frameReader{r: in, version: Version, maxBody: 1024}
-		f, err := fr.read()
+		fr := channel.Reader{R: in, Format: format(Version)}
+		f, err := fr.Read(1024)
 		if err != nil {
 			return
 		}
 		var m map[string]any
-		msgpack.Unmarshal(f.body, &m)
+		msgpack.Unmarshal(f.Body, &m)
 		m["comment"] = "inserted by a relay"
 		body, _ := msgpack.Marshal(m)
 		out.Write(append(prefixBytes(Magic, Version, TypeHello, uint32(len(body))), body...))
@@ -386,7 +387,7 @@ func TestTruncatedFrame(t *testing.T) {
 			nc.Write(full[:cut])
 			nc.Close()
 			_, err := r.c.Receive(context.Background())
-			var te *TruncatedError
+			var te *ConnError
 			if !errors.Is(err, ErrTruncated) || !errors.As(err, &te) {
 				t.Fatalf("Receive = %v, want a TruncatedError", err)
 			}
@@ -422,7 +423,7 @@ func TestOversizeReceive(t *testing.T) {
 			// Only the prefix: the body is never sent.
 			nc.Write(prefixBytes(Magic, Version, TypeInitiatorInfo, length))
 			_, err := r.c.Receive(context.Background())
-			var oe *OversizeError
+			var oe *ConnError
 			if !errors.Is(err, ErrOversize) || !errors.As(err, &oe) || oe.Size != uint64(length) || oe.Limit != DefaultMaxBody {
 				t.Fatalf("Receive = %v, want OversizeError{Size %d, Limit %d}", err, length, DefaultMaxBody)
 			}
@@ -487,7 +488,7 @@ func TestOversizeSendKeepsConnection(t *testing.T) {
 	s, c := pair(t, opts, opts)
 	ctx := context.Background()
 	err := c.Send(ctx, InitiatorInfo{WorkerAddress: make([]byte, 2000)})
-	var oe *OversizeError
+	var oe *ConnError
 	if !errors.As(err, &oe) || oe.Limit != 1024 || oe.Size < 2000 {
 		t.Fatalf("Send = %v, want an OversizeError", err)
 	}
@@ -511,8 +512,8 @@ func TestSilentPeerDuringHandshake(t *testing.T) {
 	rawDial(t, l.Addr().String())
 	r := <-ch
 	closeLater(t, r.c)
-	var te *TimeoutError
-	if !errors.Is(r.err, ErrTimeout) || !errors.As(r.err, &te) || te.Limit != opts.Timeout {
+	var te *ConnError
+	if !errors.Is(r.err, ErrTimeout) || !errors.As(r.err, &te) || te.Wait != opts.Timeout || !IsPreAuth(r.err) {
 		t.Fatalf("Accept = %v, want a TimeoutError", r.err)
 	}
 	notBefore(t, time.Since(start), opts.Timeout)
@@ -593,8 +594,8 @@ func TestVersionMismatch(t *testing.T) {
 	r := <-ch
 	closeLater(t, r.c)
 	check := func(who string, err error, local, peer uint16) {
-		var ve *VersionError
-		if !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Local != local || ve.Peer != peer {
+		var ve *ConnError
+		if !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Local != local || ve.Peer != peer || !IsPreAuth(err) {
 			t.Errorf("%s: %v, want VersionError{%d, %d}", who, err, local, peer)
 		}
 		mustContain(t, err, fmt.Sprintf("this side speaks version %d", local), fmt.Sprintf("the peer speaks version %d", peer))
@@ -612,8 +613,8 @@ func TestBadMagic(t *testing.T) {
 		nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 		r := <-ch
 		closeLater(t, r.c)
-		var be *BadMagicError
-		if !errors.Is(r.err, ErrBadMagic) || !errors.As(r.err, &be) || string(be.Got[:]) != "GET " {
+		var be *ConnError
+		if !errors.Is(r.err, ErrBadMagic) || !errors.As(r.err, &be) || string(be.Magic[:]) != "GET " || !IsPreAuth(r.err) {
 			t.Fatalf("Accept = %v, want BadMagicError", r.err)
 		}
 	})
@@ -848,21 +849,17 @@ func TestPeerGone(t *testing.T) {
 
 // Every failure matches exactly one sentinel.
 func TestSentinelsAreExclusive(t *testing.T) {
-	sentinels := []error{ErrPeerGone, ErrTruncated, ErrBadMagic, ErrVersion, ErrOversize,
-		ErrUnexpected, ErrMalformed, ErrTimeout, ErrAuth, ErrRole}
-	errs := []error{
-		&PeerGoneError{Op: "x", Err: io.EOF}, &TruncatedError{1, 2}, &BadMagicError{},
-		&VersionError{1, 2}, &OversizeError{}, &UnexpectedTypeError{}, &MalformedError{},
-		&TimeoutError{}, &AuthError{}, &RoleError{},
-	}
-	for i, err := range errs {
-		for j, s := range sentinels {
-			if got := errors.Is(err, s); got != (i == j) {
-				t.Errorf("errors.Is(%T, %v) = %v", err, s, got)
+	sentinels := []*ConnError{ErrPeerGone, ErrTruncated, ErrBadMagic, ErrVersion, ErrOversize,
+		ErrUnexpected, ErrMalformed, ErrTimeout, ErrAuth, ErrRole, ErrClosed, ErrHandshake}
+	for i, s := range sentinels {
+		err := &ConnError{Proto: protoName, Kind: s.Kind, Op: "x", Err: io.EOF}
+		for j, s2 := range sentinels {
+			if got := errors.Is(err, s2); got != (i == j) {
+				t.Errorf("errors.Is(%v, %v) = %v", err, s2, got)
 			}
 		}
 		if !strings.HasPrefix(err.Error(), "oob: ") {
-			t.Errorf("%T message %q lacks the oob: prefix", err, err)
+			t.Errorf("%v: message %q lacks the oob: prefix", s.Kind, err)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // The reference's out-of-band exchange (NVIDIA DOCA 3.0's urom_rdmo demo;
@@ -221,10 +223,10 @@ func (c *RefConn) ioErr(ctx context.Context, op string, err error) error {
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			return fmt.Errorf("oob: reference %s: %w", op, context.DeadlineExceeded)
 		}
-		return &TimeoutError{Op: "reference " + op, Limit: c.timeout}
+		return errTimeout("reference "+op, c.timeout)
 	}
-	if errors.Is(err, io.EOF) || isReset(err) {
-		return &PeerGoneError{Op: "reference " + op, Err: err}
+	if errors.Is(err, io.EOF) || channel.IsReset(err) {
+		return &ConnError{Proto: protoName, Kind: channel.KindPeerGone, Op: "reference " + op, Err: err}
 	}
 	return fmt.Errorf("oob: reference %s: %w", op, err)
 }
@@ -258,7 +260,7 @@ func acceptRef(ctx context.Context, nc net.Conn, first []byte, o Options, deadli
 	m, err := c.Receive(rctx)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = &TimeoutError{Op: "reference handshake: receive the initiator's address", Limit: o.Timeout}
+			err = errTimeout("reference handshake: receive the initiator's address", o.Timeout)
 		}
 		return nil, err
 	}

@@ -166,9 +166,9 @@ func TestAcceptEitherBadInput(t *testing.T) {
 			if r.err == nil || !errors.Is(r.err, tc.want) {
 				t.Fatalf("AcceptEither = %+v, want an error matching %v", r, tc.want)
 			}
-			var he *HandshakeError
-			if !errors.As(r.err, &he) {
-				t.Fatalf("%v is not a HandshakeError", r.err)
+			var he *ConnError
+			if !errors.As(r.err, &he) || he.Remote == "" || !IsPreAuth(r.err) {
+				t.Fatalf("%v is not a handshake failure before authentication naming the peer", r.err)
 			}
 			if n := logs.FilterMessage("oob: handshake failed").Len(); n != 1 {
 				t.Errorf("%d log lines for one bad peer, want 1: %v", n, logs.All())

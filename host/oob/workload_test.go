@@ -55,7 +55,7 @@ func TestWorkerInfoWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := validateMsgpack(nb); err != nil {
+	if _, err := decodeBody(TypeWorkerInfo, nb); err != nil {
 		t.Fatalf("new body fails validation: %v", err)
 	}
 	var old workerInfoV1

@@ -39,8 +39,7 @@ func (ss *session) handshake() error {
 			// A frame of another protocol version is a refusal for
 			// its version (the host cannot read an answer in ours),
 			// not a host that went silent or broke off.
-			var ve *uromwire.VersionError
-			if errors.As(err, &ve) {
+			if errors.Is(err, uromwire.ErrVersion) {
 				s.stats.inc(s.stats.refused, "version")
 				s.hsLog.Warn("host refused: incompatible protocol version", peer, zap.Error(err))
 				return env, err

@@ -6,24 +6,22 @@ package uromwire
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/openrdmo/rdmo/internal/msgpackcheck"
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
-// Frame prefix: magic "UROM" (FrameMagic), protocol version, body length.
+// Frame prefix: magic "UROM" (FrameMagic), protocol version, body length
+// (internal/channel, untyped).
 const (
 	FrameMagic      = "UROM"
 	ProtocolVersion = 1
-	framePrefixLen  = 4 + 2 + 4
 	// MaxFrame bounds a frame body; larger ones are refused before any
 	// allocation.
 	MaxFrame = 1 << 20
@@ -31,19 +29,19 @@ const (
 	MaxNesting = 32
 )
 
+// format is the frame prefix of this protocol.
+var format = channel.Format{Proto: "urom", Magic: FrameMagic, Version: ProtocolVersion}
+
+// Failures of the framing: each is a *channel.Error that matches one of
+// these (errors.Is).
 var (
 	// ErrBadMagic reports a peer that does not speak the UROM protocol.
-	ErrBadMagic = errors.New("urom: peer does not speak the UROM protocol (bad magic)")
-	// ErrFrameTooLarge reports a frame over MaxFrame.
-	ErrFrameTooLarge = errors.New("urom: frame too large")
+	ErrBadMagic = channel.Sentinel("urom", channel.KindBadMagic)
+	// ErrVersion reports a peer speaking another protocol version.
+	ErrVersion = channel.Sentinel("urom", channel.KindVersion)
+	// ErrFrameTooLarge reports a frame over its limit (MaxFrame).
+	ErrFrameTooLarge = channel.Sentinel("urom", channel.KindOversize)
 )
-
-// VersionError reports a peer speaking another protocol version.
-type VersionError struct{ Ours, Theirs uint16 }
-
-func (e *VersionError) Error() string {
-	return fmt.Sprintf("urom: protocol version mismatch: we speak %d, peer speaks %d", e.Ours, e.Theirs)
-}
 
 // Envelope is what every frame carries.
 type Envelope struct {
@@ -73,12 +71,10 @@ func (c *Conn) Write(env *Envelope) error {
 		return fmt.Errorf("urom: encode %s: %w", env.Kind, err)
 	}
 	if len(body) > MaxFrame {
-		return fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, len(body), MaxFrame)
+		return &channel.Error{Proto: "urom", Kind: channel.KindOversize, Op: "send " + env.Kind, Size: uint64(len(body)), Limit: MaxFrame}
 	}
-	buf := make([]byte, framePrefixLen, framePrefixLen+len(body))
-	copy(buf, FrameMagic)
-	binary.BigEndian.PutUint16(buf[4:], ProtocolVersion)
-	binary.BigEndian.PutUint32(buf[6:], uint32(len(body)))
+	buf := make([]byte, format.PrefixLen(), format.PrefixLen()+len(body))
+	format.PutPrefix(buf, 0, len(body))
 	buf = append(buf, body...)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -106,39 +102,24 @@ func (c *Conn) Read(idle time.Duration) (*Envelope, error) {
 // arrive within the connection's timeout.
 func (c *Conn) ReadFrame(first, by time.Time, limit uint32) (*Envelope, error) {
 	c.C.SetReadDeadline(first)
-	var prefix [framePrefixLen]byte
-	if _, err := io.ReadFull(c.r, prefix[:1]); err != nil {
+	r := channel.Reader{R: c.r, Format: format}
+	if by.IsZero() && c.timeout > 0 {
+		r.OnFirst = func() { c.C.SetReadDeadline(time.Now().Add(c.timeout)) }
+	} else {
+		r.OnFirst = func() { c.C.SetReadDeadline(by) }
+	}
+	f, err := r.Read(limit)
+	if err != nil {
+		if r.Got > 0 && !errors.Is(err, ErrBadMagic) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrFrameTooLarge) {
+			return nil, fmt.Errorf("urom: truncated frame: %w", err)
+		}
 		return nil, err
 	}
-	if by.IsZero() && c.timeout > 0 {
-		by = time.Now().Add(c.timeout)
-	}
-	c.C.SetReadDeadline(by)
-	if _, err := io.ReadFull(c.r, prefix[1:]); err != nil {
-		return nil, fmt.Errorf("urom: truncated frame: %w", err)
-	}
-	if string(prefix[:4]) != FrameMagic {
-		return nil, ErrBadMagic
-	}
-	if v := binary.BigEndian.Uint16(prefix[4:]); v != ProtocolVersion {
-		return nil, &VersionError{Ours: ProtocolVersion, Theirs: v}
-	}
-	n := binary.BigEndian.Uint32(prefix[6:])
-	if n > limit {
-		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, limit)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return nil, fmt.Errorf("urom: truncated frame: %w", err)
-	}
-	// The decoder trusts counts; check them against the bytes first so a
-	// hostile frame cannot make us allocate more than its size.
-	if err := msgpackcheck.Value(body, MaxNesting); err != nil {
-		return nil, fmt.Errorf("urom: malformed frame: %w", err)
-	}
+	// The decoder trusts counts; they are checked against the bytes
+	// first so a hostile frame cannot make us allocate more than its size.
 	env := &Envelope{}
-	if err := msgpack.Unmarshal(body, env); err != nil {
-		return nil, fmt.Errorf("urom: malformed frame: %w", err)
+	if err := format.Decode(f.Body, MaxNesting, env); err != nil {
+		return nil, err
 	}
 	return env, nil
 }

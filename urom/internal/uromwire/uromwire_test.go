@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/openrdmo/rdmo/internal/channel"
 )
 
 // pipeConn gives read() a connection whose peer writes b then closes.
@@ -31,8 +33,8 @@ func TestFrameErrors(t *testing.T) {
 	if _, err := readFrom(t, frame([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0x01}, ProtocolVersion)); err == nil {
 		t.Error("hostile array count accepted")
 	}
-	var ve *VersionError
-	if _, err := readFrom(t, frame([]byte{0x80}, 9)); !errors.As(err, &ve) || ve.Theirs != 9 {
+	var ve *channel.Error
+	if _, err := readFrom(t, frame([]byte{0x80}, 9)); !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Peer != 9 {
 		t.Errorf("version: %v", err)
 	}
 	if _, err := readFrom(t, append([]byte("HTTP"), make([]byte, 20)...)); !errors.Is(err, ErrBadMagic) {

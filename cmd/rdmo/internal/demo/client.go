@@ -240,7 +240,7 @@ func (c *client) dial(ctx context.Context, secret []byte) (*oob.Conn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		var he *oob.HandshakeError
+		var he *oob.ConnError // the handshake failed (the connection was made)
 		if errors.As(err, &he) {
 			return nil, fmt.Errorf("server at %s refused: %w", addr, authHint(err))
 		}
