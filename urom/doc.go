@@ -1,7 +1,10 @@
-// Package urom is the UROM service: a daemon that lists the op-handler
+// Package urom is the UROM protocol and its host side: the messages and
+// typed errors between a host and a UROM service, the host's client (Dial,
+// Client, WorkerProcess), and StartEmbedded, which starts a service as the
+// host's own child. The service itself (a daemon that lists the op-handler
 // plugins it has, runs RDMO workers as separate OS processes with a chosen
 // plugin set, and carries commands from hosts to those workers and their
-// answers back.
+// answers back) is urom/service; a host links neither it nor its metrics.
 //
 // # Command channel
 //
@@ -19,12 +22,12 @@
 //
 // # Authentication
 //
-// A service with a secret (Config.Secret, rdmo dpu --secret-file) serves a
+// A service with a secret (service.Config.Secret, rdmo dpu --secret-file) serves a
 // host only after the two proved the secret to each other in the hello
 // (ClientOptions.Secret on the host side): a mutual HMAC-SHA256
 // challenge–response with fresh nonces, the host's proof checked before
 // the service sends its own or anything else, the whole handshake bounded
-// by Config.HandshakeTimeout (auth.go). A wrong or missing secret, or a
+// by service.Config.HandshakeTimeout (auth.go here, handshake.go there). A wrong or missing secret, or a
 // secret on one side only, fails with ErrAuth on the host's side. The
 // secret authenticates the connection's ends; it does not encrypt the
 // channel or protect it once open (docs/SECURITY.md).

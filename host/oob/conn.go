@@ -20,7 +20,7 @@ import (
 //
 // Errors: a Send rejected before writing (nil, unregistered, handshake-only
 // or oversize message) leaves the connection usable, and so does a Receive
-// that returns an UnexpectedTypeError or MalformedError (the frame was
+// that returns an error matching ErrUnexpected or ErrMalformed (the frame was
 // consumed whole) or that timed out or was cancelled before the first byte
 // of a frame arrived (nothing was consumed). Every other error leaves the
 // connection closed; later calls return an error matching the same
@@ -105,7 +105,7 @@ func (c *Conn) Receive(ctx context.Context) (Message, error) {
 
 // Expect receives the next message and requires it to be a T. If the peer
 // sent an Error instead (and T is not Error), the Error is returned as the
-// error; any other type is an UnexpectedTypeError.
+// error; any other type is an error matching ErrUnexpected.
 func Expect[T Message](ctx context.Context, c *Conn) (T, error) {
 	var zero T
 	msg, err := c.Receive(ctx)

@@ -38,7 +38,7 @@
 //	12     n    body: one msgpack map, keys are the msgpack tags of the Go struct
 //
 // Magic and version keep their offsets in every future version, so peers of
-// different versions report a VersionError to each other. Bodies are maps,
+// different versions report ErrVersion to each other. Bodies are maps,
 // so a field can be added without breaking older peers (unknown keys are
 // ignored, missing keys decode as zero). A body must be exactly one map, use
 // no msgpack extension types and nest at most 16 deep; every length in it
@@ -64,11 +64,11 @@
 // Right after connecting, before anything else:
 //
 //  1. Both sides send Hello and read the peer's. A different version in the
-//     peer's frame prefix is a VersionError on both sides (each has sent
+//     peer's frame prefix is ErrVersion on both sides (each has sent
 //     its hello before reading, so each sees the other's version); the same
-//     role on both sides is a RoleError.
+//     role on both sides is ErrRole.
 //  2. If exactly one side has a secret (Hello.auth), both fail with an
-//     AuthError saying which side lacks it. If neither has one the
+//     ErrAuth saying which side lacks it. If neither has one the
 //     handshake is over (like the reference, no authentication).
 //  3. Both send an authChallenge with a fresh random 32-byte nonce.
 //  4. The dialer sends its authProof. The listener checks it; if wrong, it
@@ -103,5 +103,6 @@
 // Robustness against a faulty or hostile peer: every frame size is bounded
 // (MaxBody, and 1 KiB before authentication); the length is checked before
 // the body is read or allocated; every read and write has a deadline; and
-// each failure is one typed error (see ErrPeerGone and the other sentinels).
+// each failure is one typed error, ConnError, with a kind (see ErrPeerGone and
+// the other sentinels) and IsPreAuth for those before authentication.
 package oob
