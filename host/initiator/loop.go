@@ -461,6 +461,7 @@ func (lp *loop) send(b *batch, i, n int) {
 		in.stats.sendErrors.Add(1)
 		for k := i; k < i+n; k++ {
 			lp.entryFailed(&b.ents[k], err)
+			b.ents[k].lend.giveBack(err)
 		}
 		return
 	}
@@ -511,6 +512,7 @@ func (lp *loop) Complete(c ucp.Completion) {
 			// space until their answer.
 			lp.release(e.cost)
 		}
+		e.lend.giveBack(c.Err)
 	}
 	if b.pending--; b.pending == 0 {
 		lp.recycle(b)
@@ -735,6 +737,7 @@ func (lp *loop) fail(cause error) {
 			e.flush.finish(wire.FlushResponse{}, pe)
 		}
 		e.call.fail(pe)
+		e.lend.giveBack(pe)
 		slots++
 		nbytes += e.cost
 	}

@@ -110,6 +110,8 @@ type entry struct {
 	dataOff        int
 	dataLen        int
 	own            *[]byte // the payload, when it has its own buffer
+	lend           *Lend   // AppendLent: the payload is ext, the caller's, until the send completed
+	ext            []byte
 	seq            uint64
 	cost           int // window bytes
 	flush          *FlushWait
@@ -127,6 +129,9 @@ func (b *batch) header(e *entry) []byte {
 func (b *batch) payload(e *entry) []byte {
 	if e.own != nil {
 		return *e.own
+	}
+	if e.lend != nil {
+		return e.ext
 	}
 	return b.data[e.dataOff : e.dataOff+e.dataLen : e.dataOff+e.dataLen]
 }
@@ -171,6 +176,7 @@ type request struct {
 	plen   int    // payload length on the wire
 	flush  *FlushWait
 	call   *CallWait
+	lend   *Lend // AppendLent: data is sent from where it is
 	// poll, when set, is a Driver's: the caller is the loop itself, so
 	// instead of waiting for window space or credits (which only the
 	// loop frees) it runs a loop round and tries again.
@@ -213,7 +219,7 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 	hlen := r.headerLen()
 	cost := hlen + r.plen
 	var own *[]byte
-	if r.plen >= ownBufferMin {
+	if r.plen >= ownBufferMin && r.lend == nil {
 		own = getBuf(r.plen)
 		*own = r.writePayload((*own)[:0])
 	}
@@ -322,7 +328,7 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 		r.flush.seq = seq
 		q.flushEnd = seq + 1
 	}
-	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, call: r.call, own: own}
+	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, call: r.call, own: own, lend: r.lend}
 	e.hdrOff = uint32(len(b.hdr))
 	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
 	switch r.op {
@@ -337,7 +343,9 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 		b.hdr, _ = wire.AppendUserRequest(b.hdr, h, r.sub)
 	}
 	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
-	if own == nil && r.plen > 0 {
+	if r.lend != nil {
+		e.ext = r.data
+	} else if own == nil && r.plen > 0 {
 		e.dataOff = len(b.data)
 		b.data = r.writePayload(b.data)
 		e.dataLen = len(b.data) - e.dataOff

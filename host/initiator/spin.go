@@ -60,3 +60,25 @@ func spinFor(done, stop <-chan struct{}) {
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
+
+// spinWhile polls cond for up to answerSpin, yielding as spinFor does,
+// and returns when it turned false or the time is up.
+func spinWhile(cond func() bool) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		return
+	}
+	var start time.Time
+	for i := 0; cond(); i++ {
+		if i%spinCheckEvery == 0 {
+			if i == 0 {
+				start = time.Now()
+			} else if time.Since(start) >= answerSpin {
+				return
+			}
+		}
+		if i%spinCheckEvery == spinCheckEvery-1 {
+			runtime.Gosched() // now and then, as spinFor does
+		}
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}

@@ -80,13 +80,16 @@ func (t *Local) own(ready chan<- error) {
 func (t *Local) Address() []byte { return t.addr }
 
 // Allocate maps n bytes of UCX-allocated memory (which the shared-memory
-// transports reach directly) and returns it zeroed.
+// transports reach directly) and returns it zeroed. It asks for huge pages
+// (UCX tries hugetlb first; then AdviseHugePages) and falls back to small
+// ones where the host has none; PagesOf says which it got.
 func (t *Local) Allocate(n int) (*ucp.Memory, error) {
 	m, err := t.ctx.Allocate(n)
 	if err != nil {
 		return nil, err
 	}
 	t.mems = append(t.mems, m)
+	_ = AdviseHugePages(m) // refused where THP is off: small pages, as before
 	clear(m.Bytes())
 	return m, nil
 }

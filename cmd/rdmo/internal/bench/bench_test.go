@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -161,6 +162,34 @@ func TestShortSHM(t *testing.T) {
 		if tr == "tcp" {
 			t.Errorf("shm topology, but the initiator uses %v", rep.InitiatorTransports)
 		}
+	}
+}
+
+// TestShortLargeAppends runs the append rows at sizes that go lent and by
+// rendezvous, steady and cold, on both topologies (the DPU one also without
+// peer-failure detection), so every byte of those rows is checked; the
+// queue rows say which pages backed the queue.
+func TestShortLargeAppends(t *testing.T) {
+	for _, c := range []struct {
+		topo   Topology
+		detect bool
+	}{{TopologySHM, true}, {TopologyDPU, true}, {TopologyDPU, false}} {
+		t.Run(fmt.Sprintf("%s/detect=%v", c.topo, c.detect), func(t *testing.T) {
+			o := DefaultOptions()
+			o.Topology = c.topo
+			o.Sizes = []int{64 << 10, 1 << 20}
+			o.Modes = []string{"rdmo-append", ModeNativeOwned}
+			o.NoPeerDetection = !c.detect
+			rep := runShort(t, o)
+			if rep.NoPeerDetection == c.detect {
+				t.Errorf("report says no peer detection %v", rep.NoPeerDetection)
+			}
+			for _, row := range rep.Rows {
+				if row.Pages == "" || row.Pages == "unknown" {
+					t.Errorf("row %s %d B: pages %q", row.Mode, row.Size, row.Pages)
+				}
+			}
+		})
 	}
 }
 
@@ -342,14 +371,14 @@ func TestSplitArgs(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{ModeRawAM, ModeRDMOAppendOwned, ModeRDMOAppendShared}; !slices.Equal(o.Modes, want) {
+	if want := []string{ModeRawAM, ModeRDMOAppendOwned, ModeRDMOAppendCold, ModeRDMOAppendShared}; !slices.Equal(o.Modes, want) {
 		t.Errorf("modes %v, want %v", o.Modes, want)
 	}
 }
 
 func TestExpandModes(t *testing.T) {
 	all, err := expandModes(nil, []int{1, 4, 16})
-	if err != nil || len(all) != 16 {
+	if err != nil || len(all) != 17 {
 		t.Fatalf("all modes: %v %v", all, err)
 	}
 	got, err := expandModes([]string{"scatter/2", "flush", "native-append/blocking"}, []int{1})

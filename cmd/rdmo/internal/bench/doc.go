@@ -32,7 +32,14 @@
 //     record at the fetched address, with one or Window fetch-adds
 //     outstanding.
 //   - rdmo-append/owned and /shared: RDMO APPEND through the worker, with
-//     either append strategy.
+//     either append strategy, in the steady state: the queue stays
+//     registered and each round takes a fresh tail word, so a round writes
+//     memory earlier rounds wrote (queue.go). Records of 4 KiB and more are
+//     lent (initiator.AppendLent, no copy) from a ring of buffers inside
+//     initiator.Drive (initiator_append.go).
+//   - rdmo-append/owned/cold: the same with a fresh registration before
+//     every round: each append writes pages freshly mapped into the worker
+//     and pays their first touch.
 //   - scatter/N: RDMO SCATTER of N Size-byte chunks to N separate lanes.
 //   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
 //     same connection streams appends; flush/idle/drive: the idle ones made
@@ -82,6 +89,10 @@
 // (a FlushAsync every N/4 requests, never more than N past the last
 // answered flush), to compare the two. --aggregate lets
 // the initiator pack queued requests into BATCH messages.
+// --no-peer-detection makes the RDMO endpoints without peer-failure
+// detection, which UCX 1.13 pays for with its zero-copy rendezvous lanes
+// (docs/SECURITY.md); the report says so, and which pages backed the
+// queue (host/target.PagesOf).
 //
 // # Results
 //

@@ -307,11 +307,11 @@ func (d *driver) spawn(strategy string) error {
 		var a struct {
 			Addr []byte `json:"addr"`
 		}
-		req := rdmoReq{Strategy: strategy, Addr: w.Addr, Client: clientID, Window: d.o.Window, Aggregate: d.o.Aggregate}
+		req := rdmoReq{Strategy: strategy, Addr: w.Addr, Client: clientID, Window: d.o.Window, Aggregate: d.o.Aggregate, NoDetect: d.o.NoPeerDetection}
 		if err := c.call("rdmo", req, "ADDR", &a, time.Minute); err != nil {
 			return err
 		}
-		if err := d.target.call("rq", targetReq{Strategy: strategy, Addr: a.Addr}, "RQ", nil, time.Minute); err != nil {
+		if err := d.target.call("rq", targetReq{Strategy: strategy, Addr: a.Addr, NoDetect: d.o.NoPeerDetection}, "RQ", nil, time.Minute); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,21 @@ import (
 // setupQueue has the target reset the row's queue (registered with the
 // row's worker, if it has one).
 func setupQueue(d *driver, rs *rowState, spec *roundSpec) error {
-	return d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: rs.row.Strategy}, "QUEUE", &spec.Queue, time.Minute)
+	return queueRound(d, rs, spec, false)
+}
+
+// setupColdQueue is setupQueue on a fresh registration
+// (rdmo-append/owned/cold, queue.go).
+func setupColdQueue(d *driver, rs *rowState, spec *roundSpec) error {
+	return queueRound(d, rs, spec, true)
+}
+
+func queueRound(d *driver, rs *rowState, spec *roundSpec, cold bool) error {
+	err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: rs.row.Strategy, Cold: cold}, "QUEUE", &spec.Queue, time.Minute)
+	if err == nil && spec.Queue.Pages != "" {
+		rs.row.Pages = spec.Queue.Pages
+	}
+	return err
 }
 
 // setupScatter has the target make the scatter region once (registered

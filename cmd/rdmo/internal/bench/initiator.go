@@ -132,6 +132,7 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 			ClientID:      req.Client,
 			Window:        req.Window,
 			Aggregate:     req.Aggregate,
+			ErrorHandling: errorHandling(req.NoDetect),
 			OnAck:         p.acks.onAck,
 			Name:          "bench-initiator-" + strconv.Itoa(p.id) + "-" + req.Strategy,
 			Logger:        p.log,
@@ -306,6 +307,7 @@ type rdmoReq struct {
 	Client    uint64 `json:"client,omitempty"`
 	Window    int    `json:"window,omitempty"`
 	Aggregate bool   `json:"aggregate,omitempty"`
+	NoDetect  bool   `json:"no_detect,omitempty"`
 }
 
 func (p *initProc) needRDMO() error {
@@ -339,4 +341,12 @@ func checkFlush(flush func(ctx context.Context) (wire.FlushResponse, error)) err
 		return fmt.Errorf("flush reports %d failed requests (first: %v)", rsp.Failed, rsp.FirstStatus)
 	}
 	return nil
+}
+
+// errorHandling is the RDMO initiators' endpoint mode (--no-peer-detection).
+func errorHandling(none bool) ucp.ErrorHandling {
+	if none {
+		return ucp.ErrorHandlingNone
+	}
+	return ucp.ErrorHandlingPrefer
 }

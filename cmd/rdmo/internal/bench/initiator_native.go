@@ -35,7 +35,7 @@ func (p *initProc) native(s roundSpec, inflight int) (roundResult, error) {
 	nbuf := s.Window + 1
 	nt := &nativeRun{
 		p: p, s: s, rkey: rkey,
-		lo: s.Queue.Base + 8, hi: s.Queue.Base + s.Queue.Len,
+		lo: s.Queue.Data, hi: s.Queue.Base + s.Queue.Len,
 		bufs: make([][]byte, nbuf), seq: make([]uint32, nbuf), t0: make([]time.Time, nbuf),
 	}
 	for i := range nt.bufs {
@@ -168,7 +168,7 @@ func (p *initProc) nativeOwned(s roundSpec) (roundResult, error) {
 		bufs[i] = make([]byte, per*s.Size)
 		ow.free = append(ow.free, i)
 	}
-	tail, hi := s.Queue.Base+8, s.Queue.Base+s.Queue.Len
+	tail, hi := s.Queue.Data, s.Queue.Base+s.Queue.Len
 	b := newBudget(s, 1)
 	start := time.Now()
 	n := 0

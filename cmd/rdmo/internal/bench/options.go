@@ -64,6 +64,10 @@ type Options struct {
 	// Aggregate lets the RDMO initiators pack requests into BATCH
 	// containers (initiator.Options.Aggregate).
 	Aggregate bool
+	// NoPeerDetection makes the RDMO initiators' endpoints and their
+	// request queues' without peer-failure detection (docs/SECURITY.md
+	// says what that trades: UCX 1.13 then has zero-copy rendezvous lanes).
+	NoPeerDetection bool
 
 	Results string // the results: "" off, "-" standard output, else a file
 	// ResultsFormat is FormatJSON (the report, for tools) or FormatGoBench
@@ -234,7 +238,11 @@ func (o *Options) validate() error {
 				maxIOVs, maxSize, payload, dpu.DefaultMaxEagerPayload)
 		}
 	}
-	if need := 8 + o.Initiators*maxIOVs*maxSize*16; o.QueueBytes < need {
+	need := queueSlotBytes + o.Initiators*maxIOVs*maxSize*16
+	if o.Short {
+		o.QueueBytes = max(o.QueueBytes, need) // the short cap, but room for the largest size
+	}
+	if o.QueueBytes < need {
 		return fmt.Errorf("--queue-mb: %d bytes hold fewer than 16 operations per initiator of the largest size; want at least %d", o.QueueBytes, need)
 	}
 	if o.CPUProfile != "" {
@@ -278,6 +286,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "The workload row's seed (each initiator and round derives its own from it)")
 	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
 	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
+	fs.BoolVar(&o.NoPeerDetection, "no-peer-detection", o.NoPeerDetection, "RDMO initiators' endpoints (and the worker's to them) without peer-failure detection")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
 	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
 	fs.StringVar(&o.ResultsFormat, "results-format", o.ResultsFormat, "Format of --results: json (the report) or gobench (Go benchmark lines for benchstat; --results defaults to standard output)")

@@ -22,6 +22,8 @@ type Report struct {
 	Initiators int       `json:"initiators"`
 	Short      bool      `json:"short"`
 	Aggregate  bool      `json:"aggregate"` // RDMO initiators pack requests into BATCH messages
+	// NoPeerDetection: RDMO endpoints without peer-failure detection.
+	NoPeerDetection bool `json:"no_peer_detection,omitempty"`
 
 	Duration   time.Duration `json:"duration_ns"`
 	Interval   time.Duration `json:"interval_ns"`
@@ -47,6 +49,9 @@ type Row struct {
 	Mode     string `json:"mode"`
 	Size     int    `json:"size"`
 	Strategy string `json:"strategy,omitempty"` // the RDMO worker's append strategy
+	// Pages is how the queue's target memory was backed (queue rows):
+	// "4 KiB", "hugetlb 2048 KiB", "4 KiB, N MiB in THP" (host/target.Pages).
+	Pages string `json:"pages,omitempty"`
 
 	Rounds  int     `json:"rounds"`
 	Ops     uint64  `json:"ops"`   // measured operations, all initiators
@@ -144,7 +149,7 @@ func newReport(o Options) *Report {
 	host, _ := os.Hostname()
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate,
+		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate, NoPeerDetection: o.NoPeerDetection,
 		Wide: o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
@@ -284,6 +289,18 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.hasRow(func(d *rowDef) bool { return d.NoData }) {
 		fmt.Fprintf(w, "perftest rows: ucx_perftest at the same size and UCX_TLS, interleaved with the other rows; it checks no data (verified: false).\n")
+	}
+	var pages []string
+	for _, row := range r.Rows {
+		if row.Pages != "" && !slices.Contains(pages, row.Pages) {
+			pages = append(pages, row.Pages)
+		}
+	}
+	if len(pages) > 0 {
+		fmt.Fprintf(w, "queue memory pages: %s\n", strings.Join(pages, "; "))
+	}
+	if r.NoPeerDetection {
+		fmt.Fprintf(w, "RDMO endpoints without peer-failure detection (--no-peer-detection)\n")
 	}
 	for _, row := range r.Rows {
 		if row.Error != "" {

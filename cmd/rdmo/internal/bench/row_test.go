@@ -24,6 +24,7 @@ var rowCheckTests = map[string]func(t *testing.T, name string){
 	ModeNativeBlocking:   testQueueRow,
 	ModeNativePipelined:  testQueueRow,
 	ModeRDMOAppendOwned:  testQueueRow,
+	ModeRDMOAppendCold:   testQueueRow,
 	ModeRDMOAppendShared: testQueueRow,
 	ModeFlushLoad:        testQueueRow,
 	"scatter/<iovs>":     testScatterRow,
@@ -71,7 +72,7 @@ func testTarget(t *testing.T) *benchTarget {
 	}
 	tg := &benchTarget{uctx: uctx, workers: map[string]*workerState{}}
 	t.Cleanup(func() {
-		for _, m := range []*ucp.Memory{tg.queue, tg.scat} {
+		for _, m := range []*ucp.Memory{tg.queue.mem, tg.scat} {
 			if m != nil {
 				m.Close()
 			}
@@ -134,14 +135,16 @@ func testQueueRow(t *testing.T, name string) {
 	const size, round = 24, 7
 	ordered := name != ModeNativeBlocking && name != ModeNativePipelined
 	write := func(recs [][2]int) {
-		if _, err := tg.resetQueue(context.Background(), 4096, nil); err != nil {
+		info, err := tg.resetQueue(context.Background(), 2*queueSlotBytes, nil, false)
+		if err != nil {
 			t.Fatal(err)
 		}
-		mem := tg.queue.Bytes()
+		mem := tg.queue.mem.Bytes()
+		data := mem[info.Data-tg.queue.mem.Address():]
 		for i, rec := range recs {
-			fillRecord(mem[8+i*size:8+(i+1)*size], rec[0], round, uint32(rec[1]))
+			fillRecord(data[i*size:(i+1)*size], rec[0], round, uint32(rec[1]))
 		}
-		binary.LittleEndian.PutUint64(mem, tg.queue.Address()+8+uint64(len(recs)*size))
+		binary.LittleEndian.PutUint64(mem[info.Base-tg.queue.mem.Address():], info.Data+uint64(len(recs)*size))
 	}
 	req := targetReq{Mode: name, Size: size, Round: round, Counts: []uint64{3, 2}}
 	write([][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}})
@@ -153,7 +156,7 @@ func testQueueRow(t *testing.T, name string) {
 	write([][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 1}})
 	wantErr(t, "duplicated", r.Check(tg, req), "twice")
 	write([][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}})
-	tg.queue.Bytes()[8+3*size+10] ^= 1
+	tg.queue.mem.Bytes()[queueSlotBytes+3*size+10] ^= 1
 	wantErr(t, "corrupted", r.Check(tg, req), "not a record of this round")
 	write([][2]int{{0, 1}, {1, 0}, {0, 0}, {1, 1}, {0, 2}})
 	if err := r.Check(tg, req); ordered {

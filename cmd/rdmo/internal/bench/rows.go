@@ -20,6 +20,7 @@ const (
 	ModeNativeBlocking   = "native-append/blocking"  // initiator fetch-adds the tail, waits, puts the data
 	ModeNativePipelined  = "native-append/pipelined" // the same with many fetch-adds outstanding
 	ModeRDMOAppendOwned  = "rdmo-append/owned"       // RDMO APPEND, worker owns the tail
+	ModeRDMOAppendCold   = "rdmo-append/owned/cold"  // the same, each round on a fresh registration (first touch)
 	ModeRDMOAppendShared = "rdmo-append/shared"      // RDMO APPEND, tail shared (fetch-add per batch)
 	modeScatterPrefix    = "scatter/"                // scatter/<iovs>: RDMO SCATTER of <iovs> chunks of `size` bytes
 	ModeFlushIdle        = "flush/idle"              // RDMO FLUSH round trip with nothing else in flight
@@ -68,6 +69,8 @@ var registry = []rowFamily{
 		Capacity: queueCapacity, Setup: setupQueue, Round: native(nativeAppend(true)), Check: checkQueueRow(false)}),
 	fixed(rowDef{Name: ModeRDMOAppendOwned, Groups: []string{"rdmo-append"}, Default: true, Strategy: "owned",
 		Capacity: queueCapacity, Setup: setupQueue, Round: rdmoRound((*initProc).rdmoAppend), Check: checkQueueRow(true)}),
+	fixed(rowDef{Name: ModeRDMOAppendCold, Groups: []string{"rdmo-append"}, Default: true, Strategy: "owned",
+		Capacity: queueCapacity, Setup: setupColdQueue, Round: rdmoRound((*initProc).rdmoAppend), Check: checkQueueRow(true)}),
 	scatterFamily,
 	fixed(rowDef{Name: ModeFlushIdle, Groups: []string{"flush"}, Default: true, Strategy: "owned", RoundTrip: true, Round: rdmoRound(flushIdle(false))}),
 	fixed(rowDef{Name: ModeFlushIdleDrive, Groups: []string{"flush"}, Default: true, Strategy: "owned", RoundTrip: true, Round: rdmoRound(flushIdle(true))}),
@@ -116,7 +119,9 @@ func rdmoRound(f roundFunc) roundFunc {
 }
 
 // queueCapacity is the records of one initiator's share of a queue.
-func queueCapacity(o *Options, size int) int { return (o.QueueBytes - 8) / size / o.Initiators }
+func queueCapacity(o *Options, size int) int {
+	return (o.QueueBytes - queueSlotBytes) / size / o.Initiators
+}
 
 // scatterFamily is scatter/<iovs>: the --iovs counts and any named.
 var scatterFamily = rowFamily{

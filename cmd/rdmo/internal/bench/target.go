@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/target"
 	"github.com/openrdmo/rdmo/ucp"
 )
@@ -40,6 +41,7 @@ type workerState struct {
 	strategy string
 	tg       *target.Target
 	scatReg  uint64 // the scatter region's id here, 0 if not registered
+	queueReg uint64 // the queue's region id here, 0 if not registered (queue.go)
 }
 
 // benchTarget is the target process: it owns the memory the rows write
@@ -68,10 +70,8 @@ type benchTarget struct {
 	workers   map[string]*workerState // by append strategy
 	workerEnv []string
 
-	queue    *ucp.Memory
-	queueReg uint64 // region id of the queue with queueW, 0 if none
-	queueW   *workerState
-	scat     *ucp.Memory
+	queue queueMem // the append rows' queue (queue.go)
+	scat  *ucp.Memory
 
 	ops     opsTarget      // the op-pack rows' memory (target_ops.go)
 	wl      workloadTarget // the workload row's (target_workload.go)
@@ -164,8 +164,8 @@ func (t *benchTarget) close() {
 	t.stopping.Store(true)
 	t.w.Wake()
 	<-t.done
-	if t.queue != nil {
-		t.queue.Close()
+	if t.queue.mem != nil {
+		t.queue.mem.Close()
 	}
 	if t.scat != nil {
 		t.scat.Close()
@@ -253,6 +253,8 @@ type queueInfo struct {
 	Base   uint64 `json:"base"`   // address of the tail word (queue) or of the region
 	Len    uint64 `json:"len"`    // bytes from Base
 	Rkey   []byte `json:"rkey"`   // packed remote key, for native access
+	Data   uint64 `json:"data"`   // queue: address of its first data byte
+	Pages  string `json:"pages"`  // queue: the pages backing it (host/target.Pages)
 }
 
 // targetReq is every command's argument (each uses some fields).
@@ -268,6 +270,8 @@ type targetReq struct {
 	Counts   []uint64      `json:"counts,omitempty"`
 	Ordered  bool          `json:"ordered,omitempty"`
 	Layout   scatterLayout `json:"layout"`
+	Cold     bool          `json:"cold,omitempty"`      // queue: a fresh registration (rdmo-append/owned/cold)
+	NoDetect bool          `json:"no_detect,omitempty"` // rq: no peer-failure detection
 }
 
 type sinkState struct {
@@ -327,7 +331,7 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 			}
 			reg = ws
 		}
-		info, err := t.resetQueue(ctx, req.Bytes, reg)
+		info, err := t.resetQueue(ctx, req.Bytes, reg, req.Cold)
 		if err != nil {
 			return err
 		}
@@ -345,7 +349,11 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 		if err := needWorker(); err != nil {
 			return err
 		}
-		rq, err := ws.tg.CreateRQ(ctx, req.Addr)
+		var ro target.RQOptions
+		if req.NoDetect {
+			ro.ErrorHandling = dpu.RQErrorsNone
+		}
+		rq, err := ws.tg.CreateRQWith(ctx, req.Addr, ro)
 		if err != nil {
 			return err
 		}
@@ -381,50 +389,6 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 		return fmt.Errorf("unknown command %q", verb)
 	}
 	return nil
-}
-
-// resetQueue (re)initialises the queue: the tail points just past itself.
-// With a worker, the queue is (re)registered there: a region whose tail a
-// worker owns must be deregistered (which writes the cached tail back and
-// forgets it) before the target may move the tail.
-func (t *benchTarget) resetQueue(ctx context.Context, bytes int, ws *workerState) (queueInfo, error) {
-	if err := t.deregQueue(ctx); err != nil {
-		return queueInfo{}, err
-	}
-	if t.queue != nil && t.queue.Len() != bytes {
-		t.queue.Close()
-		t.queue = nil
-	}
-	if t.queue == nil {
-		m, err := t.uctx.Allocate(bytes)
-		if err != nil {
-			return queueInfo{}, fmt.Errorf("allocate a %d-byte queue: %w", bytes, err)
-		}
-		t.queue = m
-	}
-	binary.LittleEndian.PutUint64(t.queue.Bytes(), t.queue.Address()+8)
-	if ws == nil {
-		rkey, err := t.queue.PackRkey()
-		if err != nil {
-			return queueInfo{}, err
-		}
-		return queueInfo{Base: t.queue.Address(), Len: uint64(t.queue.Len()), Rkey: rkey}, nil
-	}
-	reg, err := ws.tg.Register(ctx, t.queue)
-	if err != nil {
-		return queueInfo{}, err
-	}
-	t.queueReg, t.queueW = reg.ID, ws
-	return queueInfo{Region: reg.ID, Base: reg.Base, Len: reg.Len, Rkey: reg.Rkey}, nil
-}
-
-func (t *benchTarget) deregQueue(ctx context.Context) error {
-	if t.queueW == nil {
-		return nil
-	}
-	ws, id := t.queueW, t.queueReg
-	t.queueW, t.queueReg = nil, 0
-	return ws.tg.Deregister(ctx, id)
 }
 
 // scatterRegion makes sure the scatter region has at least bytes and is
@@ -467,9 +431,7 @@ func (t *benchTarget) scatterRegion(ctx context.Context, bytes int, ws *workerSt
 // queues, then regions (the queue's and the scatter region's, which the
 // Target remembers), then the process.
 func (t *benchTarget) stopWorker(ctx context.Context, ws *workerState) error {
-	if t.queueW == ws {
-		t.queueW, t.queueReg = nil, 0
-	}
+	ws.queueReg = 0 // CloseContext deregisters it
 	ws.scatReg = 0
 	if t.wl.ws == ws {
 		t.wl.ws, t.wl.regs = nil, nil

@@ -15,16 +15,17 @@ import (
 // requests of one connection, or a single writer).
 func checkQueueRow(ordered bool) func(t *benchTarget, req targetReq) error {
 	return func(t *benchTarget, req targetReq) error {
-		if t.queue == nil {
+		q := &t.queue
+		if q.mem == nil {
 			return errors.New("check: no queue")
 		}
-		mem := t.queue.Bytes()
-		tail := binary.LittleEndian.Uint64(mem)
-		start := t.queue.Address() + 8
-		if tail < start || tail > t.queue.Address()+uint64(len(mem)) {
-			return fmt.Errorf("queue tail %#x outside the queue [%#x, %#x)", tail, start, t.queue.Address()+uint64(len(mem)))
+		mem := q.mem.Bytes()
+		tail := binary.LittleEndian.Uint64(mem[q.tail:])
+		start, end := q.mem.Address()+queueSlotBytes, q.mem.Address()+uint64(len(mem))
+		if tail < start || tail > end {
+			return fmt.Errorf("queue tail %#x outside the queue's data [%#x, %#x)", tail, start, end)
 		}
-		return checkQueue(mem[8:], tail-start, req.Size, req.Round, req.Counts, ordered)
+		return checkQueue(mem[queueSlotBytes:], tail-start, req.Size, req.Round, req.Counts, ordered)
 	}
 }
 
