@@ -131,6 +131,10 @@ func (c *client) run(ctx context.Context) error {
 	c.log.Info("connected to the server", zap.Stringer("server", conn.RemoteAddr()), zap.Bool("authenticated", conn.Authenticated()))
 
 	m, err := c.next(ctx, "WorkerInfo", workerInfoTimeout)
+	var re *RemoteError
+	if errors.As(err, &re) && re.Msg.Code == codeBusy {
+		return &busyError{addr: conn.RemoteAddr().String(), re: re}
+	}
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -81,14 +82,17 @@ type server struct {
 	workload oob.Workload
 	plan     plan
 
-	accepted chan acceptResult // the first initiator, from acceptOne
-	peer     *peer
-	ref      *oob.RefConn // a reference initiator's connection (docaserver.go)
-	told     bool         // the initiator has the verdict
-	initInfo oob.InitiatorInfo
-	rq       uint64
-	rqMade   bool
-	verified bool
+	accepted   chan acceptResult // the first initiator, from acceptLoop
+	taken      atomic.Bool       // an initiator has the run: acceptLoop turns others away
+	acceptWG   sync.WaitGroup    // acceptLoop
+	stopAccept context.CancelFunc
+	peer       *peer
+	ref        *oob.RefConn // a reference initiator's connection (docaserver.go)
+	told       bool         // the initiator has the verdict
+	initInfo   oob.InitiatorInfo
+	rq         uint64
+	rqMade     bool
+	verified   bool
 }
 
 // RunServer runs -m server, the target: it gets
@@ -157,7 +161,10 @@ func (s *server) run(ctx context.Context) error {
 	}
 	accepted := make(chan acceptResult, 1)
 	s.accepted = accepted
-	go s.acceptOne(ctx, accepted)
+	actx, stop := context.WithCancel(ctx)
+	s.stopAccept = stop
+	s.acceptWG.Add(1)
+	go s.acceptLoop(actx, accepted)
 
 	if err := s.setupMemory(devCfg); err != nil {
 		return err
@@ -181,7 +188,7 @@ func (s *server) run(ctx context.Context) error {
 				if err := s.runReference(ctx, r.ref); !errors.Is(err, errRefAbandoned) {
 					return err
 				}
-				go s.acceptOne(ctx, accepted) // the reference initiator left before its work began
+				s.taken.Store(false) // the reference initiator left before its work began
 				continue
 			}
 			conn = r.c
@@ -191,7 +198,7 @@ func (s *server) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	s.ln.Close() // one initiator per run
+	// One initiator per run: acceptLoop turns any other away.
 	s.peer = newPeer(conn, "initiator")
 	s.log.Info("initiator connected", zap.Stringer("from", conn.RemoteAddr()), zap.Bool("authenticated", conn.Authenticated()))
 
@@ -300,7 +307,77 @@ func (s *server) sendVerdict(ok bool, detail string) error {
 }
 
 func (s *server) next(ctx context.Context, what string, timeout time.Duration) (oob.Message, error) {
-	return s.peer.next(ctx, s.fail.ch, s.fail.get, what, timeout)
+	m, err := s.peer.next(ctx, s.fail.ch, s.fail.get, what, timeout)
+	if err != nil && ctx.Err() == nil && s.peer.ended() {
+		return nil, s.explainPeerGone(ctx, err)
+	}
+	return m, err
+}
+
+// Bounds of the worker check when the initiator's connection ends.
+const (
+	workerCheckQuiet = time.Second      // answered within this: nothing logged
+	workerCheckLimit = 15 * time.Second // then the initiator's reason alone
+)
+
+// explainPeerGone reports the initiator's end (its connection closed, with
+// or without a reason: a kill, a Ctrl-C, its own failure) as soon as this
+// side knows it is not the cause. The initiator may have stopped because
+// the RDMO worker failed (it sees its endpoint fail before the UROM
+// service reports the worker's death), so the worker is asked at once:
+// it answers within milliseconds when alive, and the reason is the
+// initiator's; its death, reported meanwhile, is the reason instead.
+func (s *server) explainPeerGone(ctx context.Context, gone error) error {
+	select {
+	case <-s.fail.ch:
+		return s.fail.get()
+	default:
+	}
+	if s.t == nil {
+		return gone
+	}
+	cctx, cancel := context.WithTimeout(ctx, workerCheckLimit)
+	defer cancel()
+	answer := make(chan error, 1)
+	go func() {
+		_, err := s.t.Stats(cctx)
+		answer <- err
+	}()
+	quiet := time.NewTimer(workerCheckQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case err := <-answer:
+			select {
+			case <-s.fail.ch:
+				return s.fail.get()
+			default:
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if errors.Is(err, urom.ErrWorkerDied) {
+					// The target reports the death with its reason.
+					select {
+					case <-s.t.Done():
+					case <-cctx.Done():
+					}
+				}
+				if werr := s.t.Err(); werr != nil && !errors.Is(werr, target.ErrClosed) {
+					return werr // it died: that is the reason
+				}
+				return fmt.Errorf("%w; and the RDMO worker does not answer: %v", gone, err)
+			}
+			return fmt.Errorf("%w; the RDMO worker still answers", gone)
+		case <-s.fail.ch:
+			cancel()
+			return s.fail.get()
+		case <-quiet.C:
+			s.log.Warn("the initiator is gone; waiting for the RDMO worker to answer, to tell whether it failed first",
+				zap.NamedError("initiator", gone), zap.Duration("at_most", workerCheckLimit))
+		}
+	}
 }
 
 func (s *server) expectBarrier(ctx context.Context, id uint64, timeout time.Duration) error {
@@ -320,21 +397,37 @@ type acceptResult struct {
 	err error
 }
 
-// acceptOne accepts the first initiator that completes the handshake. A
-// peer that speaks another version or role ends the run; a failed
-// authentication is handled like any other failed handshake (a port scan,
-// a peer that hung up): logged, counted, and the wait goes on, so whoever
-// reaches the port cannot end the run by guessing wrong.
-func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
-	authFailures := 0
+// busyMessage is what an initiator that connects while another one runs
+// is told (codeBusy), at once rather than after its dial retries.
+const busyMessage = "busy: this server already serves an initiator (one per run)"
+
+// acceptLoop accepts initiators until the listener closes: the first one
+// that completes the handshake goes to out (and whenever the server hands
+// the run back, s.taken cleared, the next one does); every later one is
+// told busyMessage and closed. Whatever fails before the handshake
+// completes (framing, version, role, a wrong secret, a port scan, a peer
+// that hung up) comes from whoever reaches the port, so it is never
+// fatal: one log line, counted, and the wait goes on.
+func (s *server) acceptLoop(ctx context.Context, out chan<- acceptResult) {
+	defer s.acceptWG.Done()
+	var authFailures, refused int
 	for {
 		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
-			out <- acceptResult{c: c, ref: ref}
-			return
+			if s.taken.CompareAndSwap(false, true) {
+				out <- acceptResult{c: c, ref: ref}
+				continue
+			}
+			s.turnAway(c, ref)
+			continue
 		}
 		if ctx.Err() != nil || errors.Is(err, oob.ErrClosed) {
-			out <- acceptResult{err: err}
+			if !s.taken.Load() {
+				select {
+				case out <- acceptResult{err: err}:
+				default:
+				}
+			}
 			return
 		}
 		if errors.Is(err, oob.ErrAuth) {
@@ -343,12 +436,25 @@ func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
 				zap.Int("auth_failures", authFailures))
 			continue
 		}
-		if errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
-			out <- acceptResult{err: fmt.Errorf("initiator refused: %w", authHint(err))}
-			return
-		}
-		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err))
+		refused++
+		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err), zap.Int("refused", refused))
 	}
+}
+
+// turnAway tells an initiator that connected while another one runs that
+// this server is busy, and closes its connection. A reference initiator's
+// exchange has no way to say so: it only sees the connection close.
+func (s *server) turnAway(c *oob.Conn, ref *oob.RefConn) {
+	if ref != nil {
+		s.log.Warn("a second initiator connected (reference exchange); closed: "+busyMessage, zap.Stringer("from", ref.RemoteAddr()))
+		ref.Close()
+		return
+	}
+	s.log.Warn("a second initiator connected; told: "+busyMessage, zap.Stringer("from", c.RemoteAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.Send(ctx, oob.Error{Code: codeBusy, Message: busyMessage})
+	c.Close()
 }
 
 // startWorker gets an RDMO worker from a UROM service (the one at --urom,
@@ -480,7 +586,9 @@ func (s *server) teardown(tell func()) {
 		}
 	}
 	if s.ln != nil {
+		s.stopAccept()
 		s.ln.Close()
+		s.acceptWG.Wait()
 	}
 	if s.t != nil && s.rqMade && s.t.Err() == nil {
 		err := s.t.DestroyRQ(ctx, s.rq)

@@ -1,0 +1,255 @@
+package demo_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/host/oob"
+	"github.com/openrdmo/rdmo/internal/testutil"
+)
+
+// captureHello returns the hello frame a real oob dialer with opts sends
+// first, read by a plain TCP listener (the dial itself then fails).
+func captureHello(t *testing.T, opts oob.Options) []byte {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(time.Minute)) // hang guard
+		got <- readFrame(nc)
+	}()
+	opts.Timeout = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if c, err := oob.Dial(ctx, ln.Addr().String(), opts); err == nil {
+			c.Close()
+		}
+	}()
+	b := <-got
+	cancel()
+	<-done
+	if b == nil {
+		t.Fatal("no hello captured")
+	}
+	return b
+}
+
+// readFrame reads one whole frame (prefix and body) of the out-of-band
+// protocol; nil when the stream ends first.
+func readFrame(r io.Reader) []byte {
+	prefix := make([]byte, oob.PrefixLen)
+	if _, err := io.ReadFull(r, prefix); err != nil {
+		return nil
+	}
+	body := make([]byte, binary.BigEndian.Uint32(prefix[8:12]))
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil
+	}
+	return append(prefix, body...)
+}
+
+// hostile connects to addr, writes b, ends its side and reads until the
+// server closes: the server has dealt with this peer when it returns.
+func hostile(t *testing.T, addr string, b []byte) []byte {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(2 * time.Minute)) // hang guard
+	if len(b) > 0 {
+		nc.Write(b)
+	}
+	nc.(*net.TCPConn).CloseWrite()
+	reply, _ := io.ReadAll(nc)
+	return reply
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// Whatever fails before authentication at the out-of-band port of a
+// server with --secret-file is one log line and a counter, and the wait
+// goes on: hellos of another version ("RDOB" and random bytes), the
+// server's own hello sent back (role conflict), hellos without the auth
+// flag, real dialers with another secret, random bytes, a hello and then
+// nothing, a connection closed at once; 100 of them. A legit client then
+// runs and verifies.
+func TestHostileBeforeAuth(t *testing.T) {
+	r := newRun(t)
+	port := freePort(t)
+	addr := "127.0.0.1:" + port
+	secret, other := writeSecret(t, 0o600), writeSecret(t, 0o600)
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500", "--secret-file", secret)
+	waitOutput(t, server, "waiting for the initiator")
+
+	authHello := captureHello(t, oob.Options{Role: oob.RoleInitiator, Secret: randomBytes(32)})
+	plainHello := captureHello(t, oob.Options{Role: oob.RoleInitiator})
+	// The server's own hello: it answers an initiator's hello with it.
+	serverHello := readFrame(strings.NewReader(string(hostile(t, addr, authHello))))
+	if serverHello == nil {
+		t.Fatalf("the server sent no hello; it says:\n%s", tail(output(server), 2000))
+	}
+	bad := 1 // that connection ended mid-handshake
+	otherSecret := loadSecret(t, other)
+	kinds := []func(){
+		func() { hostile(t, addr, append([]byte(oob.Magic), randomBytes(30)...)) },
+		func() { hostile(t, addr, serverHello) },
+		func() { hostile(t, addr, plainHello) },
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
+			defer cancel()
+			c, err := oob.Dial(ctx, addr, oob.Options{Role: oob.RoleInitiator, Secret: otherSecret, Timeout: time.Minute})
+			if err == nil {
+				c.Close()
+				t.Fatal("a dialer with another secret got through")
+			}
+			if !errors.Is(err, oob.ErrAuth) {
+				t.Fatalf("a dialer with another secret: %v, want an authentication failure", err)
+			}
+		},
+		func() { hostile(t, addr, randomBytes(64)) },
+		func() { hostile(t, addr, authHello) },
+		func() { hostile(t, addr, nil) },
+	}
+	for i := 0; i < 100; i++ {
+		select {
+		case <-server.Done():
+			t.Fatalf("the server exited after %d hostile peers:\n%s", bad, tail(output(server), 3000))
+		default:
+		}
+		kinds[i%len(kinds)]()
+		bad++
+	}
+	// One line per peer, each with its counter.
+	lines := regexp.MustCompile(`(?m)^.*still waiting for the initiator.*$`)
+	testutil.WaitFor(t, "a log line for every hostile peer", func() bool {
+		select {
+		case <-server.Done():
+			return true
+		default:
+		}
+		return len(lines.FindAllString(server.Stderr(), -1)) >= bad
+	})
+	logged := lines.FindAllString(server.Stderr(), -1)
+	if len(logged) != bad {
+		t.Errorf("%d log lines for %d hostile peers:\n%s", len(logged), bad, tail(server.Stderr(), 3000))
+	}
+	for _, want := range []string{`"auth_failures": `, `"refused": `, "protocol version mismatch", "role conflict"} {
+		if !strings.Contains(server.Stderr(), want) {
+			t.Errorf("the server's log lacks %q", want)
+		}
+	}
+	if n := strings.Count(server.Stderr(), "oob: handshake failed"); n != 0 {
+		t.Errorf("%d extra lines from the out-of-band channel", n)
+	}
+	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port, "--secret-file", secret)
+	expectPass(t, server, client)
+}
+
+// A second client while one runs is told at once that the server is busy;
+// the run goes on and verifies.
+func TestSecondClientBusy(t *testing.T) {
+	r := newRun(t)
+	port := freePort(t)
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "100000")
+	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	waitOutput(t, server, "request queue created")
+	second := r.start("second client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	if code := second.Wait(t, runTimeout); code != 1 {
+		t.Errorf("second client exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`(?m)^rdmo: error: server at 127\.0\.0\.1:\d+ is busy: this server already serves an initiator`).MatchString(second.Stderr()) {
+		t.Errorf("the second client was not told the server is busy:\n%s", tail(second.Stderr(), 2000))
+	}
+	if strings.Contains(second.Stderr(), "cannot reach") || strings.Contains(second.Stderr(), "waiting for the server") {
+		t.Errorf("the second client retried:\n%s", tail(second.Stderr(), 2000))
+	}
+	expectPass(t, server, client)
+}
+
+// The client killed (SIGKILL) or interrupted (Ctrl-C) mid-run: the server
+// acts when its connection closes, checks that its worker still answers,
+// and exits with the reason.
+func TestClientGoneServerActs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+		want string
+	}{
+		{"SIGKILL", syscall.SIGKILL, `(?m)^rdmo: error: initiator went away \(out-of-band connection closed\): .*; the RDMO worker still answers$`},
+		{"SIGINT", syscall.SIGINT, `(?m)^rdmo: error: initiator stopped: initiator interrupted; the RDMO worker still answers$`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRun(t)
+			server, client, _ := midRun(t, r)
+			client.Signal(tc.sig)
+			client.Wait(t, exitTimeout)
+			start := time.Now()
+			if code := server.Wait(t, exitTimeout); code != 1 {
+				t.Errorf("server exit %d, want 1", code)
+			}
+			t.Logf("server exited %v after the client", time.Since(start).Round(time.Millisecond))
+			if !regexp.MustCompile(tc.want).MatchString(server.Stderr()) {
+				t.Errorf("server error does not give the reason:\n%s", tail(server.Stderr(), 2000))
+			}
+		})
+	}
+}
+
+// When the client is gone and the worker does not answer (stopped), the
+// server says what it waits for, and exits with the reason once the
+// worker answers.
+func TestClientGoneWorkerSilent(t *testing.T) {
+	r := newRun(t)
+	server, client, pid := midRun(t, r)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop worker %d: %v", pid, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	client.Kill()
+	client.Wait(t, exitTimeout)
+	waitOutput(t, server, `the initiator is gone; waiting for the RDMO worker to answer, to tell whether it failed first`)
+	syscall.Kill(pid, syscall.SIGCONT)
+	if code := server.Wait(t, exitTimeout); code != 1 {
+		t.Errorf("server exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`(?m)^rdmo: error: initiator went away .*; the RDMO worker still answers$`).MatchString(server.Stderr()) {
+		t.Errorf("server error does not give the reason:\n%s", tail(server.Stderr(), 2000))
+	}
+}
+
+func loadSecret(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := cli.LoadSecret(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
