@@ -253,3 +253,36 @@ func loadSecret(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// Connections that nobody authenticates can use up the UROM service's file
+// descriptors (here a limit of 64): accepting then fails, and the service
+// logs it and keeps accepting; once they are gone, hosts are served.
+func TestUROMOutOfDescriptors(t *testing.T) {
+	r := newRun(t)
+	addr := "127.0.0.1:" + freePort(t)
+	dpu := r.start("dpu", nil, "prlimit", "--nofile=64:64", "rdmo", "dpu", "--listen", addr)
+	waitOutput(t, dpu, "UROM_LISTEN "+regexp.QuoteMeta(addr))
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 100; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	waitOutput(t, dpu, "accepting a host failed; retrying")
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	pl := r.start("plugins", nil, "rdmo", "plugins", "--urom", addr)
+	if code := pl.Wait(t, runTimeout); code != 0 || !strings.Contains(pl.Stdout(), "of the UROM service at "+addr) {
+		t.Errorf("plugins --urom after the flood: exit %d\n%s", code, output(pl))
+	}
+	stopDPU(t, dpu)
+}
