@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -285,4 +288,64 @@ func TestUROMOutOfDescriptors(t *testing.T) {
 		t.Errorf("plugins --urom after the flood: exit %d\n%s", code, output(pl))
 	}
 	stopDPU(t, dpu)
+}
+
+// cpuSeconds is the CPU time a process used so far (user and system), from
+// /proc; -1 when it is gone.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// The worker stopped (SIGSTOP) for good mid-run: the client's overdue
+// flush (RDMO_FLUSH_TIMEOUT, short here) fails every request at once and
+// the client exits naming it; the server learns it from the client, finds
+// the worker silent, kills it and exits naming both.
+func TestWorkerStoppedForGood(t *testing.T) {
+	r := newRun(t)
+	port := freePort(t)
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "400000")
+	client := r.start("client", []string{"RDMO_FLUSH_TIMEOUT=3s"}, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	m := waitOutput(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`)
+	pid, _ := strconv.Atoi(m[1])
+	waitOutput(t, client, `rdmo client: [1-9]\d*/\d+ ops`)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop worker %d: %v", pid, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	start := time.Now()
+	cpu0, cpu := cpuSeconds(client.Pid()), 0.0
+	var cpuAt time.Duration
+	testutil.WaitFor(t, "the client to exit", func() bool {
+		if c := cpuSeconds(client.Pid()); c >= 0 {
+			cpu, cpuAt = c, time.Since(start)
+		}
+		select {
+		case <-client.Done():
+			return true
+		default:
+			return false
+		}
+	})
+	clientAt := time.Since(start)
+	if code := client.Wait(t, exitTimeout); code != 1 {
+		t.Errorf("client exit %d, want 1", code)
+	}
+	if code := server.Wait(t, exitTimeout); code != 1 {
+		t.Errorf("server exit %d, want 1", code)
+	}
+	t.Logf("after SIGSTOP: client exited at %v (CPU %.2f s in its first %v), server at %v",
+		clientAt.Round(time.Millisecond), cpu-cpu0, cpuAt.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if !regexp.MustCompile(`(?m)^rdmo: error: .*flush \d+ not answered within 3s \(the RDMO worker stopped serving this queue\)$`).MatchString(client.Stderr()) {
+		t.Errorf("client error does not name the overdue flush:\n%s", tail(client.Stderr(), 2000))
+	}
+	if !regexp.MustCompile(`(?m)^rdmo: error: initiator stopped: .*flush \d+ not answered within 3s .*; and the RDMO worker did not answer within `).MatchString(server.Stderr()) {
+		t.Errorf("server error does not name the cause:\n%s", tail(server.Stderr(), 2000))
+	}
 }

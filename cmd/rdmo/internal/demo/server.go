@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -93,6 +94,9 @@ type server struct {
 	rq         uint64
 	rqMade     bool
 	verified   bool
+	// workerSilent: the worker did not answer (stopped, hung): teardown
+	// does not wait for it.
+	workerSilent bool
 }
 
 // RunServer runs -m server, the target: it gets
@@ -316,8 +320,8 @@ func (s *server) next(ctx context.Context, what string, timeout time.Duration) (
 
 // Bounds of the worker check when the initiator's connection ends.
 const (
-	workerCheckQuiet = time.Second      // answered within this: nothing logged
-	workerCheckLimit = 15 * time.Second // then the initiator's reason alone
+	workerCheckQuiet = time.Second     // answered within this: nothing logged
+	workerCheckLimit = 5 * time.Second // then the initiator's reason, and the worker is taken as stopped
 )
 
 // explainPeerGone reports the initiator's end (its connection closed, with
@@ -366,6 +370,10 @@ func (s *server) explainPeerGone(ctx context.Context, gone error) error {
 				}
 				if werr := s.t.Err(); werr != nil && !errors.Is(werr, target.ErrClosed) {
 					return werr // it died: that is the reason
+				}
+				s.workerSilent = true
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("%w; and the RDMO worker did not answer within %v", gone, workerCheckLimit)
 				}
 				return fmt.Errorf("%w; and the RDMO worker does not answer: %v", gone, err)
 			}
@@ -578,7 +586,11 @@ func randomID() uint64 {
 // stop the embedded service (target.Target.Close), then release the
 // target's UCX (only once no worker can write into it any more).
 func (s *server) teardown(tell func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	limit := teardownTimeout
+	if s.workerSilent {
+		limit = silentTeardown
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	warn := func(what string, err error) {
 		if err != nil {
@@ -590,7 +602,10 @@ func (s *server) teardown(tell func()) {
 		s.ln.Close()
 		s.acceptWG.Wait()
 	}
-	if s.t != nil && s.rqMade && s.t.Err() == nil {
+	if s.workerSilent && s.t != nil {
+		s.stopSilentWorker()
+	}
+	if s.t != nil && s.rqMade && s.t.Err() == nil && !s.workerSilent {
 		err := s.t.DestroyRQ(ctx, s.rq)
 		if !errors.Is(err, urom.ErrWorkerDied) && !errors.Is(err, urom.ErrUnknownWorker) {
 			warn("RQ_DESTROY", err)
@@ -614,6 +629,33 @@ func (s *server) teardown(tell func()) {
 	}
 	s.log.Debug("teardown complete")
 }
+
+// stopSilentWorker ends a worker that no longer answers, so that teardown
+// does not spend its bound on commands it will not answer. An embedded
+// service's worker runs on this machine: it is killed, after which the
+// target learns it died and skips its commands, and no worker can write
+// the target's memory any more. A remote service's worker is left to its
+// service; teardown then waits for it at most silentTeardown.
+func (s *server) stopSilentWorker() {
+	if s.cfg.UROMAddress != "" {
+		return
+	}
+	pid := s.t.WorkerPID()
+	if pid <= 0 {
+		return
+	}
+	s.log.Warn("killing the RDMO worker, which does not answer", zap.Int("pid", pid))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return
+	}
+	select {
+	case <-s.t.Done():
+	case <-time.After(silentTeardown):
+	}
+}
+
+// silentTeardown bounds the teardown of a worker that does not answer.
+const silentTeardown = 10 * time.Second
 
 func (s *server) printSummary(done oob.Done, res workloadResult, verr error, elapsed time.Duration, ctx context.Context) {
 	out := Stdout
