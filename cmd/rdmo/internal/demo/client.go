@@ -416,6 +416,9 @@ func (c *client) flushSync(ctx context.Context) error {
 	// every flush at once when one is overdue.
 	rsp, err := c.in.Flush(ctx)
 	c.recordFlush(time.Since(t0), rsp, err)
+	if errors.Is(err, rdmo.ErrNoQueue) {
+		return noQueueError(err)
+	}
 	var fe *initiator.FlushError
 	if errors.As(err, &fe) {
 		return nil // counted; the server's verification will say what is wrong
@@ -430,6 +433,13 @@ func (c *client) recordFlush(lat time.Duration, rsp wire.FlushResponse, err erro
 	switch {
 	case err == nil:
 		c.flushLat = append(c.flushLat, lat)
+	case errors.Is(err, rdmo.ErrNoQueue):
+		// Nothing this initiator sends is run: no use going on.
+		c.flushErrs++
+		if c.fatal == nil {
+			c.fatal = noQueueError(err)
+			c.fatalSet.Store(true)
+		}
 	case errors.As(err, &fe):
 		c.flushLat = append(c.flushLat, lat)
 		c.failures += uint64(fe.Response.Failed)
@@ -441,6 +451,11 @@ func (c *client) recordFlush(lat time.Duration, rsp wire.FlushResponse, err erro
 			c.fatalSet.Store(true)
 		}
 	}
+}
+
+// noQueueError explains a flush answered with rdmo.StatusNoQueue.
+func noQueueError(err error) error {
+	return fmt.Errorf("%w (the worker does not serve this initiator's UCX endpoint: over shared memory both sides must have the same error handling, UCX_POSIX_ERROR_HANDLING and UCX_SYSV_ERROR_HANDLING; docs/SECURITY.md)", err)
 }
 
 func (c *client) fatalErr() error {

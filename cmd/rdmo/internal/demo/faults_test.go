@@ -349,3 +349,30 @@ func TestWorkerStoppedForGood(t *testing.T) {
 		t.Errorf("server error does not name the cause:\n%s", tail(server.Stderr(), 2000))
 	}
 }
+
+// An initiator whose endpoint asks for peer-failure detection and falls
+// back to none (host/initiator's ucp.ErrorHandlingPrefer, in a process with
+// UCX's defaults: shared-memory error handling off, and only shared-memory
+// transports) does not match the worker's endpoint: its requests arrive
+// on an endpoint the worker does not serve. Its flush is answered with
+// StatusNoQueue, and the client exits at once saying so, instead of
+// waiting for an answer that never comes.
+func TestInitiatorEndpointMismatch(t *testing.T) {
+	r := newRun(t)
+	port := freePort(t)
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "1000")
+	client := r.start("client", []string{"UCX_TLS=posix,sysv,cma,self", "UCX_POSIX_ERROR_HANDLING=n", "UCX_SYSV_ERROR_HANDLING=n"},
+		"rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	if code := client.Wait(t, runTimeout); code != 1 {
+		t.Errorf("client exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`(?m)^rdmo: error: .*the worker serves no request queue on this endpoint.*UCX_POSIX_ERROR_HANDLING`).MatchString(client.Stderr()) {
+		t.Errorf("client error does not say its endpoint is not served:\n%s", tail(client.Stderr(), 2000))
+	}
+	if code := server.Wait(t, exitTimeout); code != 1 {
+		t.Errorf("server exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`(?m)^rdmo: error: initiator stopped: .*the worker serves no request queue on this endpoint`).MatchString(server.Stderr()) {
+		t.Errorf("server error does not give the initiator's reason:\n%s", tail(server.Stderr(), 2000))
+	}
+}
