@@ -376,3 +376,23 @@ func TestInitiatorEndpointMismatch(t *testing.T) {
 		t.Errorf("server error does not give the initiator's reason:\n%s", tail(server.Stderr(), 2000))
 	}
 }
+
+// Peers that connect to the out-of-band port and say nothing do not keep
+// the initiator that comes after them from being served.
+func TestSilentPeersBeforeAuth(t *testing.T) {
+	r := newRun(t)
+	port := freePort(t)
+	addr := "127.0.0.1:" + port
+	secret := writeSecret(t, 0o600)
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "500", "--secret-file", secret)
+	waitOutput(t, server, "waiting for the initiator")
+	for i := 0; i < 3; i++ {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+	}
+	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port, "--secret-file", secret)
+	expectPass(t, server, client)
+}

@@ -83,17 +83,19 @@ type server struct {
 	workload oob.Workload
 	plan     plan
 
-	accepted   chan acceptResult // the first initiator, from acceptLoop
-	taken      atomic.Bool       // an initiator has the run: acceptLoop turns others away
-	acceptWG   sync.WaitGroup    // acceptLoop
-	stopAccept context.CancelFunc
-	peer       *peer
-	ref        *oob.RefConn // a reference initiator's connection (docaserver.go)
-	told       bool         // the initiator has the verdict
-	initInfo   oob.InitiatorInfo
-	rq         uint64
-	rqMade     bool
-	verified   bool
+	accepted chan acceptResult // the first initiator, from acceptLoop
+	taken    atomic.Bool       // an initiator has the run: acceptLoop turns others away
+	acceptWG sync.WaitGroup    // acceptLoop
+	// Peers refused before authentication: a wrong secret, anything else.
+	authFailures, refused atomic.Int64
+	stopAccept            context.CancelFunc
+	peer                  *peer
+	ref                   *oob.RefConn // a reference initiator's connection (docaserver.go)
+	told                  bool         // the initiator has the verdict
+	initInfo              oob.InitiatorInfo
+	rq                    uint64
+	rqMade                bool
+	verified              bool
 	// workerSilent: the worker did not answer (stopped, hung): teardown
 	// does not wait for it.
 	workerSilent bool
@@ -167,8 +169,10 @@ func (s *server) run(ctx context.Context) error {
 	s.accepted = accepted
 	actx, stop := context.WithCancel(ctx)
 	s.stopAccept = stop
-	s.acceptWG.Add(1)
-	go s.acceptLoop(actx, accepted)
+	for range acceptWorkers {
+		s.acceptWG.Add(1)
+		go s.acceptLoop(actx, accepted)
+	}
 
 	if err := s.setupMemory(devCfg); err != nil {
 		return err
@@ -405,6 +409,9 @@ type acceptResult struct {
 	err error
 }
 
+// acceptWorkers is how many handshakes the out-of-band port runs at once.
+const acceptWorkers = 4
+
 // busyMessage is what an initiator that connects while another one runs
 // is told (codeBusy), at once rather than after its dial retries.
 const busyMessage = "busy: this server already serves an initiator (one per run)"
@@ -416,9 +423,12 @@ const busyMessage = "busy: this server already serves an initiator (one per run)
 // completes (framing, version, role, a wrong secret, a port scan, a peer
 // that hung up) comes from whoever reaches the port, so it is never
 // fatal: one log line, counted, and the wait goes on.
+//
+// acceptWorkers of them run at once, so that peers that connect and stay
+// silent (each for up to oob.Options.Timeout) do not keep the initiator
+// from being served.
 func (s *server) acceptLoop(ctx context.Context, out chan<- acceptResult) {
 	defer s.acceptWG.Done()
-	var authFailures, refused int
 	for {
 		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
@@ -439,13 +449,11 @@ func (s *server) acceptLoop(ctx context.Context, out chan<- acceptResult) {
 			return
 		}
 		if errors.Is(err, oob.ErrAuth) {
-			authFailures++
 			s.log.Warn("initiator refused: "+authHint(err).Error()+"; still waiting for the initiator",
-				zap.Int("auth_failures", authFailures))
+				zap.Int64("auth_failures", s.authFailures.Add(1)))
 			continue
 		}
-		refused++
-		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err), zap.Int("refused", refused))
+		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err), zap.Int64("refused", s.refused.Add(1)))
 	}
 }
 
