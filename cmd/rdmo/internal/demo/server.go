@@ -84,8 +84,11 @@ type server struct {
 	plan     plan
 
 	accepted chan acceptResult // the first initiator, from acceptLoop
-	taken    atomic.Bool       // an initiator has the run: acceptLoop turns others away
-	acceptWG sync.WaitGroup    // acceptLoop
+	// committed is closed once the run has its initiator (commit):
+	// acceptLoop turns others away.
+	committed  chan struct{}
+	commitOnce sync.Once
+	acceptWG   sync.WaitGroup // acceptLoop
 	// Peers refused before authentication: a wrong secret, anything else.
 	authFailures, refused atomic.Int64
 	stopAccept            context.CancelFunc
@@ -106,7 +109,7 @@ type server struct {
 // worker to one initiator over the out-of-band channel, and when the
 // initiator reports Done checks its memory byte for byte.
 func RunServer(ctx context.Context, cfg cli.Config) error {
-	s := &server{cfg: cfg, log: cfg.Logger, fail: newFailure()}
+	s := &server{cfg: cfg, log: cfg.Logger, fail: newFailure(), committed: make(chan struct{})}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -165,7 +168,9 @@ func (s *server) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("out-of-band channel: %w", err)
 	}
-	accepted := make(chan acceptResult, 1)
+	// Unbuffered: an initiator accepted while the run is being set up
+	// waits in acceptLoop, which turns it away if another one is taken.
+	accepted := make(chan acceptResult)
 	s.accepted = accepted
 	actx, stop := context.WithCancel(ctx)
 	s.stopAccept = stop
@@ -196,8 +201,7 @@ func (s *server) run(ctx context.Context) error {
 				if err := s.runReference(ctx, r.ref); !errors.Is(err, errRefAbandoned) {
 					return err
 				}
-				s.taken.Store(false) // the reference initiator left before its work began
-				continue
+				continue // the reference initiator left before its work began
 			}
 			conn = r.c
 		case <-s.fail.ch:
@@ -206,7 +210,7 @@ func (s *server) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	// One initiator per run: acceptLoop turns any other away.
+	s.commit() // one initiator per run: acceptLoop turns any other away
 	s.peer = newPeer(conn, "initiator")
 	s.log.Info("initiator connected", zap.Stringer("from", conn.RemoteAddr()), zap.Bool("authenticated", conn.Authenticated()))
 
@@ -412,17 +416,21 @@ type acceptResult struct {
 // acceptWorkers is how many handshakes the out-of-band port runs at once.
 const acceptWorkers = 4
 
+// commit closes s.committed: the run has its initiator.
+func (s *server) commit() { s.commitOnce.Do(func() { close(s.committed) }) }
+
 // busyMessage is what an initiator that connects while another one runs
 // is told (codeBusy), at once rather than after its dial retries.
 const busyMessage = "busy: this server already serves an initiator (one per run)"
 
-// acceptLoop accepts initiators until the listener closes: the first one
-// that completes the handshake goes to out (and whenever the server hands
-// the run back, s.taken cleared, the next one does); every later one is
-// told busyMessage and closed. Whatever fails before the handshake
-// completes (framing, version, role, a wrong secret, a port scan, a peer
-// that hung up) comes from whoever reaches the port, so it is never
-// fatal: one log line, counted, and the wait goes on.
+// acceptLoop accepts initiators until the listener closes and hands each
+// that completes the handshake to out, until the run is committed to one
+// (s.committed closed: an rdmo initiator was taken, or a reference one got
+// its queue); from then on every other is told busyMessage and closed.
+// Whatever fails before the handshake completes (framing, version, role, a
+// wrong secret, a port scan, a peer that hung up) comes from whoever
+// reaches the port, so it is never fatal: one log line, counted, and the
+// wait goes on.
 //
 // acceptWorkers of them run at once, so that peers that connect and stay
 // silent (each for up to oob.Options.Timeout) do not keep the initiator
@@ -432,20 +440,28 @@ func (s *server) acceptLoop(ctx context.Context, out chan<- acceptResult) {
 	for {
 		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
-			if s.taken.CompareAndSwap(false, true) {
-				out <- acceptResult{c: c, ref: ref}
+			select {
+			case <-s.committed:
+				s.turnAway(c, ref)
 				continue
+			default:
 			}
-			s.turnAway(c, ref)
+			select {
+			case out <- acceptResult{c: c, ref: ref}:
+			case <-s.committed:
+				s.turnAway(c, ref)
+			case <-ctx.Done():
+				if c != nil {
+					c.Close()
+				}
+				if ref != nil {
+					ref.Close()
+				}
+				return
+			}
 			continue
 		}
 		if ctx.Err() != nil || errors.Is(err, oob.ErrClosed) {
-			if !s.taken.Load() {
-				select {
-				case out <- acceptResult{err: err}:
-				default:
-				}
-			}
 			return
 		}
 		if errors.Is(err, oob.ErrAuth) {
