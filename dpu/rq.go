@@ -147,6 +147,7 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 	q, ok := m.Reply.Value.(*rq)
 	if !ok || q == nil {
 		w.drop(m, "not a request queue's endpoint")
+		w.answerForeign(m)
 		return
 	}
 	if q.closing || w.shutdown {

@@ -45,6 +45,9 @@ type Worker struct {
 	// round of arriving messages (loop-owned), not once per request.
 	epoch time.Time
 	now   int64
+	// foreign limits answers to endpoints that are no request queue's
+	// (foreign.go; loop-owned).
+	foreign foreignLimiter
 
 	// Inbox: Do callers queue commands and executors their messages; the
 	// first item into an empty queue wakes the loop (wake). Close closes

@@ -33,6 +33,7 @@ const (
 	StatusTargetUnreachable Status = 16
 	StatusRegionGone        Status = 17
 	StatusInternal          Status = 18
+	StatusNoQueue           Status = 19
 )
 
 // Sentinel errors, one per non-OK status. Every error this package returns
@@ -57,6 +58,7 @@ var (
 	ErrTargetUnreachable = &WireError{Status: StatusTargetUnreachable}
 	ErrRegionGone        = &WireError{Status: StatusRegionGone}
 	ErrInternal          = &WireError{Status: StatusInternal}
+	ErrNoQueue           = &WireError{Status: StatusNoQueue}
 )
 
 // StatusInfo is one row of the status catalogue.
@@ -110,6 +112,8 @@ var statusCatalog = [...]StatusInfo{
 		"The region was deregistered (MR_DEREG) while the request was using it.", ErrRegionGone},
 	{StatusInternal, "Internal", "internal worker error",
 		"A worker bug or resource failure not covered by another code.", ErrInternal},
+	{StatusNoQueue, "NoQueue", "the worker serves no request queue on this endpoint",
+		"The request arrived on an endpoint that is not the one the worker connected for a request queue (RQ_CREATE): typically an initiator whose endpoint asked for another error-handling mode than the worker's (over shared memory, docs/SECURITY.md), or a sender with no queue. Nothing was run; the worker answers a FLUSH with it (rate-limited).", ErrNoQueue},
 }
 
 // Statuses returns a copy of the status catalogue in code order.

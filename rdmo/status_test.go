@@ -38,6 +38,7 @@ var publishedCodes = []string{
 	16: "TargetUnreachable",
 	17: "RegionGone",
 	18: "Internal",
+	19: "NoQueue",
 }
 
 func TestStatusCodesNeverRenumbered(t *testing.T) {
@@ -97,6 +98,7 @@ func TestSentinels(t *testing.T) {
 		"TargetUnreachable": rdmo.ErrTargetUnreachable,
 		"RegionGone":        rdmo.ErrRegionGone,
 		"Internal":          rdmo.ErrInternal,
+		"NoQueue":           rdmo.ErrNoQueue,
 	}
 	for _, s := range rdmo.Statuses() {
 		if s.Code == rdmo.StatusOK {

@@ -3,6 +3,7 @@ package initiator
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
@@ -12,6 +13,25 @@ import (
 // ErrClosed is returned by every call made after Close, and by a flush or a
 // window wait that Close interrupted.
 var ErrClosed = errors.New("initiator: closed")
+
+// ErrFlushTimeout matches a *FlushTimeoutError.
+var ErrFlushTimeout = errors.New("initiator: flush not answered in time")
+
+// FlushTimeoutError is the cause of the failure of an Initiator one of
+// whose flushes had no answer within Options.FlushTimeout: the worker
+// stopped serving its queue (a stopped or hung process, a lost peer that
+// UCX does not detect).
+type FlushTimeoutError struct {
+	ID    uint64        // the flush's id
+	Limit time.Duration // Options.FlushTimeout
+}
+
+func (e *FlushTimeoutError) Error() string {
+	return fmt.Sprintf("flush %d not answered within %v (the RDMO worker stopped serving this queue)", e.ID, e.Limit)
+}
+
+// Is makes a FlushTimeoutError match ErrFlushTimeout.
+func (e *FlushTimeoutError) Is(target error) bool { return target == ErrFlushTimeout }
 
 // PeerFailedError reports that the endpoint to the RDMO worker failed. It
 // matches ucp.ErrPeerFailed with errors.Is, and also its cause.

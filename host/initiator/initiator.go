@@ -129,6 +129,14 @@ type Options struct {
 	// (ucp.ErrorHandlingPrefer by default: on where a transport can).
 	ErrorHandling ucp.ErrorHandling
 
+	// FlushTimeout bounds how long a flush sent to the worker waits for
+	// its answer (0: no bound). When one is not answered in time the
+	// worker is taken to have stopped: the Initiator fails as on
+	// PeerFailed, every outstanding and later call at once, with a
+	// *PeerFailedError whose cause is a *FlushTimeoutError
+	// (errors.Is(err, ErrFlushTimeout)).
+	FlushTimeout time.Duration
+
 	// CloseTimeout bounds Close: waiting for queued and in-flight sends to
 	// complete locally, then for the endpoint's graceful close (default
 	// DefaultCloseTimeout). Destroying the UCP worker afterwards gives UCX
@@ -388,6 +396,7 @@ type FlushWait struct {
 	done chan struct{}
 	rsp  wire.FlushResponse
 	err  error
+	sent time.Time // when the loop issued it (Options.FlushTimeout)
 }
 
 // ID is the flush id the FLUSH carries and its response must echo.

@@ -1005,3 +1005,50 @@ func closeBounded(t *testing.T, in *initiator.Initiator) error {
 		return nil
 	}
 }
+
+// A flush that has no answer within Options.FlushTimeout (the worker holds
+// everything, as a stopped one would) fails the Initiator at once: every
+// outstanding flush, a caller waiting for window space, and every later
+// call, each with the overdue flush as the cause.
+func TestFlushTimeoutFailsQueue(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 4, FlushTimeout: 100 * time.Millisecond})
+		ctx := timeout(t, 30*time.Second) // hang guard
+		s.hold.Store(true)
+		var fws []*initiator.FlushWait
+		for i := 0; i < 4; i++ {
+			fw, err := in.FlushAsync(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fws = append(fws, fw)
+		}
+		blocked := make(chan error, 1)
+		go func() { _, err := in.With(ctx, 0).Append(8, 1, 1, []byte("waits")); blocked <- err }()
+		check := func(what string, err error) {
+			t.Helper()
+			var te *initiator.FlushTimeoutError
+			if !errors.Is(err, initiator.ErrFlushTimeout) || !errors.As(err, &te) {
+				t.Errorf("%s: %v, want the flush timeout", what, err)
+				return
+			}
+			if te.ID != fws[0].ID() || te.Limit != 100*time.Millisecond {
+				t.Errorf("%s: cause %+v, want the first flush (id %d)", what, te, fws[0].ID())
+			}
+		}
+		for i, fw := range fws {
+			_, err := fw.Wait(ctx)
+			check(fmt.Sprintf("flush %d", i), err)
+		}
+		select {
+		case err := <-blocked:
+			check("the append waiting for window space", err)
+		case <-ctx.Done():
+			t.Fatal("the append still waits")
+		}
+		_, err := in.With(ctx, 0).Append(8, 1, 1, []byte("later"))
+		check("a later append", err)
+		_, err = in.Flush(ctx)
+		check("a later flush", err)
+	})
+}

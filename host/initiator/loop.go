@@ -336,6 +336,9 @@ func (lp *loop) sleep() {
 		return
 	}
 	q.Unlock()
+	if lp.flushOverdue() {
+		return
+	}
 	timeout := time.Duration(-1)
 	// A Driver sleeping here must still see its context end.
 	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal || lp.driving {
@@ -346,6 +349,34 @@ func (lp *loop) sleep() {
 		// Without a wake-up descriptor, poll.
 		time.Sleep(pollInterval)
 	}
+}
+
+// flushOverdue fails the Initiator when a flush has waited longer than
+// Options.FlushTimeout for its answer: the worker no longer serves this
+// queue, so nothing behind that flush will be answered either, and each
+// outstanding or later call fails at once with the cause rather than
+// after a bound of its own. It runs before the loop sleeps, which a loop
+// waiting for answers that do not come does every few milliseconds.
+func (lp *loop) flushOverdue() bool {
+	limit := lp.in.opts.FlushTimeout
+	if limit <= 0 || len(lp.flushes) == 0 || lp.failed != nil {
+		return false
+	}
+	var late *FlushWait
+	for _, fw := range lp.flushes {
+		if !fw.sent.IsZero() && time.Since(fw.sent) >= limit && (late == nil || fw.id < late.id) {
+			late = fw
+		}
+	}
+	if late == nil {
+		return false
+	}
+	lp.fail(&PeerFailedError{Cause: &FlushTimeoutError{ID: late.id, Limit: limit}})
+	if err := lp.ep.CloseForce(); err != nil {
+		lp.in.log.Warn("force-closing the endpoint", zap.Error(err))
+	}
+	lp.settle()
+	return true
 }
 
 // issue hands every request of b to UCX. They are sent in one cgo call at
@@ -453,6 +484,9 @@ func (lp *loop) send(b *batch, i, n int) {
 		switch {
 		case e.flush != nil:
 			lp.flushes[e.flush.id] = e.flush
+			if in.opts.FlushTimeout > 0 {
+				e.flush.sent = time.Now()
+			}
 		case e.flags&rdmo.FlagAck != 0:
 			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost, call: e.call}
 		}

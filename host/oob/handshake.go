@@ -44,7 +44,9 @@ func (c *Conn) handshake(ctx context.Context, s side) (err error) {
 		if err != nil {
 			c.fail(err)
 			lvl := zap.WarnLevel
-			if errors.Is(err, context.Canceled) {
+			if errors.Is(err, context.Canceled) || s == sideListener {
+				// A listener's caller gets the HandshakeError and logs
+				// it: one line per bad peer, not two.
 				lvl = zap.DebugLevel
 			}
 			c.log.Check(lvl, "oob: handshake failed").Write(zap.Error(err))

@@ -222,6 +222,7 @@ func (s *Service) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	s.serving = true
 	s.mu.Unlock()
+	backoff := time.Duration(0)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -230,9 +231,24 @@ func (s *Service) Serve(ctx context.Context) error {
 				s.Close()
 				return nil
 			}
-			s.Close()
-			return err
+			if errors.Is(err, net.ErrClosed) {
+				s.Close()
+				return err
+			}
+			// E.g. out of file descriptors, which anyone who can reach
+			// the port can cause by connecting: not fatal. Log, back
+			// off, accept again.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accepting a host failed; retrying", zap.Error(err), zap.Duration("in", backoff))
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			continue
 		}
+		backoff = 0
 		sess := &session{s: s, c: uromwire.NewConn(nc, 10*time.Second), workers: map[uint64]*workerProc{}}
 		s.mu.Lock()
 		s.sessions[sess] = struct{}{}

@@ -29,8 +29,27 @@ const (
 	dialRetryInterval = 200 * time.Millisecond
 	workerInfoTimeout = 90 * time.Second // the server sets up its worker first
 	barrierTimeout    = 60 * time.Second
-	flushTimeout      = 60 * time.Second // one flush, however busy the worker
+	flushTimeout      = 60 * time.Second // one flush, however busy the worker (default of FlushTimeoutEnv)
 )
+
+// FlushTimeoutEnv, when set (a Go duration, e.g. "5s"), replaces the 60 s
+// bound on each flush's answer. When it runs out the worker is taken to
+// have stopped: every outstanding and later request fails at once with
+// that cause (initiator.Options.FlushTimeout).
+const FlushTimeoutEnv = "RDMO_FLUSH_TIMEOUT"
+
+// clientFlushTimeout is the flush bound: FlushTimeoutEnv or flushTimeout.
+func clientFlushTimeout() (time.Duration, error) {
+	v := os.Getenv(FlushTimeoutEnv)
+	if v == "" {
+		return flushTimeout, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, cli.Usagef("%s=%q: want a positive duration such as 60s", FlushTimeoutEnv, v)
+	}
+	return d, nil
+}
 
 // pendingFlushes is how many periodic flushes may be in flight at once, so
 // that at most unflushedBudget requests are unflushed.
@@ -55,6 +74,8 @@ type client struct {
 	in       *initiator.Initiator
 	watchWG  sync.WaitGroup
 	finished chan struct{}
+
+	flushTimeout time.Duration // initiator.Options.FlushTimeout
 
 	wi      oob.WorkerInfo
 	credits int // initiator.Options.Credits, from wi.MaxInFlightPerRQ
@@ -87,7 +108,9 @@ func RunClient(ctx context.Context, cfg cli.Config) error {
 		c.log = zap.NewNop()
 	}
 	err := c.run(ctx)
-	if err != nil && c.peer != nil && ctx.Err() == nil && !errors.Is(err, ErrNotVerified) {
+	// A flush timeout needs no explanation from the server: it already
+	// waited the whole bound, and the server learns it from this side.
+	if err != nil && c.peer != nil && ctx.Err() == nil && !errors.Is(err, ErrNotVerified) && !errors.Is(err, initiator.ErrFlushTimeout) {
 		err = c.peer.explain(err)
 	}
 	if err != nil && c.peer != nil {
@@ -120,6 +143,9 @@ func (c *client) run(ctx context.Context) error {
 	if err != nil {
 		return cli.Usagef("-d/--device: %v", err)
 	}
+	if c.flushTimeout, err = clientFlushTimeout(); err != nil {
+		return err
+	}
 	if cfg.OOBProtocol == cli.OOBDOCA {
 		return c.runReference(ctx, devCfg)
 	}
@@ -131,6 +157,10 @@ func (c *client) run(ctx context.Context) error {
 	c.log.Info("connected to the server", zap.Stringer("server", conn.RemoteAddr()), zap.Bool("authenticated", conn.Authenticated()))
 
 	m, err := c.next(ctx, "WorkerInfo", workerInfoTimeout)
+	var re *RemoteError
+	if errors.As(err, &re) && re.Msg.Code == codeBusy {
+		return &busyError{addr: conn.RemoteAddr().String(), re: re}
+	}
 	if err != nil {
 		return err
 	}
@@ -157,6 +187,8 @@ func (c *client) run(ctx context.Context) error {
 		// Pack requests queued while earlier ones are in flight into one
 		// message, when the worker says it understands batch containers.
 		Aggregate: initiator.AggregateSupported(wi.Capabilities),
+		// A flush not answered in time fails every request at once.
+		FlushTimeout: c.flushTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("connecting to the RDMO worker: %w", err)
@@ -380,12 +412,12 @@ func (c *client) seedFlow(ctx context.Context) error {
 // flushSync flushes and waits, bounded, recording the latency.
 func (c *client) flushSync(ctx context.Context) error {
 	t0 := time.Now()
-	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	rsp, err := c.in.Flush(fctx)
+	// Bounded by the initiator (Options.FlushTimeout), which fails
+	// every flush at once when one is overdue.
+	rsp, err := c.in.Flush(ctx)
 	c.recordFlush(time.Since(t0), rsp, err)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return fmt.Errorf("flush not answered within %v", flushTimeout)
+	if errors.Is(err, rdmo.ErrNoQueue) {
+		return noQueueError(err)
 	}
 	var fe *initiator.FlushError
 	if errors.As(err, &fe) {
@@ -401,6 +433,13 @@ func (c *client) recordFlush(lat time.Duration, rsp wire.FlushResponse, err erro
 	switch {
 	case err == nil:
 		c.flushLat = append(c.flushLat, lat)
+	case errors.Is(err, rdmo.ErrNoQueue):
+		// Nothing this initiator sends is run: no use going on.
+		c.flushErrs++
+		if c.fatal == nil {
+			c.fatal = noQueueError(err)
+			c.fatalSet.Store(true)
+		}
 	case errors.As(err, &fe):
 		c.flushLat = append(c.flushLat, lat)
 		c.failures += uint64(fe.Response.Failed)
@@ -412,6 +451,11 @@ func (c *client) recordFlush(lat time.Duration, rsp wire.FlushResponse, err erro
 			c.fatalSet.Store(true)
 		}
 	}
+}
+
+// noQueueError explains a flush answered with rdmo.StatusNoQueue.
+func noQueueError(err error) error {
+	return fmt.Errorf("%w (the worker does not serve this initiator's UCX endpoint: over shared memory both sides must have the same error handling, UCX_POSIX_ERROR_HANDLING and UCX_SYSV_ERROR_HANDLING; docs/SECURITY.md)", err)
 }
 
 func (c *client) fatalErr() error {
@@ -442,8 +486,7 @@ func (c *client) flushAsync(ctx context.Context, sem chan struct{}, wg *sync.Wai
 	go func() {
 		defer wg.Done()
 		defer func() { <-sem }()
-		t := time.NewTimer(flushTimeout)
-		defer t.Stop()
+		// The initiator bounds the wait (Options.FlushTimeout).
 		select {
 		case <-fw.Done():
 			lat := time.Since(t0)
@@ -451,8 +494,6 @@ func (c *client) flushAsync(ctx context.Context, sem chan struct{}, wg *sync.Wai
 			rsp, err := fw.Wait(wctx)
 			cancel()
 			c.recordFlush(lat, rsp, err)
-		case <-t.C:
-			c.recordFlush(0, wire.FlushResponse{}, fmt.Errorf("flush %d not answered within %v", fw.ID(), flushTimeout))
 		case <-ctx.Done():
 			c.recordFlush(0, wire.FlushResponse{}, ctx.Err())
 		}

@@ -64,7 +64,9 @@ func (s *server) runReference(ctx context.Context, rc *oob.RefConn) error {
 		s.ref = nil
 		return errRefAbandoned
 	}
-	s.ln.Close() // one initiator per run: this one has its queue and region
+	// One initiator per run (this one has its queue and region):
+	// acceptLoop turns any other away.
+	s.commit()
 
 	// The append of 8 bytes and its FLUSH.
 	ev, err := s.waitRefFlush(ctx, 0, "the append's FLUSH")

@@ -14,6 +14,7 @@ import (
 const (
 	codeAborted     oob.ErrorCode = 100 // the sender stopped: interrupted, or its side failed
 	codeBadWorkload oob.ErrorCode = 101 // the initiator cannot run the workload it was given
+	codeBusy        oob.ErrorCode = 102 // the server already serves an initiator
 )
 
 // Barrier ids of the demo flow.
@@ -31,6 +32,17 @@ type RemoteError struct {
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("%s stopped: %s", e.Peer, e.Msg.Message)
 }
+
+// busyError: the server turned this initiator away because it already
+// serves one. It wraps the server's RemoteError (the server said why, so
+// nothing more is explained or sent back).
+type busyError struct {
+	addr string
+	re   *RemoteError
+}
+
+func (e *busyError) Error() string { return "server at " + e.addr + " is " + e.re.Msg.Message }
+func (e *busyError) Unwrap() error { return e.re }
 
 // peer is the out-of-band connection to the other side, read by one
 // goroutine. Messages arrive on msgs; when the connection ends (the peer
@@ -122,7 +134,7 @@ func (p *peer) explain(err error) error {
 }
 
 // next waits for the next message, at most timeout; fail and ctx also end
-// the wait.
+// the wait, and so does the connection's end (p.gone's error, at once).
 func (p *peer) next(ctx context.Context, fail <-chan struct{}, failErr func() error, what string, timeout time.Duration) (oob.Message, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -140,12 +152,13 @@ func (p *peer) next(ctx context.Context, fail <-chan struct{}, failErr func() er
 			return m, nil
 		default:
 		}
-		// The peer may have stopped because of what this side is about
-		// to learn (its worker died): prefer that explanation.
+		// The connection closed: act now. Whether this side has a
+		// better explanation is the caller's to find out (server.next
+		// asks its worker), not a fixed wait's.
 		select {
 		case <-fail:
 			return nil, failErr()
-		case <-time.After(explainWait):
+		default:
 		}
 		return nil, p.gone()
 	case <-fail:
@@ -154,6 +167,16 @@ func (p *peer) next(ctx context.Context, fail <-chan struct{}, failErr func() er
 		return nil, ctx.Err()
 	case <-t.C:
 		return nil, fmt.Errorf("no %s from the %s within %v", what, p.name, timeout)
+	}
+}
+
+// ended reports whether the connection has ended (done is closed).
+func (p *peer) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 

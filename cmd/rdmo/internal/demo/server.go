@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -81,14 +83,25 @@ type server struct {
 	workload oob.Workload
 	plan     plan
 
-	accepted chan acceptResult // the first initiator, from acceptOne
-	peer     *peer
-	ref      *oob.RefConn // a reference initiator's connection (docaserver.go)
-	told     bool         // the initiator has the verdict
-	initInfo oob.InitiatorInfo
-	rq       uint64
-	rqMade   bool
-	verified bool
+	accepted chan acceptResult // the first initiator, from acceptLoop
+	// committed is closed once the run has its initiator (commit):
+	// acceptLoop turns others away.
+	committed  chan struct{}
+	commitOnce sync.Once
+	acceptWG   sync.WaitGroup // acceptLoop
+	// Peers refused before authentication: a wrong secret, anything else.
+	authFailures, refused atomic.Int64
+	stopAccept            context.CancelFunc
+	peer                  *peer
+	ref                   *oob.RefConn // a reference initiator's connection (docaserver.go)
+	told                  bool         // the initiator has the verdict
+	initInfo              oob.InitiatorInfo
+	rq                    uint64
+	rqMade                bool
+	verified              bool
+	// workerSilent: the worker did not answer (stopped, hung): teardown
+	// does not wait for it.
+	workerSilent bool
 }
 
 // RunServer runs -m server, the target: it gets
@@ -96,7 +109,7 @@ type server struct {
 // worker to one initiator over the out-of-band channel, and when the
 // initiator reports Done checks its memory byte for byte.
 func RunServer(ctx context.Context, cfg cli.Config) error {
-	s := &server{cfg: cfg, log: cfg.Logger, fail: newFailure()}
+	s := &server{cfg: cfg, log: cfg.Logger, fail: newFailure(), committed: make(chan struct{})}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -155,9 +168,16 @@ func (s *server) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("out-of-band channel: %w", err)
 	}
-	accepted := make(chan acceptResult, 1)
+	// Unbuffered: an initiator accepted while the run is being set up
+	// waits in acceptLoop, which turns it away if another one is taken.
+	accepted := make(chan acceptResult)
 	s.accepted = accepted
-	go s.acceptOne(ctx, accepted)
+	actx, stop := context.WithCancel(ctx)
+	s.stopAccept = stop
+	for range acceptWorkers {
+		s.acceptWG.Add(1)
+		go s.acceptLoop(actx, accepted)
+	}
 
 	if err := s.setupMemory(devCfg); err != nil {
 		return err
@@ -181,8 +201,7 @@ func (s *server) run(ctx context.Context) error {
 				if err := s.runReference(ctx, r.ref); !errors.Is(err, errRefAbandoned) {
 					return err
 				}
-				go s.acceptOne(ctx, accepted) // the reference initiator left before its work began
-				continue
+				continue // the reference initiator left before its work began
 			}
 			conn = r.c
 		case <-s.fail.ch:
@@ -191,7 +210,7 @@ func (s *server) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	s.ln.Close() // one initiator per run
+	s.commit() // one initiator per run: acceptLoop turns any other away
 	s.peer = newPeer(conn, "initiator")
 	s.log.Info("initiator connected", zap.Stringer("from", conn.RemoteAddr()), zap.Bool("authenticated", conn.Authenticated()))
 
@@ -300,7 +319,81 @@ func (s *server) sendVerdict(ok bool, detail string) error {
 }
 
 func (s *server) next(ctx context.Context, what string, timeout time.Duration) (oob.Message, error) {
-	return s.peer.next(ctx, s.fail.ch, s.fail.get, what, timeout)
+	m, err := s.peer.next(ctx, s.fail.ch, s.fail.get, what, timeout)
+	if err != nil && ctx.Err() == nil && s.peer.ended() {
+		return nil, s.explainPeerGone(ctx, err)
+	}
+	return m, err
+}
+
+// Bounds of the worker check when the initiator's connection ends.
+const (
+	workerCheckQuiet = time.Second     // answered within this: nothing logged
+	workerCheckLimit = 5 * time.Second // then the initiator's reason, and the worker is taken as stopped
+)
+
+// explainPeerGone reports the initiator's end (its connection closed, with
+// or without a reason: a kill, a Ctrl-C, its own failure) as soon as this
+// side knows it is not the cause. The initiator may have stopped because
+// the RDMO worker failed (it sees its endpoint fail before the UROM
+// service reports the worker's death), so the worker is asked at once:
+// it answers within milliseconds when alive, and the reason is the
+// initiator's; its death, reported meanwhile, is the reason instead.
+func (s *server) explainPeerGone(ctx context.Context, gone error) error {
+	select {
+	case <-s.fail.ch:
+		return s.fail.get()
+	default:
+	}
+	if s.t == nil {
+		return gone
+	}
+	cctx, cancel := context.WithTimeout(ctx, workerCheckLimit)
+	defer cancel()
+	answer := make(chan error, 1)
+	go func() {
+		_, err := s.t.Stats(cctx)
+		answer <- err
+	}()
+	quiet := time.NewTimer(workerCheckQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case err := <-answer:
+			select {
+			case <-s.fail.ch:
+				return s.fail.get()
+			default:
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if errors.Is(err, urom.ErrWorkerDied) {
+					// The target reports the death with its reason.
+					select {
+					case <-s.t.Done():
+					case <-cctx.Done():
+					}
+				}
+				if werr := s.t.Err(); werr != nil && !errors.Is(werr, target.ErrClosed) {
+					return werr // it died: that is the reason
+				}
+				s.workerSilent = true
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("%w; and the RDMO worker did not answer within %v", gone, workerCheckLimit)
+				}
+				return fmt.Errorf("%w; and the RDMO worker does not answer: %v", gone, err)
+			}
+			return fmt.Errorf("%w; the RDMO worker still answers", gone)
+		case <-s.fail.ch:
+			cancel()
+			return s.fail.get()
+		case <-quiet.C:
+			s.log.Warn("the initiator is gone; waiting for the RDMO worker to answer, to tell whether it failed first",
+				zap.NamedError("initiator", gone), zap.Duration("at_most", workerCheckLimit))
+		}
+	}
 }
 
 func (s *server) expectBarrier(ctx context.Context, id uint64, timeout time.Duration) error {
@@ -320,35 +413,80 @@ type acceptResult struct {
 	err error
 }
 
-// acceptOne accepts the first initiator that completes the handshake. A
-// peer that speaks another version or role ends the run; a failed
-// authentication is handled like any other failed handshake (a port scan,
-// a peer that hung up): logged, counted, and the wait goes on, so whoever
-// reaches the port cannot end the run by guessing wrong.
-func (s *server) acceptOne(ctx context.Context, out chan<- acceptResult) {
-	authFailures := 0
+// acceptWorkers is how many handshakes the out-of-band port runs at once.
+const acceptWorkers = 4
+
+// commit closes s.committed: the run has its initiator.
+func (s *server) commit() { s.commitOnce.Do(func() { close(s.committed) }) }
+
+// busyMessage is what an initiator that connects while another one runs
+// is told (codeBusy), at once rather than after its dial retries.
+const busyMessage = "busy: this server already serves an initiator (one per run)"
+
+// acceptLoop accepts initiators until the listener closes and hands each
+// that completes the handshake to out, until the run is committed to one
+// (s.committed closed: an rdmo initiator was taken, or a reference one got
+// its queue); from then on every other is told busyMessage and closed.
+// Whatever fails before the handshake completes (framing, version, role, a
+// wrong secret, a port scan, a peer that hung up) comes from whoever
+// reaches the port, so it is never fatal: one log line, counted, and the
+// wait goes on.
+//
+// acceptWorkers of them run at once, so that peers that connect and stay
+// silent (each for up to oob.Options.Timeout) do not keep the initiator
+// from being served.
+func (s *server) acceptLoop(ctx context.Context, out chan<- acceptResult) {
+	defer s.acceptWG.Done()
 	for {
 		c, ref, err := s.ln.AcceptEither(ctx)
 		if err == nil {
-			out <- acceptResult{c: c, ref: ref}
-			return
+			select {
+			case <-s.committed:
+				s.turnAway(c, ref)
+				continue
+			default:
+			}
+			select {
+			case out <- acceptResult{c: c, ref: ref}:
+			case <-s.committed:
+				s.turnAway(c, ref)
+			case <-ctx.Done():
+				if c != nil {
+					c.Close()
+				}
+				if ref != nil {
+					ref.Close()
+				}
+				return
+			}
+			continue
 		}
 		if ctx.Err() != nil || errors.Is(err, oob.ErrClosed) {
-			out <- acceptResult{err: err}
 			return
 		}
 		if errors.Is(err, oob.ErrAuth) {
-			authFailures++
 			s.log.Warn("initiator refused: "+authHint(err).Error()+"; still waiting for the initiator",
-				zap.Int("auth_failures", authFailures))
+				zap.Int64("auth_failures", s.authFailures.Add(1)))
 			continue
 		}
-		if errors.Is(err, oob.ErrVersion) || errors.Is(err, oob.ErrRole) {
-			out <- acceptResult{err: fmt.Errorf("initiator refused: %w", authHint(err))}
-			return
-		}
-		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err))
+		s.log.Warn("out-of-band handshake failed; still waiting for the initiator", zap.Error(err), zap.Int64("refused", s.refused.Add(1)))
 	}
+}
+
+// turnAway tells an initiator that connected while another one runs that
+// this server is busy, and closes its connection. A reference initiator's
+// exchange has no way to say so: it only sees the connection close.
+func (s *server) turnAway(c *oob.Conn, ref *oob.RefConn) {
+	if ref != nil {
+		s.log.Warn("a second initiator connected (reference exchange); closed: "+busyMessage, zap.Stringer("from", ref.RemoteAddr()))
+		ref.Close()
+		return
+	}
+	s.log.Warn("a second initiator connected; told: "+busyMessage, zap.Stringer("from", c.RemoteAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.Send(ctx, oob.Error{Code: codeBusy, Message: busyMessage})
+	c.Close()
 }
 
 // startWorker gets an RDMO worker from a UROM service (the one at --urom,
@@ -472,7 +610,11 @@ func randomID() uint64 {
 // stop the embedded service (target.Target.Close), then release the
 // target's UCX (only once no worker can write into it any more).
 func (s *server) teardown(tell func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	limit := teardownTimeout
+	if s.workerSilent {
+		limit = silentTeardown
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	warn := func(what string, err error) {
 		if err != nil {
@@ -480,9 +622,14 @@ func (s *server) teardown(tell func()) {
 		}
 	}
 	if s.ln != nil {
+		s.stopAccept()
 		s.ln.Close()
+		s.acceptWG.Wait()
 	}
-	if s.t != nil && s.rqMade && s.t.Err() == nil {
+	if s.workerSilent && s.t != nil {
+		s.stopSilentWorker()
+	}
+	if s.t != nil && s.rqMade && s.t.Err() == nil && !s.workerSilent {
 		err := s.t.DestroyRQ(ctx, s.rq)
 		if !errors.Is(err, urom.ErrWorkerDied) && !errors.Is(err, urom.ErrUnknownWorker) {
 			warn("RQ_DESTROY", err)
@@ -506,6 +653,33 @@ func (s *server) teardown(tell func()) {
 	}
 	s.log.Debug("teardown complete")
 }
+
+// stopSilentWorker ends a worker that no longer answers, so that teardown
+// does not spend its bound on commands it will not answer. An embedded
+// service's worker runs on this machine: it is killed, after which the
+// target learns it died and skips its commands, and no worker can write
+// the target's memory any more. A remote service's worker is left to its
+// service; teardown then waits for it at most silentTeardown.
+func (s *server) stopSilentWorker() {
+	if s.cfg.UROMAddress != "" {
+		return
+	}
+	pid := s.t.WorkerPID()
+	if pid <= 0 {
+		return
+	}
+	s.log.Warn("killing the RDMO worker, which does not answer", zap.Int("pid", pid))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return
+	}
+	select {
+	case <-s.t.Done():
+	case <-time.After(silentTeardown):
+	}
+}
+
+// silentTeardown bounds the teardown of a worker that does not answer.
+const silentTeardown = 10 * time.Second
 
 func (s *server) printSummary(done oob.Done, res workloadResult, verr error, elapsed time.Duration, ctx context.Context) {
 	out := Stdout
