@@ -45,7 +45,7 @@ func (c *Conn) handshake(ctx context.Context, s side) (err error) {
 			c.fail(err)
 			lvl := zap.WarnLevel
 			if errors.Is(err, context.Canceled) || s == sideListener {
-				// A listener's caller gets the HandshakeError and logs
+				// A listener's caller gets the ConnError and logs
 				// it: one line per bad peer, not two.
 				lvl = zap.DebugLevel
 			}
