@@ -67,6 +67,19 @@ type PluginInfo struct {
 	OpNames map[uint32]string `msgpack:"op_names,omitempty"`
 }
 
+// Form is how the worker runs the plugin: "builtin" (linked in),
+// "plugin" (a go-plugin process) or "wasm" (a WebAssembly module,
+// rdmo-plugin-NAME.wasm, run inside the worker).
+func (p PluginInfo) Form() string {
+	switch {
+	case p.Builtin:
+		return "builtin"
+	case strings.HasSuffix(p.Path, ".wasm"):
+		return "wasm"
+	}
+	return "plugin"
+}
+
 // SpawnOptions choose what a new worker runs.
 type SpawnOptions struct {
 	// Plugins names the plugins to load (by name); empty loads every

@@ -160,7 +160,9 @@ func (s *Service) discover(ctx context.Context) []PluginInfo {
 				continue
 			}
 			path := filepath.Join(dir, e.Name())
-			if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
+			// A WebAssembly module (rdmo-plugin-NAME.wasm) is read, not run.
+			wasm := strings.HasSuffix(e.Name(), ".wasm")
+			if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() || !wasm && fi.Mode()&0o111 == 0 {
 				continue
 			}
 			if s.cfg.Probe == nil {
@@ -298,7 +300,8 @@ func (s *Service) Workers() []WorkerInfo {
 }
 
 // resolve maps plugin names to plugins. "name" prefers the built-in,
-// "builtin:name" and "plugin:name" force one kind.
+// "builtin:name", "plugin:name" (a process) and "wasm:name" (a module)
+// force one form.
 func (s *Service) resolve(names []string) ([]PluginInfo, error) {
 	if len(names) == 0 {
 		var out []PluginInfo
@@ -318,7 +321,7 @@ func (s *Service) resolve(names []string) ([]PluginInfo, error) {
 		var pick *PluginInfo
 		for i := range s.plugins {
 			p := &s.plugins[i]
-			if p.Name != name || (kind == "builtin" && !p.Builtin) || (kind == "plugin" && p.Builtin) {
+			if p.Name != name || (kind != "" && kind != p.Form()) {
 				continue
 			}
 			if pick == nil || (kind == "" && p.Builtin) {
@@ -336,11 +339,7 @@ func (s *Service) resolve(names []string) ([]PluginInfo, error) {
 func (s *Service) pluginNames() string {
 	var names []string
 	for _, p := range s.plugins {
-		kind := "builtin"
-		if !p.Builtin {
-			kind = "plugin"
-		}
-		names = append(names, kind+":"+p.Name+"@"+p.Version)
+		names = append(names, p.Form()+":"+p.Name+"@"+p.Version)
 	}
 	return strings.Join(names, ", ")
 }

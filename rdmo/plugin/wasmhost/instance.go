@@ -274,9 +274,10 @@ func (in *instance) hookError() string {
 
 func (in *instance) stderrTail() string { return in.stderr.tail() }
 
-// tailWriter keeps the first line of interest of what a module writes to
-// stderr (the Go runtime's "panic:" or "fatal error:" line) and the last
-// bytes, for the failure's log line. Bounded, whatever the module writes.
+// tailWriter keeps the first bytes a module writes to stderr, for the
+// failure's log line (the Go runtime's "panic:" or "fatal error:" line
+// comes first, its goroutine dump after). Bounded, whatever the module
+// writes.
 type tailWriter struct {
 	mu  sync.Mutex
 	buf []byte
@@ -286,9 +287,8 @@ const tailMax = 4096
 
 func (w *tailWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	w.buf = append(w.buf, p...)
-	if len(w.buf) > tailMax {
-		w.buf = append(w.buf[:0], w.buf[len(w.buf)-tailMax:]...)
+	if room := tailMax - len(w.buf); room > 0 {
+		w.buf = append(w.buf, p[:min(room, len(p))]...)
 	}
 	w.mu.Unlock()
 	return len(p), nil
