@@ -12,13 +12,13 @@ import (
 
 // Ops of the test module. Sub-headers: region u64, addr u64[, delta u64].
 const (
-	OpPut    = rdmo.OpUserBase + iota // Put the payload at addr; Value = its length
-	OpAdd                             // fetch-add delta at addr; Value = old value
-	OpPanic                           // panic
-	OpLoop                            // never return
-	OpGrow                            // allocate until the memory limit
-	OpForge                           // call put with a pointer outside linear memory
-	OpGet                             // read 8 bytes at addr into Data
+	OpPut   = rdmo.OpUserBase + iota // Put the payload at addr; Value = its length
+	OpAdd                            // fetch-add delta at addr; Value = old value
+	OpPanic                          // panic
+	OpLoop                           // never return
+	OpGrow                           // allocate until the memory limit
+	OpForge                          // call put with a pointer outside linear memory
+	OpGet                            // read 8 bytes at addr into Data
 )
 
 // Forge is called by OpForge; the module's main sets it to a function that
