@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *zap.Logger) error 
 	}
 	fmt.Fprintf(out, "op %s on region %d [%#x, +%d), sub-header %s, payload %d bytes\n",
 		rdmo.OpName(op), reg.ID, reg.Base, cfg.RegionSize, hexOr(sub), len(payload))
-	failed := 0
+	failed, start := 0, time.Now()
 	for i := range cfg.Count {
 		res, err := in.Call(ctx, op, sub, payload)
 		var re *initiator.RequestError
@@ -185,7 +185,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *zap.Logger) error 
 			fmt.Fprintln(out, line)
 		}
 	}
+	took := time.Since(start)
 	fmt.Fprintf(out, "region's first u64 after the calls: %d\n", binary.LittleEndian.Uint64(mem.Bytes()))
+	fmt.Fprintf(out, "%d calls in %v (%.1f µs per call, printing included)\n", cfg.Count, took.Round(time.Microsecond), float64(took.Microseconds())/float64(cfg.Count))
 	if failed > 0 {
 		return fmt.Errorf("%d of %d calls failed", failed, cfg.Count)
 	}
