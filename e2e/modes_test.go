@@ -74,6 +74,10 @@ func startUROMWorker(t testing.TB, tr ucptest.Transport, names []string, config 
 			cfg.PluginPath = []string{pluginDir(t)}
 			cfg.Probe = rdmoworker.Probe
 		}
+		if strings.HasPrefix(n, "wasm:") {
+			cfg.PluginPath = []string{wasmDir(t)}
+			cfg.Probe = rdmoworker.Probe
+		}
 	}
 	addr := uromtest.Start(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())

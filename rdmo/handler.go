@@ -175,14 +175,24 @@ func (r Region) CheckRange(addr, n uint64) error {
 	return nil
 }
 
-// RemoteOpKind is a remote operation whose result a handler waits for.
+// RemoteOpKind is a remote operation whose result a handler waits for
+// (Target.Sync). The atomics work on the u64 at Addr, which must be 8-byte
+// aligned, and return the value it had before in RemoteOp.Result; each op
+// reports its own RemoteOp.Status (OutOfBounds, UnknownRegion,
+// RegionNotOwned: that op did nothing).
 type RemoteOpKind uint8
 
 const (
-	RemoteGet         RemoteOpKind = iota + 1 // read len(Buf) bytes into Buf
-	RemoteFetchAdd                            // add Operand, Result = old value
-	RemoteCompareSwap                         // store Operand if equal to Compare, Result = old value
-	RemoteSwap                                // store Operand, Result = old value
+	// RemoteGet reads len(Buf) bytes at Addr into Buf; Result is unused.
+	RemoteGet RemoteOpKind = iota + 1
+	// RemoteFetchAdd adds Operand to the u64 at Addr; Result is the old value.
+	RemoteFetchAdd
+	// RemoteCompareSwap stores Operand at Addr if the u64 there equals
+	// Compare; Result is the old value (the swap happened iff it equals
+	// Compare).
+	RemoteCompareSwap
+	// RemoteSwap stores Operand at Addr; Result is the old value.
+	RemoteSwap
 )
 
 // RemoteOp is one operation of Target.Sync.

@@ -1,6 +1,7 @@
 package urom
 
 import (
+	"strings"
 	"time"
 
 	"github.com/openrdmo/rdmo/urom/internal/uromwire"
@@ -41,6 +42,19 @@ type PluginInfo struct {
 	// OpNames are the names the handler gives its user ops
 	// (rdmo.HandlerInfo.OpNames; a plugin's as its process declares them).
 	OpNames map[uint32]string `msgpack:"op_names,omitempty"`
+}
+
+// Form is how the worker runs the plugin: "builtin" (linked in),
+// "plugin" (a go-plugin process) or "wasm" (a WebAssembly module,
+// rdmo-plugin-NAME.wasm, run inside the worker).
+func (p PluginInfo) Form() string {
+	switch {
+	case p.Builtin:
+		return "builtin"
+	case strings.HasSuffix(p.Path, ".wasm"):
+		return "wasm"
+	}
+	return "plugin"
 }
 
 // SpawnOptions choose what a new worker runs.

@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/bench"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/callcmd"
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/demo"
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/dpucmd"
@@ -255,7 +256,8 @@ func (a *app) rootCommand() *cobra.Command {
 		},
 	})
 
-	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.workersCommand(), a.benchCommand(), a.uromWorkerCommand())
+	root.AddCommand(a.dpuCommand(), a.pluginsCommand(), a.workersCommand(), a.benchCommand(), a.uromWorkerCommand(),
+		callcmd.Command(a.stdout, a.stderr, &a.log, a.modes.UCX))
 	return root
 }
 
@@ -473,7 +475,7 @@ func (a *app) printVersion() error {
 	return err
 }
 
-var commandNames = []string{"dpu", "plugins", "workers", "bench"}
+var commandNames = []string{"dpu", "plugins", "workers", "bench", "call"}
 
 func rootArgs(_ *cobra.Command, args []string) error {
 	if len(args) == 0 {

@@ -29,7 +29,7 @@ func TestWalkthrough(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var last []byte
+	var all []byte
 	for _, line := range strings.Split(strings.TrimSpace(string(m[1])), "\n") {
 		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -41,11 +41,18 @@ func TestWalkthrough(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", line, err, out)
 		}
-		last = out
+		all = append(all, out...)
 	}
-	// The last command is the demo: the counter holds one increment per call.
-	got := regexp.MustCompile(`counter: (\d+) after (\d+) calls, \d+ calls/s`).FindSubmatch(last)
-	if got == nil || !bytes.Equal(got[1], got[2]) {
-		t.Fatalf("demo output %q", last)
+	// The demo runs once per form (a plugin process, a WebAssembly
+	// module): each time the counter holds one increment per call.
+	forms := map[string]bool{}
+	for _, got := range regexp.MustCompile(`counter \((\w+)\): (\d+) after (\d+) calls, \d+ calls/s`).FindAllSubmatch(all, -1) {
+		if !bytes.Equal(got[2], got[3]) {
+			t.Fatalf("demo output %q", got[0])
+		}
+		forms[string(got[1])] = true
+	}
+	if !forms["plugin"] || !forms["wasm"] {
+		t.Fatalf("the walkthrough ran the demo for %v, want plugin and wasm; output:\n%s", forms, all)
 	}
 }

@@ -423,3 +423,21 @@ func TestPeersConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestUserReq(t *testing.T) {
+	tg := rdmotest.NewTarget(7)
+	sub := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	r := tg.UserReq(20, sub, []byte("pay"), rdmo.FlagAck)
+	if r.Op != 20 || r.Client != 7 || r.Flags != rdmo.FlagAck || string(r.Sub) != string(sub) || string(r.Payload) != "pay" || r.Length != 3 {
+		t.Fatalf("UserReq = %+v", r)
+	}
+	if r2 := tg.UserReq(20, nil, nil, 0); r2.Seq != r.Seq+1 || len(r2.Sub) != 0 || r2.Length != 0 {
+		t.Fatalf("second UserReq = %+v", r2)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("UserReq of a reference op did not panic")
+		}
+	}()
+	tg.UserReq(rdmo.OpAppend, nil, nil, 0)
+}

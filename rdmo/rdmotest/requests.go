@@ -117,6 +117,19 @@ func (t *Target) FlushReq(flushID uint64) rdmo.Request {
 	return t.Req(wire.AppendFlushRequest(nil, wire.Header{ClientID: uint64(t.client), Flags: rdmo.FlagFence}, rdmo.FlushHeader{FlushID: flushID}), nil)
 }
 
+// UserReq builds a request of this client for a user op (op >= 16) from
+// its sub-header, eager payload (nil: none) and flags (rdmo.FlagAck,
+// rdmo.FlagFence), checked as the worker checks it: the request a handler
+// of that op gets. It panics if the worker would refuse it (an op below
+// 16, a sub-header over 48 bytes, unknown flags).
+func (t *Target) UserReq(op uint32, sub, payload []byte, flags uint32) rdmo.Request {
+	h, err := wire.AppendUserRequest(nil, wire.Header{ClientID: uint64(t.client), Op: op, Flags: flags}, sub)
+	if err != nil {
+		panic(fmt.Sprintf("rdmotest: the worker would refuse this request: %v", err))
+	}
+	return t.Req(h, payload)
+}
+
 // Rendezvous turns an eager request into a rendezvous one: its payload is
 // kept by the Target for Place or Fetch and removed from the request. (The
 // worker does not check a rendezvous payload before the handler runs.)

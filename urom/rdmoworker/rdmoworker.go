@@ -24,6 +24,7 @@ import (
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/rdmo/plugin/pluginhost"
+	"github.com/openrdmo/rdmo/rdmo/plugin/wasmhost"
 	"github.com/openrdmo/rdmo/urom"
 	"github.com/openrdmo/rdmo/urom/service"
 )
@@ -42,12 +43,15 @@ const (
 	SettingMaxEagerPayload     = "max-eager-payload"      // dpu.Config.MaxEagerPayload
 	SettingMaxBatch            = "max-batch"              // dpu.Config.MaxBatch
 	SettingDrainTimeout        = "drain-timeout"          // dpu.Config.DrainTimeout
+	SettingMaxWasmMemory       = "max-wasm-memory"        // wasmhost.LoadOptions.MemoryLimit (not a dpu limit)
 )
 
 // ApplySettings sets the limits of cfg from a worker's settings
 // (urom.WorkerSpec.Settings); see the Setting* keys.
 func ApplySettings(cfg *dpu.Config, settings map[string]string) error {
+	var wasmMemory int // checked here, used by Factory (wasmMemoryLimit)
 	ints := map[string]*int{
+		SettingMaxWasmMemory:       &wasmMemory,
 		SettingMaxInFlightPerRQ:    &cfg.MaxInFlightPerRQ,
 		SettingMaxClients:          &cfg.MaxClients,
 		SettingMaxRQsPerClient:     &cfg.MaxRQsPerClient,
@@ -134,8 +138,17 @@ func Builtins() []urom.PluginInfo {
 	return out
 }
 
-// Probe starts a plugin binary once to read its name, version and ops.
+// Probe starts a plugin binary once (or compiles and instantiates a
+// WebAssembly module, rdmo-plugin-NAME.wasm) to read its name, version and
+// ops.
 func Probe(ctx context.Context, path string) (urom.PluginInfo, error) {
+	if strings.HasSuffix(path, wasmhost.Suffix) {
+		info, err := wasmhost.Probe(ctx, path, wasmhost.LoadOptions{CacheDir: wasmhost.DefaultCacheDir()})
+		if err != nil {
+			return urom.PluginInfo{}, err
+		}
+		return urom.PluginInfo{Name: info.Name, Version: info.Version, Ops: info.Ops, Path: path, OpNames: info.OpNames}, nil
+	}
 	h, err := pluginhost.Load(ctx, path, pluginhost.LoadOptions{})
 	if err != nil {
 		return urom.PluginInfo{}, err
@@ -165,9 +178,19 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (servic
 			handlers = append(handlers, h)
 			continue
 		}
+		name := p.Name
+		if strings.HasSuffix(p.Path, wasmhost.Suffix) {
+			h, err := loadWasm(ctx, p, spec.Settings, log)
+			if err != nil {
+				c.closePlugins()
+				return nil, err
+			}
+			c.closers = append(c.closers, h)
+			handlers = append(handlers, h)
+			continue
+		}
 		// go-plugin's own lines carry a "plugin" key already: a second
 		// one would be a duplicate JSON key.
-		name := p.Name
 		h, err := pluginhost.Load(ctx, p.Path, pluginhost.LoadOptions{
 			Logger: log.With(zap.String("plugin_name", p.Name)), Name: p.Name, Version: p.Version,
 			Env: configEnv(spec.Config),
@@ -199,6 +222,29 @@ func Factory(ctx context.Context, spec urom.WorkerSpec, log *zap.Logger) (servic
 	return c, nil
 }
 
+// loadWasm loads a WebAssembly handler module into this worker process,
+// its instances' memory capped by the max-wasm-memory setting.
+func loadWasm(ctx context.Context, p urom.PluginInfo, settings map[string]string, log *zap.Logger) (*wasmhost.Handler, error) {
+	var limit uint64
+	if v := strings.TrimSpace(settings[SettingMaxWasmMemory]); v != "" {
+		n, err := strconv.Atoi(v) // ApplySettings checked it
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("worker setting %s: invalid limit %q", SettingMaxWasmMemory, v)
+		}
+		limit = uint64(n)
+	}
+	name := p.Name
+	h, err := wasmhost.Load(ctx, p.Path, wasmhost.LoadOptions{
+		Logger: log.With(zap.String("plugin_name", p.Name)), Name: p.Name, Version: p.Version,
+		MemoryLimit: limit, CacheDir: wasmhost.DefaultCacheDir(),
+		OnFailure: func(string) { service.ReportPluginFailed(ctx, name) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load wasm module %s: %w", p.Path, err)
+	}
+	return h, nil
+}
+
 // configEnv passes the spawn configuration to plugin processes as
 // RDMO_CONFIG_<KEY> variables (dashes become underscores).
 func configEnv(cfg map[string]string) []string {
@@ -221,12 +267,16 @@ func findBuiltin(name string) *builtin {
 type commands struct {
 	w       *dpu.Worker
 	plugins []*pluginhost.Handler
+	closers []*wasmhost.Handler
 	log     *zap.Logger
 }
 
 func (c *commands) closePlugins() {
 	for _, p := range c.plugins {
 		p.Close()
+	}
+	for _, m := range c.closers {
+		m.Close()
 	}
 }
 

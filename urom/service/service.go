@@ -162,7 +162,9 @@ func (s *Service) discover(ctx context.Context) []urom.PluginInfo {
 				continue
 			}
 			path := filepath.Join(dir, e.Name())
-			if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
+			// A WebAssembly module (rdmo-plugin-NAME.wasm) is read, not run.
+			wasm := strings.HasSuffix(e.Name(), ".wasm")
+			if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() || !wasm && fi.Mode()&0o111 == 0 {
 				continue
 			}
 			if s.cfg.Probe == nil {
@@ -316,7 +318,8 @@ func (s *Service) Workers() []urom.WorkerInfo {
 }
 
 // resolve maps plugin names to plugins. "name" prefers the built-in,
-// "builtin:name" and "plugin:name" force one kind.
+// "builtin:name", "plugin:name" (a process) and "wasm:name" (a module)
+// force one form.
 func (s *Service) resolve(names []string) ([]urom.PluginInfo, error) {
 	if len(names) == 0 {
 		var out []urom.PluginInfo
@@ -336,7 +339,7 @@ func (s *Service) resolve(names []string) ([]urom.PluginInfo, error) {
 		var pick *urom.PluginInfo
 		for i := range s.plugins {
 			p := &s.plugins[i]
-			if p.Name != name || (kind == "builtin" && !p.Builtin) || (kind == "plugin" && p.Builtin) {
+			if p.Name != name || (kind != "" && kind != p.Form()) {
 				continue
 			}
 			if pick == nil || (kind == "" && p.Builtin) {
@@ -354,11 +357,7 @@ func (s *Service) resolve(names []string) ([]urom.PluginInfo, error) {
 func (s *Service) pluginNames() string {
 	var names []string
 	for _, p := range s.plugins {
-		kind := "builtin"
-		if !p.Builtin {
-			kind = "plugin"
-		}
-		names = append(names, kind+":"+p.Name+"@"+p.Version)
+		names = append(names, p.Form()+":"+p.Name+"@"+p.Version)
 	}
 	return strings.Join(names, ", ")
 }

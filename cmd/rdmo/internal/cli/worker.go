@@ -36,6 +36,7 @@ const (
 	DefaultWorkerMaxEagerPayload     = 1 << 20
 	DefaultWorkerMaxBatch            = 1024
 	DefaultWorkerDrainTimeout        = 5 * time.Second
+	DefaultWorkerMaxWasmMemory       = 128 << 20 // wasmhost.DefaultMemoryLimit
 )
 
 // WorkerLimits are the limits of every RDMO worker process a `rdmo dpu`
@@ -51,6 +52,7 @@ type WorkerLimits struct {
 	MaxEagerPayload     int           // "max-eager-payload": bytes of an eager payload
 	MaxBatch            int           // "max-batch": requests per handler call
 	DrainTimeout        time.Duration // "drain-timeout": how long a closing queue waits for its requests
+	MaxWasmMemory       int           // "max-wasm-memory": bytes of linear memory of one WebAssembly handler instance
 }
 
 // DefaultWorkerLimits are the dpu defaults.
@@ -64,6 +66,7 @@ func DefaultWorkerLimits() WorkerLimits {
 		MaxEagerPayload:     DefaultWorkerMaxEagerPayload,
 		MaxBatch:            DefaultWorkerMaxBatch,
 		DrainTimeout:        DefaultWorkerDrainTimeout,
+		MaxWasmMemory:       DefaultWorkerMaxWasmMemory,
 	}
 }
 
@@ -94,6 +97,8 @@ var workerLimits = []workerLimit{
 		usage: "Most requests handed to one handler call"},
 	{key: "drain-timeout", arg: "<duration>", dur: func(l *WorkerLimits) *time.Duration { return &l.DrainTimeout },
 		usage: "How long a closing request queue waits for its requests, and how long the service, on SIGTERM, lets hosts keep their workers (e.g. 5s; a number is seconds)"},
+	{key: "max-wasm-memory", arg: "<bytes>", count: func(l *WorkerLimits) *int { return &l.MaxWasmMemory },
+		usage: "Linear memory of one instance of a WebAssembly handler module (rdmo-plugin-NAME.wasm); a module that grows past it traps and its batch fails"},
 }
 
 // WorkerSettingKeys lists the keys of the "worker" group, in help order.

@@ -39,7 +39,7 @@ func applyDPUFile(t *testing.T, body string, args ...string) (*DPUConfig, error)
 
 func TestWorkerLimitsDefaults(t *testing.T) {
 	d := DefaultDPUConfig().Worker
-	want := WorkerLimits{1024, 64, 64, 1024, 1 << 20, 1 << 20, 1024, 5 * time.Second}
+	want := WorkerLimits{1024, 64, 64, 1024, 1 << 20, 1 << 20, 1024, 5 * time.Second, 128 << 20}
 	if d != want {
 		t.Errorf("DefaultDPUConfig().Worker = %+v, want %+v", d, want)
 	}
@@ -48,6 +48,7 @@ func TestWorkerLimitsDefaults(t *testing.T) {
 		"worker-max-in-flight-per-rq": "1024", "worker-max-clients": "64", "worker-max-rqs-per-client": "64",
 		"worker-max-regions-per-client": "1024", "worker-max-rendezvous-fetch": "1048576",
 		"worker-max-eager-payload": "1048576", "worker-max-batch": "1024", "worker-drain-timeout": "5s",
+		"worker-max-wasm-memory": "134217728",
 	} {
 		f := fs.Lookup(name)
 		if f == nil {
@@ -62,7 +63,7 @@ func TestWorkerLimitsDefaults(t *testing.T) {
 	wantSettings := map[string]string{
 		"max-in-flight-per-rq": "1024", "max-clients": "64", "max-rqs-per-client": "64",
 		"max-regions-per-client": "1024", "max-rendezvous-fetch": "1048576", "max-eager-payload": "1048576",
-		"max-batch": "1024", "drain-timeout": "5s",
+		"max-batch": "1024", "drain-timeout": "5s", "max-wasm-memory": "134217728",
 	}
 	if !reflect.DeepEqual(got, wantSettings) {
 		t.Errorf("Settings() = %v, want %v", got, wantSettings)
@@ -88,12 +89,13 @@ func TestWorkerLimitsFromConfigFile(t *testing.T) {
 			"max-eager-payload": 131072,
 			"max-batch": 32,
 			"drain-timeout": "250ms",
+			"max-wasm-memory": 33554432,
 		},
 	}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := WorkerLimits{64, 8, 4, 16, 65536, 131072, 32, 250 * time.Millisecond}
+	want := WorkerLimits{64, 8, 4, 16, 65536, 131072, 32, 250 * time.Millisecond, 32 << 20}
 	if cfg.Worker != want || cfg.Listen != "127.0.0.1:0" {
 		t.Errorf("worker %+v listen %q, want %+v", cfg.Worker, cfg.Listen, want)
 	}

@@ -105,6 +105,7 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	if err != nil {
 		return err
 	}
+	logPlugins(log, svc.Plugins())
 	if cfg.MetricsAddr != "" {
 		if _, err := service.ServeMetrics(ctx, svc, cfg.MetricsAddr, log.Named("metrics")); err != nil {
 			svc.Close()
@@ -128,6 +129,25 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 		return nil
 	}
 	return err
+}
+
+// logPlugins logs, once at start, the handlers workers can load besides
+// the built-in ones: form:name@version (ops) and where it was found.
+func logPlugins(log *zap.Logger, plugins []urom.PluginInfo) {
+	var found []string
+	builtins := 0
+	for _, p := range plugins {
+		if p.Builtin {
+			builtins++
+			continue
+		}
+		var ops []string
+		for _, op := range p.Ops {
+			ops = append(ops, dpu.OpLabel(op, p.Name, p.OpNames))
+		}
+		found = append(found, fmt.Sprintf("%s:%s@%s %s %s", p.Form(), p.Name, p.Version, strings.Join(ops, ","), p.Path))
+	}
+	log.Info("plugins", zap.Int("builtin", builtins), zap.Strings("found", found))
 }
 
 // Loopback reports whether a listen address (host:port) is reachable only
@@ -237,9 +257,9 @@ func RunPlugins(ctx context.Context, cfg cli.PluginsConfig) error {
 	tw := tabwriter.NewWriter(Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tVERSION\tKIND\tOPS\tPATH")
 	for _, p := range plugins {
-		kind, path := "builtin", "-"
+		kind, path := p.Form(), "-"
 		if !p.Builtin {
-			kind, path = "plugin", p.Path
+			path = p.Path
 		}
 		var ops []string
 		for _, op := range p.Ops {

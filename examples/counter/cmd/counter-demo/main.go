@@ -3,7 +3,10 @@
 // with rdmo-plugin-counter on its plugin path, registers memory, takes N
 // tickets (pipelined calls), and prints the counter and the call rate.
 //
-//	counter-demo RDMO-BINARY PLUGIN-DIR N
+//	counter-demo RDMO-BINARY PLUGIN-DIR N [FORM]
+//
+// FORM is plugin (default: the rdmo-plugin-counter process) or wasm (the
+// rdmo-plugin-counter.wasm module, run inside the worker).
 //
 // docs/PLUGINS.md walks through it; examples/counter's TestWalkthrough
 // runs that walkthrough.
@@ -26,12 +29,16 @@ import (
 
 func main() {
 	rdmoBin, plugins, n := os.Args[1], os.Args[2], must(strconv.Atoi(os.Args[3]))
+	form := "plugin"
+	if len(os.Args) > 4 {
+		form = os.Args[4]
+	}
 	// The target: memory, a worker that loads the plugin, a registered region.
 	local := must(target.NewLocal(target.LocalOptions{}))
 	mem := must(local.Allocate(4096))
 	local.Start()
 	defer local.Close()
-	tg := must(target.New(context.Background(), target.Options{Address: local.Address(), Plugins: []string{"plugin:counter"},
+	tg := must(target.New(context.Background(), target.Options{Address: local.Address(), Plugins: []string{form + ":counter"},
 		Embedded: target.EmbeddedOptions{Command: []string{rdmoBin, "dpu", "--plugin-path", plugins}}}))
 	defer tg.Close()
 	reg := must(tg.Register(context.Background(), mem))
@@ -47,7 +54,7 @@ func main() {
 		must(c.Wait(context.Background())) // its Value is the ticket: the counter's old value
 	}
 	rate := float64(n) / time.Since(start).Seconds()
-	fmt.Printf("counter: %d after %d calls, %.0f calls/s\n", binary.LittleEndian.Uint64(mem.Bytes()), n, rate)
+	fmt.Printf("counter (%s): %d after %d calls, %.0f calls/s\n", form, binary.LittleEndian.Uint64(mem.Bytes()), n, rate)
 }
 
 func must[T any](v T, err error) T {

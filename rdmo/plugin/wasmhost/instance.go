@@ -1,0 +1,307 @@
+package wasmhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/plugin/internal/wasmabi"
+)
+
+// instance is one instantiation of a module: its linear memory, its
+// exports, and the call it runs (at most one at a time).
+type instance struct {
+	h   *Handler
+	mod api.Module
+	mem api.Memory
+
+	fnABI, fnInfo, fnBuf, fnBatch                          api.Function
+	fnWriteBack, fnRegionRemoved, fnClientRemoved, fnError api.Function
+	stack                                                  [4]uint64
+
+	// ctx is the context of every call into the instance: wazero stops
+	// the instance when its Done channel closes (WithCloseOnContextDone),
+	// which timer does when a call overruns BatchTimeout. It is made once
+	// per instance, so a call allocates no context or timer.
+	ctx   *callCtx
+	timer *time.Timer
+
+	// The call in progress: its Target, its requests, the last failed
+	// Target call's detail, scratch for Sync.
+	t       rdmo.Target
+	reqs    []rdmo.Request
+	lastErr string
+	ops     []rdmo.RemoteOp
+
+	// The module's batch buffer (rdmo_batch_buf), asked for again only
+	// when a batch needs more.
+	bufPtr uint32
+	bufCap uint64
+
+	stderr tailWriter
+}
+
+// callCtx is an instance's context: never canceled except by its timer.
+type callCtx struct {
+	inst    *instance
+	done    chan struct{}
+	expired atomic.Bool
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+func (c *callCtx) Value(any) any               { return nil }
+func (c *callCtx) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (h *Handler) newInstance(ctx context.Context) (*instance, error) {
+	in := &instance{h: h}
+	in.ctx = &callCtx{inst: in, done: make(chan struct{})}
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
+		WithSysWalltime().WithSysNanotime().WithRandSource(randReader).
+		WithStderr(&in.stderr).WithStdout(&in.stderr)
+	// _initialize (the Go runtime and package initializers) runs under
+	// the same time bound as a call.
+	ictx, cancel := context.WithTimeout(ctx, max(h.opts.BatchTimeout, 10*time.Second))
+	defer cancel()
+	mod, err := h.rt.InstantiateModule(ictx, h.cm, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	in.mod, in.mem = mod, mod.Memory()
+	if in.mem == nil {
+		mod.Close(context.Background())
+		return nil, errors.New("module has no memory")
+	}
+	if _, err := mod.ExportedFunction("_initialize").Call(ictx); err != nil {
+		mod.Close(context.Background())
+		return nil, fmt.Errorf("_initialize: %w%s", err, in.stderrSuffix())
+	}
+	in.fnABI = mod.ExportedFunction(wasmabi.ExportABIVersion)
+	in.fnInfo = mod.ExportedFunction(wasmabi.ExportInfo)
+	in.fnBuf = mod.ExportedFunction(wasmabi.ExportBatchBuf)
+	in.fnBatch = mod.ExportedFunction(wasmabi.ExportHandleBatch)
+	in.fnWriteBack = mod.ExportedFunction(wasmabi.ExportWriteBack)
+	in.fnRegionRemoved = mod.ExportedFunction(wasmabi.ExportRegionRemoved)
+	in.fnClientRemoved = mod.ExportedFunction(wasmabi.ExportClientRemoved)
+	in.fnError = mod.ExportedFunction(wasmabi.ExportError)
+	c := in.ctx
+	in.timer = time.AfterFunc(time.Hour, func() {
+		c.expired.Store(true)
+		close(c.done)
+	})
+	in.timer.Stop()
+	return in, nil
+}
+
+func (in *instance) close() {
+	if in.timer != nil {
+		in.timer.Stop()
+	}
+	in.mod.Close(context.Background())
+}
+
+// errTimeout is what a call that overran BatchTimeout returns.
+type errTimeout struct{ d time.Duration }
+
+func (e errTimeout) Error() string {
+	return fmt.Sprintf("stopped after the batch time bound (%v): the handler did not return", e.d)
+}
+
+// call runs fn with stack as its parameters and results, under the time
+// bound. A non-nil error means the instance is unusable (trap, exit,
+// overrun): the caller retires it.
+func (in *instance) call(fn api.Function, stack []uint64) error {
+	if in.ctx.expired.Load() {
+		return errTimeout{in.h.opts.BatchTimeout}
+	}
+	in.timer.Reset(in.h.opts.BatchTimeout)
+	err := fn.CallWithStack(in.ctx, stack)
+	if !in.timer.Stop() {
+		// The timer fired (or is firing): the instance is closed or about
+		// to be, whatever the call returned.
+		return errTimeout{in.h.opts.BatchTimeout}
+	}
+	if err != nil {
+		var ee *sys.ExitError
+		if errors.As(err, &ee) {
+			if ee.ExitCode() == sys.ExitCodeDeadlineExceeded {
+				return errTimeout{in.h.opts.BatchTimeout}
+			}
+			return fmt.Errorf("module exited with code %d%s", ee.ExitCode(), in.stderrSuffix())
+		}
+		return fmt.Errorf("trapped: %s%s", firstLine(err.Error()), in.stderrSuffix())
+	}
+	return nil
+}
+
+func (in *instance) stderrSuffix() string {
+	if s := in.stderrTail(); s != "" {
+		return " (" + s + ")"
+	}
+	return ""
+}
+
+// writeBatch lays the batch out in the module's batch buffer: request
+// records, result records, then sub-headers and payloads.
+func (in *instance) writeBatch(reqs []rdmo.Request) error {
+	resOff, off := wasmabi.BatchLayout(len(reqs))
+	size := uint64(off)
+	for i := range reqs {
+		size += uint64(len(reqs[i].Sub)) + uint64(len(reqs[i].Payload))
+	}
+	if size > uint64(in.mem.Size()) && size > in.h.opts.MemoryLimit {
+		return fmt.Errorf("a batch of %d bytes does not fit the module's memory limit (%d bytes)", size, in.h.opts.MemoryLimit)
+	}
+	if size > in.bufCap {
+		in.stack[0] = size
+		if err := in.call(in.fnBuf, in.stack[:1]); err != nil {
+			return err
+		}
+		in.bufPtr, in.bufCap = uint32(in.stack[0]), size
+	}
+	ptr := in.bufPtr
+	buf, ok := in.mem.Read(ptr, uint32(size))
+	if !ok || ptr == 0 && size > 0 {
+		return fmt.Errorf("batch buffer [%#x, +%d) outside the module's memory", ptr, size)
+	}
+	clear(buf[resOff:off])
+	for i := range reqs {
+		q := &reqs[i]
+		r := buf[i*wasmabi.ReqSize : (i+1)*wasmabi.ReqSize]
+		le.PutUint64(r[wasmabi.ReqSeq:], q.Seq)
+		le.PutUint64(r[wasmabi.ReqClient:], uint64(q.Client))
+		le.PutUint32(r[wasmabi.ReqOp:], q.Op)
+		le.PutUint32(r[wasmabi.ReqFlags:], q.Flags)
+		le.PutUint64(r[wasmabi.ReqLength:], q.Length)
+		var h0, h1, h2 uint64
+		switch q.Op {
+		case rdmo.OpFlush:
+			h0 = q.Flush.FlushID
+		case rdmo.OpAppend:
+			h0, h1, h2 = q.Append.PtrAddr, uint64(q.Append.PtrRkey), uint64(q.Append.DataRkey)
+		case rdmo.OpScatter:
+			h0 = q.Scatter.Count
+		}
+		le.PutUint64(r[wasmabi.ReqH0:], h0)
+		le.PutUint64(r[wasmabi.ReqH1:], h1)
+		le.PutUint64(r[wasmabi.ReqH2:], h2)
+		le.PutUint32(r[wasmabi.ReqSubOff:], uint32(off))
+		le.PutUint32(r[wasmabi.ReqSubLen:], uint32(len(q.Sub)))
+		off += copy(buf[off:], q.Sub)
+		le.PutUint32(r[wasmabi.ReqPayOff:], uint32(off))
+		le.PutUint32(r[wasmabi.ReqPayLen:], uint32(len(q.Payload)))
+		off += copy(buf[off:], q.Payload)
+		var rndv, has uint32
+		if q.Rendezvous {
+			rndv = 1
+		}
+		if q.Payload != nil {
+			has = 1
+		}
+		le.PutUint32(r[wasmabi.ReqRndv:], rndv)
+		le.PutUint32(r[wasmabi.ReqHasPay:], has)
+	}
+	return nil
+}
+
+// readResults copies the result records out of the module's memory. A
+// result's Data is copied into t.Buffer memory (the module's memory is not
+// the worker's to hand out).
+func (in *instance) readResults(t rdmo.Target, results []rdmo.Result) error {
+	resOff, _ := wasmabi.BatchLayout(len(results))
+	// Linear memory never moves its bytes, but a view of it is stale
+	// once it grew: read it again.
+	ptr := in.bufPtr
+	rec, ok := in.mem.Read(ptr+uint32(resOff), uint32(len(results)*wasmabi.ResSize))
+	if !ok {
+		return errors.New("result records outside the module's memory")
+	}
+	for i := range results {
+		r := rec[i*wasmabi.ResSize:]
+		res := rdmo.Result{Status: rdmo.Status(le.Uint32(r[wasmabi.ResStatus:])), Value: le.Uint64(r[wasmabi.ResValue:])}
+		if n := le.Uint32(r[wasmabi.ResDetLen:]); n > 0 {
+			d, ok := in.mem.Read(le.Uint32(r[wasmabi.ResDetPtr:]), min(n, 64<<10))
+			if !ok {
+				res = rdmo.Result{Status: rdmo.StatusHandlerFailed, Detail: "wasm module: result detail outside its memory"}
+			} else {
+				res.Detail = string(d)
+			}
+		}
+		if n := le.Uint32(r[wasmabi.ResDataLen:]); n > 0 && res.Status == rdmo.StatusOK {
+			d, ok := in.mem.Read(le.Uint32(r[wasmabi.ResDataPtr:]), n)
+			switch {
+			case n > rdmo.MaxResultData:
+				// The worker fails it as it would a built-in's.
+				res.Data = make([]byte, n)
+			case !ok:
+				res = rdmo.Result{Status: rdmo.StatusHandlerFailed, Detail: "wasm module: result data outside its memory"}
+			default:
+				res.Data = t.Buffer(int(n))
+				copy(res.Data, d)
+			}
+		}
+		results[i] = res
+	}
+	return nil
+}
+
+// hookError reads the detail of the last hook's error.
+func (in *instance) hookError() string {
+	var st [1]uint64
+	if err := in.call(in.fnError, st[:]); err != nil {
+		return "wasm module: " + err.Error()
+	}
+	b, ok := in.mem.Read(uint32(st[0]>>32), min(uint32(st[0]), 64<<10))
+	if !ok {
+		return "wasm module: error detail outside its memory"
+	}
+	return string(b)
+}
+
+func (in *instance) stderrTail() string { return in.stderr.tail() }
+
+// tailWriter keeps the first bytes a module writes to stderr, for the
+// failure's log line (the Go runtime's "panic:" or "fatal error:" line
+// comes first, its goroutine dump after). Bounded, whatever the module
+// writes.
+type tailWriter struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailMax = 4096
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if room := tailMax - len(w.buf); room > 0 {
+		w.buf = append(w.buf, p[:min(room, len(p))]...)
+	}
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+func (w *tailWriter) tail() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := string(w.buf)
+	for _, key := range []string{"panic: ", "fatal error: ", "runtime: "} {
+		if i := strings.Index(s, key); i >= 0 {
+			return firstLine(s[i:])
+		}
+	}
+	return strings.TrimSpace(firstLine(s))
+}
