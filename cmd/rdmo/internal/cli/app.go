@@ -110,39 +110,53 @@ func VersionInfo(ucx UCX) BuildInfo {
 		Platform:  runtime.GOOS + "/" + runtime.GOARCH,
 		UCX:       UCXVersionPlaceholder,
 	}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		if bi.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-			bi.Version = info.Main.Version
-		}
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				if bi.Commit == "" {
-					bi.Commit = s.Value
-					if len(bi.Commit) > 12 {
-						bi.Commit = bi.Commit[:12]
-					}
-				}
-			case "vcs.time":
-				if bi.BuildDate == "" {
-					bi.BuildDate = s.Value
-				}
-			case "vcs.modified":
-				if s.Value == "true" && bi.Commit != "" && Commit == "" && !strings.HasSuffix(bi.Commit, "-dirty") {
-					bi.Commit += "-dirty"
-				}
-			}
-		}
-	}
-	if bi.Version == "" {
-		bi.Version = "devel"
-	}
+	info, _ := debug.ReadBuildInfo()
+	bi = bi.withBuildInfo(info)
 	if ucx.Version != nil {
 		if v := strings.TrimSpace(ucx.Version()); v != "" {
 			bi.UCX = v
 		}
 	}
 	return bi
+}
+
+// withBuildInfo fills what the link-time stamp (Version, Commit,
+// BuildDate) left empty from what the Go toolchain recorded in the binary:
+// the module version (`go install ...@v1.2.0`; "(devel)" for a build in a
+// checkout, which Go 1.24 and later replace by a pseudo-version), the VCS
+// revision (12 hex digits, "-dirty" when the tree had changes) and the
+// commit time. A stamp always wins over the recorded facts. The version is
+// "devel" when neither says one (info may be nil).
+func (b BuildInfo) withBuildInfo(info *debug.BuildInfo) BuildInfo {
+	if info == nil {
+		info = &debug.BuildInfo{}
+	}
+	if b.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		b.Version = info.Main.Version
+	}
+	stamped := b.Commit != ""
+	var modified bool
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if !stamped {
+				b.Commit = s.Value[:min(len(s.Value), 12)]
+			}
+		case "vcs.time":
+			if b.BuildDate == "" {
+				b.BuildDate = s.Value
+			}
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if modified && !stamped && b.Commit != "" {
+		b.Commit += "-dirty"
+	}
+	if b.Version == "" {
+		b.Version = "devel"
+	}
+	return b
 }
 
 // String renders the version output, one fact per line:

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -349,5 +350,42 @@ func TestVersionInfo(t *testing.T) {
 	Version, Commit, BuildDate = "", "", ""
 	if v := VersionInfo(UCX{}); v.Version == "" || !strings.HasPrefix(v.String(), "rdmo version ") {
 		t.Errorf("fallback version %+v", v)
+	}
+}
+
+// Without a link-time stamp, -v shows what the Go toolchain recorded: the
+// module version of `go install ...@v1.2.0`, the pseudo-version and VCS
+// revision of a build in a checkout ("-dirty" with local changes), the
+// commit time. A stamp wins over each of them.
+func TestVersionFromBuildInfo(t *testing.T) {
+	const rev = "4982c19abcdef0123456789abcdef0123456789a"
+	vcs := func(modified string) []debug.BuildSetting {
+		return []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev},
+			{Key: "vcs.time", Value: "2026-11-26T20:16:51Z"}, {Key: "vcs.modified", Value: modified}}
+	}
+	for _, tc := range []struct {
+		name  string
+		stamp BuildInfo
+		info  debug.BuildInfo
+		want  string // the first line of -v
+	}{
+		{"go install @version", BuildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "v1.2.0"}},
+			"rdmo version v1.2.0"},
+		{"go build in a clean checkout", BuildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261126201651-4982c19abcde"}, Settings: vcs("false")},
+			"rdmo version v0.0.0-20261126201651-4982c19abcde (commit 4982c19abcde, built 2026-11-26T20:16:51Z)"},
+		{"go build with local changes", BuildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs("true")},
+			"rdmo version devel (commit 4982c19abcde-dirty, built 2026-11-26T20:16:51Z)"},
+		{"no VCS information (-buildvcs=false)", BuildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "(devel)"}},
+			"rdmo version devel"},
+		{"the stamp wins", BuildInfo{Version: "1.2.3", Commit: "feedbeef", BuildDate: "2030-01-02"},
+			debug.BuildInfo{Main: debug.Module{Version: "v9.9.9"}, Settings: vcs("true")},
+			"rdmo version 1.2.3 (commit feedbeef, built 2030-01-02)"},
+	} {
+		bi := tc.stamp
+		bi.Program = ProgramName
+		bi = bi.withBuildInfo(&tc.info)
+		if got, _, _ := strings.Cut(bi.String(), "\n"); got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -46,7 +47,9 @@ func TestMain(m *testing.M) {
 		{rdmoBin, "github.com/openrdmo/rdmo/cmd/rdmo"},
 		{filepath.Join(pluginDir, "rdmo-plugin-counter"), "github.com/openrdmo/rdmo/examples/counter/cmd/rdmo-plugin-counter"},
 	} {
-		if buildErr = testproc.GoBuild(ctx, b[0], b[1]); buildErr != nil {
+		// A plain build, as `go build` makes it: whatever VCS facts the
+		// toolchain records here (TestVersionFromToolchain).
+		if buildErr = testproc.GoBuild(ctx, b[0], b[1], "-buildvcs=auto"); buildErr != nil {
 			break
 		}
 	}
@@ -485,4 +488,45 @@ func objectKeys(line string) ([]string, error) {
 		return nil, fmt.Errorf("more after the object")
 	}
 	return keys, nil
+}
+
+// A binary built without the link-time stamp (plain `go build`) says in
+// -v what the toolchain recorded in it (`go version -m`): the VCS revision
+// when the build saw one, the module version, or "devel" when neither.
+func TestVersionFromToolchain(t *testing.T) {
+	newRun(t)
+	out, err := exec.Command(testproc.GoTool(), "version", "-m", rdmoBin).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	recorded := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[0] == "mod":
+			recorded["mod"] = f[2]
+		case len(f) >= 2 && f[0] == "build":
+			if k, v, ok := strings.Cut(f[1], "="); ok {
+				recorded[k] = v
+			}
+		}
+	}
+	want := "rdmo version devel"
+	if v := recorded["mod"]; v != "" && v != "(devel)" {
+		want = "rdmo version " + v
+	}
+	if rev := recorded["vcs.revision"]; rev != "" {
+		want += " (commit " + rev[:12]
+		if recorded["vcs.modified"] == "true" {
+			want += "-dirty"
+		}
+		want += ", built " + recorded["vcs.time"] + ")"
+	}
+	p := start(t, "version", "-v")
+	if code := p.Wait(t, exitTimeout); code != 0 {
+		t.Fatalf("rdmo -v: exit %d\n%s", code, p.Stderr())
+	}
+	if got, _, _ := strings.Cut(p.Stdout(), "\n"); got != want {
+		t.Errorf("rdmo -v says %q; the toolchain recorded %v, so want %q", got, recorded, want)
+	}
 }
