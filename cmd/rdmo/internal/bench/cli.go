@@ -135,7 +135,7 @@ func runCLI(ctx context.Context, cfg cli.Config, args []string) error {
 	}
 	o := DefaultOptions()
 	if err := FlagSet(&o).Parse(args); err != nil {
-		return cli.Usagef("%v", err)
+		return cli.FlagError(err) // "--duration: invalid duration ...", as for the common flags
 	}
 	if cfg.Ops != cli.DefaultOps && o.MaxOps == 0 {
 		o.MaxOps = cfg.Ops

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
 	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo/wire"
@@ -277,8 +278,10 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
 	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], workload (the demo's mix, rdmo -m client), baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, chase/4/pipelined (many chases in flight: the rate at saturation), and their native-* rows), all")
 	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
-	fs.DurationVar(&o.Duration, "duration", o.Duration, "Measured time per row (after one warm-up round)")
-	fs.DurationVar(&o.Interval, "interval", o.Interval, "Length of a round and of a progress line")
+	// The rule of every duration flag of rdmo (cli.ParseDuration): "5s",
+	// or a bare number of seconds.
+	cli.DurationVar(fs, &o.Duration, "duration", "Measured time per row (after one warm-up round): "+cli.DurationHelp)
+	cli.DurationVar(fs, &o.Interval, "interval", "Length of a round and of a progress line: "+cli.DurationHelp)
 	fs.IntVar(&o.MaxOps, "count", o.MaxOps, "Cap on a row's measured operations per initiator (0: none; --ops sets it too)")
 	fs.IntVar(&o.Window, "window", o.Window, "Operations an initiator keeps outstanding (RDMO send window, native-pipelined fetch-adds)")
 	fs.Var((*mibValue)(&o.QueueBytes), "queue-mb", "Target memory per queue in MiB; a round ends early when its queue is full")

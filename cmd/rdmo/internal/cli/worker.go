@@ -96,7 +96,7 @@ var workerLimits = []workerLimit{
 	{key: "max-batch", arg: "<N>", count: func(l *WorkerLimits) *int { return &l.MaxBatch },
 		usage: "Most requests handed to one handler call"},
 	{key: "drain-timeout", arg: "<duration>", dur: func(l *WorkerLimits) *time.Duration { return &l.DrainTimeout },
-		usage: "How long a closing request queue waits for its requests, and how long the service, on SIGTERM, lets hosts keep their workers (e.g. 5s; a number is seconds)"},
+		usage: "How long a closing request queue waits for its requests, and how long the service, on SIGTERM, lets hosts keep their workers: " + DurationHelp + "; 0: the default"},
 	{key: "max-wasm-memory", arg: "<bytes>", count: func(l *WorkerLimits) *int { return &l.MaxWasmMemory },
 		usage: "Linear memory of one instance of a WebAssembly handler module (rdmo-plugin-NAME.wasm); a module that grows past it traps and its batch fails"},
 }
@@ -117,7 +117,7 @@ func (l *WorkerLimits) RegisterFlags(fs *pflag.FlagSet) {
 		if wl.count != nil {
 			fs.Var((*limitValue)(wl.count(l)), name, wl.usage)
 		} else {
-			fs.Var((*drainValue)(wl.dur(l)), name, wl.usage)
+			DurationVar(fs, wl.dur(l), name, wl.usage)
 		}
 		Annotate(fs, name, GroupWorkerFlags, wl.arg)
 	}
@@ -165,29 +165,6 @@ func (v *limitValue) Set(s string) error {
 		return fmt.Errorf("invalid limit %q; want a whole number of at least 0 (0: the default)", s)
 	}
 	*v = limitValue(n)
-	return nil
-}
-
-// drainValue is a duration of at least 0: "5s", "250ms", or a number of
-// seconds (a params file may give 5 or 0.5).
-type drainValue time.Duration
-
-func (v drainValue) String() string { return time.Duration(v).String() }
-func (v *drainValue) Type() string  { return "duration" }
-func (v *drainValue) Set(s string) error {
-	t := strings.TrimSpace(s)
-	d, err := time.ParseDuration(t)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(t, 64)
-		if ferr != nil || f > float64(1<<62)/float64(time.Second) {
-			return fmt.Errorf("invalid duration %q; want a duration such as 5s or 250ms, or a number of seconds", s)
-		}
-		d = time.Duration(f * float64(time.Second))
-	}
-	if d < 0 {
-		return fmt.Errorf("invalid duration %q; want a duration of at least 0 (0: the default)", s)
-	}
-	*v = drainValue(d)
 	return nil
 }
 
