@@ -238,7 +238,15 @@ func (a *app) rootCommand() *cobra.Command {
 	a.log.RegisterFlags(pf)
 	a.cfg.RegisterFlags(root.Flags())
 
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.FlagError(err) })
+	// An unknown flag gets the closest flag of its command (for bench, of
+	// its own flags too: TakeArgs took those out before cobra parses).
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		known := []*pflag.FlagSet{c.Flags(), c.InheritedFlags()}
+		if c.Name() == "bench" {
+			known = append(known, bench.FlagSet(new(bench.Options)))
+		}
+		return cli.FlagError(err, known...)
+	})
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) { fmt.Fprint(cmd.OutOrStdout(), helpText(cmd)) })
 	root.SetUsageFunc(func(cmd *cobra.Command) error { _, err := fmt.Fprint(cmd.OutOrStderr(), helpText(cmd)); return err })
 	root.SetHelpCommand(&cobra.Command{

@@ -66,10 +66,18 @@ func ExitCode(err error) int {
 }
 
 // FlagError rewrites a pflag parse error into one clear line naming the flag
-// ("-m/--mode: invalid mode ..."), as a usage error.
-func FlagError(err error) error {
+// ("-m/--mode: invalid mode ..."), as a usage error. An unknown flag gets
+// the likeliest of the flags of known, if one is close enough ("unknown
+// flag: --oops (did you mean --ops?)").
+func FlagError(err error, known ...*pflag.FlagSet) error {
 	if err == nil {
 		return nil
+	}
+	var nee *pflag.NotExistError
+	if errors.As(err, &nee) {
+		if s := suggestFlag(nee, known); s != "" {
+			return Usagef("%s (did you mean %s?)", oneLine(err), s)
+		}
 	}
 	var ive *pflag.InvalidValueError
 	if errors.As(err, &ive) {
@@ -100,12 +108,49 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
+// suggestFlag spells the flag of known an unknown flag most likely meant:
+// "--ops" for --oops, "--listen" for -listen (one dash), or "".
+func suggestFlag(nee *pflag.NotExistError, known []*pflag.FlagSet) string {
+	var names []string
+	for _, fs := range known {
+		fs.VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden {
+				names = append(names, f.Name)
+			}
+		})
+	}
+	name := nee.GetSpecifiedName()
+	if short := nee.GetSpecifiedShortnames(); short != "" {
+		// -listen: a long name with one dash, read as shorthands.
+		if len(short) < 2 {
+			return ""
+		}
+		name = short
+	}
+	if s := suggest(name, names...); s != "" {
+		return "--" + s
+	}
+	return ""
+}
+
+// didYouMean is ` (did you mean "x"?)` for the candidate closest to s, or
+// "" when none is close: the hint of an unknown key, group or value.
+func didYouMean(s string, candidates []string) string {
+	if c := suggest(s, candidates...); c != "" {
+		return fmt.Sprintf(" (did you mean %q?)", c)
+	}
+	return ""
+}
+
 // suggest returns the candidate closest to s if it is a likely typo
-// (edit distance at most 2, and less than half of s), or "".
+// (edit distance at most 2, and less than half of s), or "". Case and '_'
+// for '-' do not count ("metrics_addr" is "metrics-addr").
 func suggest(s string, candidates ...string) string {
+	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "_", "-") }
+	s = norm(s)
 	best, bestD := "", 3
 	for _, c := range candidates {
-		d := editDistance(strings.ToLower(s), c)
+		d := editDistance(s, norm(c))
 		if d < bestD && d*2 < len(c) {
 			best, bestD = c, d
 		}

@@ -204,7 +204,8 @@ func (p *paramParser) object(pf *ParamsFile, group string, top bool) error {
 			switch {
 			case v == '{' && top:
 				if key != GroupGeneral && key != GroupProgram && key != GroupWorker {
-					return p.errAt(keyOff, "", "unknown group %q (the groups are %q and %q, and %q in rdmo dpu --config; keys may also be given at the top level)", key, GroupGeneral, GroupProgram, GroupWorker)
+					return p.errAt(keyOff, "", "unknown group %q%s; the groups are %q and %q, and %q in rdmo dpu --config; keys may also be given at the top level",
+						key, didYouMean(key, []string{GroupGeneral, GroupProgram, GroupWorker}), GroupGeneral, GroupProgram, GroupWorker)
 				}
 				if prev, dup := p.seen["\x00group:"+key]; dup {
 					return p.errAt(keyOff, "", "group %q appears twice (first at %d:%d)", key, prev.Line, prev.Col)
@@ -285,15 +286,16 @@ func (pf *ParamsFile) Apply(fs *pflag.FlagSet) error {
 						Err: fmt.Errorf("key %q of group %q: worker limits are set in the rdmo dpu --config file, not here", p.Key, GroupWorker)}
 				}
 				return &PosError{File: pf.Path, Line: p.Line, Col: p.Col,
-					Err: fmt.Errorf("unknown key %q in group %q; valid keys there: %s", p.Key, GroupWorker, strings.Join(keys, ", "))}
+					Err: fmt.Errorf("unknown key %q in group %q%s; valid keys there: %s", p.Key, GroupWorker, didYouMean(p.Key, keys), strings.Join(keys, ", "))}
 			}
 		} else if alias, ok := KeyAliases[name]; ok && fs.Lookup(alias) != nil {
 			name = alias
 		}
 		f := fs.Lookup(name)
 		if f == nil || notFromFile[name] || f.Hidden {
+			keys := FileKeys(fs)
 			return &PosError{File: pf.Path, Line: p.Line, Col: p.Col,
-				Err: fmt.Errorf("unknown key %q; valid keys: %s", p.Key, strings.Join(FileKeys(fs), ", "))}
+				Err: fmt.Errorf("unknown key %q%s; valid keys: %s", p.Key, keyHint(p.Key, keys, fs), strings.Join(keys, ", "))}
 		}
 		if prev, dup := set[name]; dup {
 			return &PosError{File: pf.Path, Line: p.Line, Col: p.Col, Key: p.Key,
@@ -337,6 +339,19 @@ func setFlag(fs *pflag.FlagSet, f *pflag.Flag, p Param) error {
 		return err
 	}
 	return nil
+}
+
+// keyHint suggests the key an unknown key most likely meant: the closest
+// of keys, or a worker limit written without its group ("max-batch" at the
+// top level is "worker-max-batch", or "max-batch" in the "worker" group).
+func keyHint(key string, keys []string, fs *pflag.FlagSet) string {
+	if h := didYouMean(key, keys); h != "" {
+		return h
+	}
+	if f := fs.Lookup(WorkerFlagPrefix + key); f != nil && !f.Hidden {
+		return fmt.Sprintf(" (did you mean %q in group %q, or %q?)", key, GroupWorker, WorkerFlagPrefix+key)
+	}
+	return ""
 }
 
 // FileKeys lists the keys a params file may use with fs, sorted.

@@ -83,7 +83,8 @@ func TestParseParamsErrors(t *testing.T) {
 		{"unterminated comment", "{\n /* x\n}", "x.json:2:2: unterminated /* comment"},
 		{"trailing data", "{}\n{}", "x.json:2:1: invalid character '{' after top-level value"},
 		{"trailing garbage", "{} x", "x.json:1:4: invalid character 'x'"},
-		{"unknown group", "{\"doca_dpdk_flags\": {}}", `x.json:1:2: unknown group "doca_dpdk_flags"`},
+		{"unknown group", "{\"doca_dpdk_flags\": {}}", `x.json:1:2: unknown group "doca_dpdk_flags"; the groups are`},
+		{"group typo", `{"doca_program_flag": {}}`, `x.json:1:2: unknown group "doca_program_flag" (did you mean "doca_program_flags"?); the groups are`},
 		{"nested object", "{\"doca_program_flags\": {\"device\": {\"a\": 1}}}", `x.json:1:35: key "device": nested objects are not allowed`},
 		{"null", "{\"mode\": null}", `x.json:1:10: key "mode": null is not a value`},
 		{"duplicate", "{\"mode\": \"server\",\n \"doca_program_flags\": {\"mode\": \"client\"}}", `x.json:2:25: key "mode": given twice (first at 1:2)`},
@@ -210,7 +211,10 @@ func TestApplyErrors(t *testing.T) {
 		name, body, want string
 	}{
 		{"unknown key", "{\n  \"doca_program_flags\": {\n    \"devcie\": \"mlx5_0\",\n  }\n}",
-			`p.json:3:5: unknown key "devcie"; valid keys: append-strategy, device, log-format, log-level, mode, oob-port, oob-protocol, ops, plugin-path, plugins, sdk-log-level, secret-file, server-name, urom, urom-address`},
+			`p.json:3:5: unknown key "devcie" (did you mean "device"?); valid keys: append-strategy, device, log-format, log-level, mode, oob-port, oob-protocol, ops, plugin-path, plugins, sdk-log-level, secret-file, server-name, urom, urom-address`},
+		{"typo", `{"opss": 2000}`, `p.json:1:2: unknown key "opss" (did you mean "ops"?); valid keys: `},
+		{"underscores", `{"doca_program_flags": {"server_name": "h"}}`, `p.json:1:25: unknown key "server_name" (did you mean "server-name"?); valid keys: `},
+		{"nothing close", `{"speed": 1}`, `p.json:1:2: unknown key "speed"; valid keys: `},
 		{"json key", `{"json": "other.json"}`, `p.json:1:2: unknown key "json"`},
 		{"help key", `{"help": true}`, `p.json:1:2: unknown key "help"`},
 		{"bad level", "{\"doca_general_flags\": {\n\"log-level\": 15}}", `p.json:2:1: key "log-level": invalid log level "15"; valid levels: 10 (DISABLE), 20 (CRITICAL), 30 (ERROR), 40 (WARNING), 50 (INFO), 60 (DEBUG), 70 (TRACE)`},
