@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, modes cli
 
 	a := newApp(stdout, stderr, modes)
 	root := a.rootCommand()
-	root.SetArgs(helpFirst(args))
+	root.SetArgs(cli.BareUROM(helpFirst(args)))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
@@ -317,7 +317,7 @@ func (a *app) pluginsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plugins",
 		Short: "List the plugins a UROM service offers",
-		Long: "Lists the plugins (name, id, version) the UROM service at --urom offers,\nor those of the service embedded in this binary when --urom is empty.\n" +
+		Long: "Lists the plugins (name, id, version) the UROM service at --urom offers\n(--urom alone: the one at rdmo dpu's default address, " + cli.DefaultDPUListen + "),\nor those of the service embedded in this binary without --urom.\n" +
 			"A service started with --secret-file needs the same --secret-file here.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -349,7 +349,7 @@ func (a *app) workersCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workers",
 		Short: "List the worker processes a UROM service runs",
-		Long: "Lists the worker processes of the UROM service at --urom: id, pid, state, uptime,\n" +
+		Long: "Lists the worker processes of the UROM service at --urom (default: rdmo dpu's\ndefault address, " + cli.DefaultDPUListen + "): id, pid, state, uptime,\n" +
 			"clients and request queues, plugins, and the host that spawned each.\n" +
 			"--output json prints one JSON array for scripts.\n" +
 			"A service started with --secret-file needs the same --secret-file here.",

@@ -446,6 +446,25 @@ func TestSubcommandHooks(t *testing.T) {
 	if r := runInProcess(modes, "plugins", "--urom", "dpu:18516", "--secret-file", secret); r.code != 0 || pl.SecretFile != secret {
 		t.Errorf("plugins --secret-file: exit %d %q %+v", r.code, r.stderr, pl)
 	}
+	// --urom alone, and rdmo workers without it, mean the address rdmo dpu
+	// listens on by default.
+	if r := runInProcess(modes, "plugins", "--urom"); r.code != 0 || pl.UROMAddress != cli.DefaultDPUConfig().Listen {
+		t.Errorf("plugins --urom: exit %d %q %+v", r.code, r.stderr, pl)
+	}
+	if r := runInProcess(modes, "plugins", "--urom", "-l", "30"); r.code != 0 || pl.UROMAddress != cli.DefaultDPUConfig().Listen || pl.Log.Level != cli.LogError {
+		t.Errorf("plugins --urom -l 30: exit %d %q %+v", r.code, r.stderr, pl)
+	}
+	if r := runInProcess(modes, "plugins"); r.code != 0 || pl.UROMAddress != "" {
+		t.Errorf("plugins: exit %d %q %+v", r.code, r.stderr, pl)
+	}
+	var ws cli.WorkersConfig
+	modes.Workers = func(_ context.Context, cfg cli.WorkersConfig) error { ws = cfg; return nil }
+	if r := runInProcess(modes, "workers"); r.code != 0 || ws.UROMAddress != cli.DefaultDPUConfig().Listen || ws.UROMAddress != "127.0.0.1:18516" {
+		t.Errorf("workers: exit %d %q %+v", r.code, r.stderr, ws)
+	}
+	if r := runInProcess(modes, "workers", "--urom", "dpu:1", "-o", "json"); r.code != 0 || ws.UROMAddress != "dpu:1" || ws.Output != "json" {
+		t.Errorf("workers --urom dpu:1: exit %d %q %+v", r.code, r.stderr, ws)
+	}
 	var bench cli.Config
 	modes.Bench = func(_ context.Context, cfg cli.Config) error { bench = cfg; return nil }
 	if r := runInProcess(modes, "bench", "--ops", "1000", "--append-strategy", "shared"); r.code != 0 || bench.Mode != "" || bench.Ops != 1000 || bench.AppendStrategy != cli.AppendShared {

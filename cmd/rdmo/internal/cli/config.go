@@ -305,7 +305,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "oob-port", GroupRDMOFlags, "<port>")
 	fs.Var(&c.OOBProtocol, "oob-protocol", "Out-of-band protocol of -m client: rdmo, or doca to run the reference demo with DOCA's urom_rdmo exchange (the server tells them apart by itself)")
 	Annotate(fs, "oob-protocol", GroupRDMOFlags, "{rdmo, doca}")
-	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port (see rdmo dpu); empty runs the service embedded in this process")
+	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port (see rdmo dpu; "+BareUROMHelp+"); empty runs the service embedded in this process")
 	Annotate(fs, "urom", GroupRDMOFlags, "<host:port>")
 	fs.Var(&c.AppendStrategy, "append-strategy", "How append treats a queue's tail: owned (the worker owns and caches it) or shared (other writers append to the same queue)")
 	Annotate(fs, "append-strategy", GroupRDMOFlags, "{owned, shared}")
@@ -371,6 +371,26 @@ func (c *Config) Validate(requireMode bool, ucx UCX) error {
 		}
 	}
 	return checkFile("--secret-file", c.SecretFile)
+}
+
+// BareUROMHelp says what --urom given without a value means (see
+// BareUROM).
+const BareUROMHelp = "--urom alone: " + DefaultDPUListen + ", where rdmo dpu listens by default"
+
+// BareUROM rewrites a command line's --urom without a value (the last
+// argument, or followed by a flag) to --urom=DefaultDPUListen: the address
+// `rdmo dpu` listens on by default. Everything after "--" stays as it is.
+func BareUROM(args []string) []string {
+	out := append([]string(nil), args...)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		if a == "--urom" && (i+1 == len(out) || strings.HasPrefix(out[i+1], "-")) {
+			out[i] = "--urom=" + DefaultDPUListen
+		}
+	}
+	return out
 }
 
 // DPUConfig is the configuration of `rdmo dpu`, the UROM service daemon.
@@ -457,7 +477,7 @@ func DefaultPluginsConfig() PluginsConfig { return PluginsConfig{Log: DefaultLog
 
 // RegisterFlags adds --urom and --secret-file to fs, bound to c.
 func (c *PluginsConfig) RegisterFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port to ask; empty lists the embedded service's plugins")
+	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port to ask ("+BareUROMHelp+"); without --urom, lists the plugins built into this binary")
 	Annotate(fs, "urom", GroupFlags, "<host:port>")
 	fs.StringVar(&c.SecretFile, "secret-file", c.SecretFile, "File holding the shared secret the service at --urom requires (rdmo dpu --secret-file)")
 	Annotate(fs, "secret-file", GroupFlags, "<path>")
@@ -476,15 +496,16 @@ func (c *PluginsConfig) Validate() error {
 // WorkersConfig is the configuration of `rdmo workers`.
 type WorkersConfig struct {
 	Log         LogConfig
-	UROMAddress string      // --urom: the service to ask (required)
+	UROMAddress string      // --urom: the service to ask (default DefaultDPUListen)
 	SecretFile  string      // --secret-file: the secret the service at --urom requires ("" = none)
 	Output      string      // --output: "table" (default) or "json"
 	Logger      *zap.Logger // set before Run; never nil inside a mode (App)
 }
 
-// DefaultWorkersConfig is the workers configuration before flags.
+// DefaultWorkersConfig is the workers configuration before flags: it
+// asks the service at the address `rdmo dpu` listens on by default.
 func DefaultWorkersConfig() WorkersConfig {
-	return WorkersConfig{Log: DefaultLogConfig(), Output: "table"}
+	return WorkersConfig{Log: DefaultLogConfig(), UROMAddress: DefaultDPUListen, Output: "table"}
 }
 
 // RegisterFlags adds --urom, --secret-file and -o/--output to fs, bound to c.
@@ -503,7 +524,7 @@ func (c *WorkersConfig) Validate() error {
 		return Usagef("invalid log level; valid levels: %s", validLogLevels())
 	}
 	if c.UROMAddress == "" {
-		return Usagef("--urom is required: the address of the UROM service (rdmo dpu --listen)")
+		return Usagef("--urom: empty address; want the host:port of the UROM service (rdmo dpu --listen; default %s)", DefaultDPUListen)
 	}
 	if err := checkHostPort("--urom", c.UROMAddress); err != nil {
 		return err
