@@ -232,3 +232,19 @@ func TestKubernetesManifest(t *testing.T) {
 		}
 	}
 }
+
+// The README's Kubernetes steps create the namespace and the Secret the
+// pods mount before they apply the manifest.
+func TestReadmeSecretBeforeManifest(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	ns := strings.Index(text, "kubectl create namespace rdmo")
+	secret := strings.Index(text, "kubectl -n rdmo create secret generic rdmo-dpu-secret")
+	apply := strings.Index(text, "kubectl apply -f deploy/kubernetes/rdmo-dpu.yaml")
+	if ns < 0 || secret < 0 || apply < 0 || !(ns < secret && secret < apply) {
+		t.Errorf("deploy/README.md: want `kubectl create namespace rdmo`, then the Secret, then `kubectl apply` (at %d, %d, %d)", ns, secret, apply)
+	}
+}
