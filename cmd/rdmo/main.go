@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -77,10 +78,10 @@ func rdmoApp(benchMode func(context.Context, cli.Config) error) cli.App {
 // returns the exit status. It writes help and version output to stdout
 // and errors to stderr, one line each: "rdmo: error: ...".
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, modes cli.App) int {
-	ctx, caught, stop := withSignals(ctx)
+	a := newApp(stdout, stderr, modes)
+	ctx, caught, stop := withSignals(ctx, a.secondSignal)
 	defer stop()
 
-	a := newApp(stdout, stderr, modes)
 	root := a.rootCommand()
 	root.SetArgs(cli.BareUROM(helpFirst(args)))
 	root.SetOut(stdout)
@@ -101,10 +102,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, modes cli
 }
 
 // withSignals returns a context cancelled by the first SIGINT or SIGTERM,
-// a function reporting that signal (nil if none), and a stop function. After
-// the first signal the default handling is restored, so a second Ctrl-C
-// ends a process that does not stop on its own.
-func withSignals(parent context.Context) (context.Context, func() os.Signal, func()) {
+// a function reporting that signal (nil if none), and a stop function. A
+// second signal stops the process at once, as the default handling would
+// (killed by that signal: 128+n), after second has said so: a draining
+// `rdmo dpu`, or any mode that does not stop on its own, ends on the second
+// Ctrl-C or SIGTERM, with a log line.
+func withSignals(parent context.Context, second func(os.Signal)) (context.Context, func() os.Signal, func()) {
 	ctx, cancel := context.WithCancel(parent)
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
@@ -122,8 +125,18 @@ func withSignals(parent context.Context) (context.Context, func() os.Signal, fun
 			mu.Lock()
 			first = s
 			mu.Unlock()
-			signal.Stop(ch)
 			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-ch:
+			second(s)
+			// Die of the signal, as without a handler.
+			signal.Reset(syscall.SIGINT, syscall.SIGTERM)
+			if sig, ok := s.(syscall.Signal); ok {
+				_ = syscall.Kill(os.Getpid(), sig)
+			}
 		case <-done:
 		}
 	}()
@@ -201,6 +214,10 @@ type app struct {
 	dpu         cli.DPUConfig
 	plugins     cli.PluginsConfig
 	workers     cli.WorkersConfig
+
+	// logger is the running command's logger, for the second signal's
+	// line (nil before a command built one).
+	logger atomic.Pointer[zap.Logger]
 }
 
 func newApp(stdout, stderr io.Writer, modes cli.App) *app {
@@ -215,6 +232,27 @@ func newApp(stdout, stderr io.Writer, modes cli.App) *app {
 		plugins: cli.DefaultPluginsConfig(),
 		workers: cli.DefaultWorkersConfig(),
 	}
+}
+
+// setupLogging builds the command's logger (cli.SetupLogging) and keeps it
+// for secondSignal.
+func (a *app) setupLogging(c cli.LogConfig) (*zap.Logger, error) {
+	log, err := cli.SetupLogging(c, a.stderr, a.modes.UCX)
+	if err == nil {
+		a.logger.Store(log)
+	}
+	return log, err
+}
+
+// secondSignal says, in the command's log, that a second signal stops the
+// process now (withSignals), before it dies of it.
+func (a *app) secondSignal(s os.Signal) {
+	if log := a.logger.Load(); log != nil {
+		log.Warn("second signal: stopping now", zap.Stringer("signal", s))
+		_ = log.Sync()
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s: second signal (%v): stopping now\n", cli.ProgramName, s)
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -300,7 +338,7 @@ func (a *app) dpuCommand() *cobra.Command {
 			if a.modes.DPU == nil {
 				return cli.NotBuilt("dpu")
 			}
-			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
+			log, err := a.setupLogging(cfg.Log)
 			if err != nil {
 				return err
 			}
@@ -332,7 +370,7 @@ func (a *app) pluginsCommand() *cobra.Command {
 			if a.modes.Plugins == nil {
 				return cli.NotBuilt("plugins")
 			}
-			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
+			log, err := a.setupLogging(cfg.Log)
 			if err != nil {
 				return err
 			}
@@ -366,7 +404,7 @@ func (a *app) workersCommand() *cobra.Command {
 			if a.modes.Workers == nil {
 				return cli.NotBuilt("workers")
 			}
-			log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
+			log, err := a.setupLogging(cfg.Log)
 			if err != nil {
 				return err
 			}
@@ -443,7 +481,7 @@ func (a *app) start(ctx context.Context, name string, mode func(context.Context,
 	if mode == nil {
 		return cli.NotBuilt(name)
 	}
-	log, err := cli.SetupLogging(cfg.Log, a.stderr, a.modes.UCX)
+	log, err := a.setupLogging(cfg.Log)
 	if err != nil {
 		return err
 	}
@@ -468,7 +506,7 @@ func (a *app) uromWorkerCommand() *cobra.Command {
 			if a.modes.Worker == nil {
 				return cli.NotBuilt(cli.WorkerSubcommand)
 			}
-			log, err := cli.SetupLogging(a.log, a.stderr, a.modes.UCX)
+			log, err := a.setupLogging(a.log)
 			if err != nil {
 				return err
 			}

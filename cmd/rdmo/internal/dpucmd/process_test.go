@@ -383,6 +383,9 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	if code := dpu.Wait(t, exitTimeout); code != 128+int(syscall.SIGTERM) {
 		t.Errorf("dpu: exit %d after a second SIGTERM, want %d\n%s", code, 128+int(syscall.SIGTERM), dpu.Stderr())
 	}
+	if !regexp.MustCompile(`(?m)WARN  rdmo  second signal: stopping now  \{"signal": "terminated"\}$`).MatchString(dpu.Stderr()) {
+		t.Errorf("dpu: no \"second signal\" line:\n%s", dpu.Stderr())
+	}
 	if code := server.Wait(t, exitTimeout); code != 1 {
 		t.Errorf("server: exit %d, want 1\n%s", code, server.Stderr())
 	}
