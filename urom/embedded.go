@@ -2,9 +2,11 @@ package urom
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,9 +17,33 @@ import (
 // parent that started it knows where to connect.
 const announcePrefix = "UROM_LISTEN "
 
-// Announce prints the line StartEmbedded waits for.
+// AnnounceKey is the key of the announce line's JSON form (AnnounceJSON).
+const AnnounceKey = "urom_listen"
+
+// Announce prints the line StartEmbedded waits for: "UROM_LISTEN
+// host:port".
 func Announce(w io.Writer, addr string) {
 	fmt.Fprintf(w, "%s%s\n", announcePrefix, addr)
+}
+
+// AnnounceJSON prints the announce line as one JSON object,
+// {"urom_listen":"host:port"}, for a service whose output is JSON
+// (rdmo dpu --log-format json); StartEmbedded reads both forms.
+func AnnounceJSON(w io.Writer, addr string) {
+	b, _ := json.Marshal(map[string]string{AnnounceKey: addr})
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+// parseAnnounce reads an announce line of either form.
+func parseAnnounce(line string) (string, bool) {
+	if a, ok := strings.CutPrefix(line, announcePrefix); ok {
+		return a, true
+	}
+	var m map[string]string
+	if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &m) == nil && m[AnnounceKey] != "" {
+		return m[AnnounceKey], true
+	}
+	return "", false
 }
 
 // Embedded is a UROM service the host started as its own child process, on
@@ -78,7 +104,7 @@ func StartEmbeddedWith(ctx context.Context, argv []string, opts EmbeddedOptions)
 		return nil, fmt.Errorf("urom: start embedded service: %w", err)
 	}
 	e := &Embedded{p: p}
-	addr, err := p.AwaitLine(ctx, announcePrefix, 30*time.Second, func(l string) { fmt.Fprintln(os.Stderr, l) })
+	addr, err := awaitAnnounce(ctx, p, 30*time.Second)
 	if err != nil {
 		e.Stop()
 		return nil, fmt.Errorf("urom: embedded service did not announce its address: %w", err)
@@ -90,6 +116,30 @@ func StartEmbeddedWith(ctx context.Context, argv []string, opts EmbeddedOptions)
 		}
 	}()
 	return e, nil
+}
+
+// awaitAnnounce reads the child's output until its announce line, in
+// either form (parseAnnounce), and copies the lines before it to stderr.
+func awaitAnnounce(ctx context.Context, p *childproc.Proc, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return "", fmt.Errorf("no %q line within %v", strings.TrimSpace(announcePrefix), timeout)
+		}
+		// The empty prefix takes each line as it comes.
+		l, err := p.AwaitLine(ctx, "", left, nil)
+		if err != nil && ctx.Err() == nil && time.Until(deadline) <= 0 {
+			return "", fmt.Errorf("no %q line within %v", strings.TrimSpace(announcePrefix), timeout)
+		}
+		if err != nil {
+			return "", err
+		}
+		if addr, ok := parseAnnounce(l); ok {
+			return addr, nil
+		}
+		fmt.Fprintln(os.Stderr, l)
+	}
 }
 
 // PID is the service process's id.

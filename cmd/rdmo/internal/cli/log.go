@@ -195,7 +195,8 @@ func DefaultLogConfig() LogConfig {
 // NewLogger builds the zap logger for c, writing to w (os.Stderr if nil).
 // DISABLE gives a no-op logger. The console format is readable
 // ("2024-05-01T10:00:00.000Z  INFO  rdmo  message  {"k": "v"}"); the JSON
-// format has the keys ts, level, logger, msg.
+// format has the keys ts, level, logger, msg, and writes durations as
+// strings, as the console does ("5s").
 func NewLogger(c LogConfig, w io.Writer) (*zap.Logger, error) {
 	if !c.Level.Valid() {
 		return nil, fmt.Errorf("invalid log level %d; valid levels: %s", int(c.Level), validLogLevels())
@@ -226,7 +227,8 @@ func NewLogger(c LogConfig, w io.Writer) (*zap.Logger, error) {
 	case LogJSON:
 		ec := zap.NewProductionEncoderConfig()
 		ec.EncodeTime = zapcore.TimeEncoderOfLayout(time.RFC3339Nano)
-		ec.EncodeDuration = zapcore.NanosDurationEncoder
+		// Durations as the console writes them ("5s"), not nanoseconds.
+		ec.EncodeDuration = zapcore.StringDurationEncoder
 		ec.CallerKey = ""
 		enc = zapcore.NewJSONEncoder(ec)
 	default:

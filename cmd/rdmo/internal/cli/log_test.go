@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -102,13 +103,17 @@ func TestNewLoggerJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.Debug("detail", zap.String("k", "v"))
+	log.Debug("detail", zap.String("k", "v"), zap.Duration("drain_timeout", 5*time.Second))
 	var m map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatalf("not JSON: %q: %v", buf.String(), err)
 	}
 	if m["level"] != "debug" || m["msg"] != "detail" || m["logger"] != "rdmo" || m["k"] != "v" || m["ts"] == nil {
 		t.Errorf("fields %v", m)
+	}
+	// Durations as the console writes them, not nanoseconds.
+	if m["drain_timeout"] != "5s" {
+		t.Errorf("drain_timeout %#v, want \"5s\"", m["drain_timeout"])
 	}
 }
 

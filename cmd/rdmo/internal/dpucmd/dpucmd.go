@@ -74,8 +74,9 @@ func RunWorker(ctx context.Context, log *zap.Logger) error {
 }
 
 // RunDPU runs `rdmo dpu`, the UROM service daemon, until ctx ends. Once it
-// listens it prints the announce line (urom.Announce) on standard output,
-// so a host that started it as its embedded service finds its address. With --secret-file every host must
+// listens it prints the announce line (urom.Announce, or urom.AnnounceJSON
+// with --log-format json) on standard output, so a host that started it as
+// its embedded service finds its address. With --secret-file every host must
 // prove the secret (service.Config.Secret) before it is served.
 func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 	log := cfg.Logger
@@ -122,7 +123,14 @@ func RunDPU(ctx context.Context, cfg cli.DPUConfig) error {
 			zap.String("addr", addr))
 	}
 	log.Info("worker limits", zap.Any("worker", uc.WorkerSettings))
-	urom.Announce(Stdout, addr)
+	// Standard output holds only the announce line: a parent that started
+	// this service reads its address there (docs/OPERATIONS.md); in JSON
+	// mode it is a JSON object like every other line.
+	if cfg.Log.Format == cli.LogJSON {
+		urom.AnnounceJSON(Stdout, addr)
+	} else {
+		urom.Announce(Stdout, addr)
+	}
 	err = svc.Serve(ctx)
 	if ctx.Err() != nil {
 		log.Info("UROM service stopped")

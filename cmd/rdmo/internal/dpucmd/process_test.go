@@ -105,7 +105,9 @@ func waitFor(t *testing.T, p *testproc.Proc, re string, timeout time.Duration) [
 func startDPU(t *testing.T, args ...string) (*testproc.Proc, string, string) {
 	t.Helper()
 	p := start(t, "dpu", append([]string{"dpu", "--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)...)
-	addr := waitFor(t, p, `UROM_LISTEN (\S+)`, 30*time.Second)[1]
+	// The announce line: "UROM_LISTEN host:port", or its JSON form with
+	// --log-format json.
+	addr := waitFor(t, p, `(?:UROM_LISTEN |\{"urom_listen":")([^\s"]+)`, 30*time.Second)[1]
 	murl := waitFor(t, p, `serving metrics.*"url": ?"(http://[^"]+)/metrics"`, 30*time.Second)[1]
 	return p, addr, murl
 }
@@ -463,6 +465,12 @@ func TestJSONLogs(t *testing.T) {
 	}
 	if n := strings.Count(dpu.Stderr(), `"msg":"serving metrics"`); n != 1 {
 		t.Errorf("\"serving metrics\" logged %d times, want once", n)
+	}
+	// Standard output is machine-readable too: the announce line alone, as
+	// one JSON object.
+	var announce map[string]string
+	if err := json.Unmarshal([]byte(dpu.Stdout()), &announce); err != nil || len(announce) != 1 || announce[urom.AnnounceKey] != addr {
+		t.Errorf("stdout %q: %v; want {\"urom_listen\":%q}", dpu.Stdout(), err, addr)
 	}
 }
 
