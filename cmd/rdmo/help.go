@@ -105,6 +105,9 @@ func helpText(cmd *cobra.Command) string {
 		b.WriteString("\n")
 	}
 
+	// DOCA's descriptions of -l and --sdk-log-level stay word for word;
+	// that the names work too is said here.
+	b.WriteString("Log levels (-l, --sdk-log-level) are DOCA's numbers, or their names in any\ncase: -l debug is -l 60.\n\n")
 	if isRoot {
 		b.WriteString("Commands:\n")
 		for _, c := range cmd.Commands() {
@@ -119,7 +122,8 @@ func helpText(cmd *cobra.Command) string {
 		fmt.Fprintf(&b, "  %s --json ./urom_rdmo_params.json\n", cli.ProgramName)
 		b.WriteString("\nA params file (-j) holds the long flag names as keys, grouped under\n")
 		b.WriteString("\"doca_general_flags\" and \"doca_program_flags\" or at the top level;\n")
-		b.WriteString("flags given on the command line override it.\n")
+		b.WriteString("flags given on the command line override it. Comments and trailing commas\n")
+		b.WriteString("are accepted; every key and value rule: docs/CLI.md.\n")
 		fmt.Fprintf(&b, "Run '%s <command> -h' for the flags of a command.\n", cli.ProgramName)
 	}
 	return b.String()

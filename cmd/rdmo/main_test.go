@@ -288,12 +288,14 @@ func checkRootHelp(t *testing.T, out string) {
 		"  -m, --mode {server, client} ", "Set mode type {server, client}",
 		"rdmo Flags:",
 		"--oob-port <port>", "(default 18515)",
-		"--urom <host:port>",
+		"--urom <host:port>", "Params file key: urom or urom-address",
 		"--append-strategy {owned, shared}",
 		"--ops <N>", "(default 100000)",
 		"--secret-file <path>",
 		"--log-format {console, json}",
+		"Log levels (-l, --sdk-log-level) are DOCA's numbers, or their names in any\ncase: -l debug is -l 60.",
 		"Commands:", "bench", "dpu", "plugins",
+		"Comments and trailing commas\nare accepted; every key and value rule: docs/CLI.md.",
 	}
 	rest := out
 	for _, w := range order {
@@ -539,7 +541,7 @@ func TestExitCodesAndHelpFirst(t *testing.T) {
 		{"dpu", "--listen", "127.0.0.1:0", "--secret-file", short},
 		{"-m", "server", "--secret-file", short},
 		{"-m", "client", "-s", "127.0.0.1", "--secret-file", short},
-		{"workers"},
+		{"workers", "--urom", ""},
 		{"workers", "--urom", "127.0.0.1:1", "--output", "yaml"},
 	} {
 		r := runInProcess(modes, args...)

@@ -305,7 +305,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	Annotate(fs, "oob-port", GroupRDMOFlags, "<port>")
 	fs.Var(&c.OOBProtocol, "oob-protocol", "Out-of-band protocol of -m client: rdmo, or doca to run the reference demo with DOCA's urom_rdmo exchange (the server tells them apart by itself)")
 	Annotate(fs, "oob-protocol", GroupRDMOFlags, "{rdmo, doca}")
-	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port (see rdmo dpu; "+BareUROMHelp+"); empty runs the service embedded in this process")
+	fs.StringVar(&c.UROMAddress, "urom", c.UROMAddress, "UROM service address host:port (see rdmo dpu; "+BareUROMHelp+"); empty runs the service embedded in this process. Params file key: urom or urom-address")
 	Annotate(fs, "urom", GroupRDMOFlags, "<host:port>")
 	fs.Var(&c.AppendStrategy, "append-strategy", "How append treats a queue's tail: owned (the worker owns and caches it) or shared (other writers append to the same queue)")
 	Annotate(fs, "append-strategy", GroupRDMOFlags, "{owned, shared}")
