@@ -45,7 +45,11 @@ type loop struct {
 
 	failed error // the peer failed (*PeerFailedError)
 	fatal  bool  // the UCP worker is unusable (events lost)
-	idle   int
+	// closing is set once shutdown failed the flushes and requests still
+	// awaiting an answer: their answers may still arrive while the
+	// endpoint closes, which is expected, not a stray response.
+	closing bool
+	idle    int
 	// patient is set when an answer was awaited for pendingSpins rounds
 	// in vain (a long Call, a stalled worker): the loop then sleeps after
 	// idleSpins until something arrives, rather than spin again after
@@ -633,6 +637,10 @@ func (lp *loop) flushResponse(m *ucp.Message) {
 	if !ok {
 		// Stale, foreign or duplicate: never a completion of ours.
 		in.stats.unknownResponses.Add(1)
+		if lp.closing {
+			in.log.Debug("flush response after close", zap.Uint64("flush_id", rsp.FlushID))
+			return
+		}
 		in.log.Warn("flush response matches no outstanding flush", zap.Uint64("flush_id", rsp.FlushID))
 		return
 	}
@@ -694,6 +702,10 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 	rec, ok := lp.acks[ack.Seq]
 	if !ok {
 		in.stats.unknownResponses.Add(1)
+		if lp.closing {
+			in.log.Debug("ack after close", zap.Uint64("seq", ack.Seq))
+			return
+		}
 		in.log.Warn("ack matches no outstanding request", zap.Uint64("seq", ack.Seq),
 			zap.String("op", rdmo.OpName(ack.Op)))
 		return
@@ -851,6 +863,7 @@ func (lp *loop) shutdown() error {
 	if lp.failed != nil {
 		failErr = lp.failed
 	}
+	lp.closing = true
 	for id, fw := range lp.flushes {
 		fw.finish(wire.FlushResponse{}, failErr)
 		lp.release(wire.FlushHeaderLen)
