@@ -130,6 +130,11 @@ func (p *peer) explain(err error) error {
 	if errors.Is(p.err, context.Canceled) || errors.Is(p.err, oob.ErrClosed) {
 		return err // this side closed it
 	}
+	if errors.Is(err, p.err) {
+		// The error here is the peer's departure already (the initiator
+		// was told, PeerFailed): say it once.
+		return err
+	}
 	return fmt.Errorf("%w (here: %v)", p.gone(), err)
 }
 

@@ -263,8 +263,11 @@ func TestServerKilled(t *testing.T) {
 	if code == 0 || code > 128 {
 		t.Errorf("client exit %d", code)
 	}
-	if !regexp.MustCompile(`(?m)^rdmo: error: .*server went away`).MatchString(client.Stderr()) {
+	line := regexp.MustCompile(`(?m)^rdmo: error: .*server went away.*$`).FindString(client.Stderr())
+	if line == "" {
 		t.Errorf("client error does not say the server went away:\n%s", tail(client.Stderr(), 2000))
+	} else if n := strings.Count(line, "went away"); n != 1 {
+		t.Errorf("client error says the server went away %d times, want once:\n%s", n, line)
 	}
 	t.Logf("client exited %v after the server was killed", time.Since(start).Round(time.Millisecond))
 }
