@@ -219,6 +219,8 @@ func TestBinary(t *testing.T) {
 			{[]string{"workers", "-urom", "127.0.0.1:1"}, `unknown shorthand flag: 'u' in -urom (did you mean --urom?)`},
 			{[]string{"workers", "--ouptut", "json"}, "unknown flag: --ouptut (did you mean --output?)"},
 			{[]string{"bench", "--duratoin", "1"}, "unknown flag: --duratoin (did you mean --duration?)"},
+			{[]string{"call", "--op", "fetch-add", "--timeout", "soon"}, `--timeout: invalid duration "soon"; want a duration such as 5s`},
+			{[]string{"dpu", "--worker-drain-timeout", "soon"}, `--worker-drain-timeout: invalid duration "soon"; want a duration such as 5s`},
 			{[]string{"-x"}, `unknown shorthand flag: 'x' in -x`},
 			{[]string{"-j"}, "-j/--json needs a value"},
 			{[]string{"serve"}, `unknown command "serve"; commands: dpu, plugins, workers, bench`},

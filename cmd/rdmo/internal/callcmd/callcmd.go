@@ -79,7 +79,7 @@ func Command(stdout, stderr io.Writer, logCfg *cli.LogConfig, ucx cli.UCX) *cobr
 	fs.IntVar(&cfg.Count, "count", cfg.Count, "Number of calls, one after the other")
 	fs.IntVar(&cfg.RegionSize, "region-size", cfg.RegionSize, "Bytes of the target region")
 	fs.StringVar(&cfg.Fill, "fill", "", "The region's first u64 words before the calls (comma-separated; addr[+N] allowed)")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "Bound of the whole run")
+	cli.DurationVar(fs, &cfg.Timeout, "timeout", "Bound of the whole run: "+cli.DurationHelp) // the rule of every duration flag
 	return cmd
 }
 
