@@ -554,8 +554,12 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	}
 	rs.line.add(rr, res, delta)
 	rs.done = d.o.Duration == 0 || rs.elapsed >= d.o.Duration || (d.o.MaxOps > 0 && rs.perInit >= d.o.MaxOps)
-	d.out.interval(*row, rs.elapsed, &rs.line)
-	rs.line = lineAcc{}
+	// One progress line per interval of measurement, as the header says:
+	// rounds that ended early (a full queue) add up into one line.
+	if rs.done || rs.line.elapsed >= d.o.Interval-d.o.Interval/10 {
+		d.out.interval(*row, rs.elapsed, &rs.line)
+		rs.line = lineAcc{}
+	}
 	return nil
 }
 

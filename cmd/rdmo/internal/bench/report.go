@@ -558,7 +558,8 @@ func (l *lineAcc) add(rr roundSum, res []roundResult, f *WorkerFigures) {
 	l.fig = f
 }
 
-// progress prints a line per round of a row (about one per interval), or,
+// progress prints a line per interval of a row's measurement (the rounds
+// that ended early add up into one; lineAcc), or,
 // on a terminal, keeps one live status line that the final table follows.
 type progress struct {
 	w   io.Writer
