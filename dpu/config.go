@@ -85,8 +85,9 @@ type Config struct {
 	// OnFatal is called once, on the worker's loop goroutine, when the
 	// worker can serve no local peer any more: today only
 	// ErrReceiveQueueBlocked. Its peers on shared memory notice a dead
-	// process but not a deaf one, so a worker process should exit (the
-	// UROM worker does, with ExitReceiveQueueBlocked); nil only logs.
+	// process but not a deaf one, so the process that runs the worker should
+	// exit (urom/rdmoworker's does, with ExitReceiveQueueBlocked); nil only
+	// logs.
 	OnFatal func(error)
 
 	// Logger receives the worker's log; nil means zap.NewNop().

@@ -559,7 +559,7 @@ func (w *Worker) inlineOK(c *client, p *pending) bool {
 func (w *Worker) runInline(c *client, b *batch) {
 	w.inlineLeft -= len(b.ents)
 	w.stats.inlined.Add(1)
-	t := &c.tgt
+	t := &c.view
 	t.bind(b, &b.g, &b.ops, &b.bufs)
 	t.inline = true
 	c.callHandler(b)
