@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Unit is what a limit counts.
@@ -69,7 +71,9 @@ const (
 
 // Defaults of the limits (dpu's Default* constants are these).
 const (
-	DefaultMaxInFlightPerRQ    = 1024
+	// DefaultMaxInFlightPerRQ is the protocol's (an initiator that does
+	// not learn the worker's limit assumes it).
+	DefaultMaxInFlightPerRQ    = wire.DefaultMaxInFlightPerRQ
 	DefaultMaxClients          = 64
 	DefaultMaxRQsPerClient     = 64
 	DefaultMaxRegionsPerClient = 1024
