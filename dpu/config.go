@@ -6,20 +6,23 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/limits"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
-// Defaults of Config fields left zero.
+// Defaults of Config fields left zero. The limits' are those of the
+// worker limits table (internal/limits), which the rdmo CLI and the UROM
+// worker's settings read too.
 const (
-	DefaultMaxInFlightPerRQ    = 1024
-	DefaultMaxClients          = 64
-	DefaultMaxRQsPerClient     = 64
-	DefaultMaxRegionsPerClient = 1024
-	DefaultMaxRendezvousFetch  = 1 << 20
-	DefaultMaxEagerPayload     = 1 << 20
-	DefaultMaxBatch            = 1024
-	DefaultDrainTimeout        = 5 * time.Second
+	DefaultMaxInFlightPerRQ    = limits.DefaultMaxInFlightPerRQ
+	DefaultMaxClients          = limits.DefaultMaxClients
+	DefaultMaxRQsPerClient     = limits.DefaultMaxRQsPerClient
+	DefaultMaxRegionsPerClient = limits.DefaultMaxRegionsPerClient
+	DefaultMaxRendezvousFetch  = limits.DefaultMaxRendezvousFetch
+	DefaultMaxEagerPayload     = limits.DefaultMaxEagerPayload
+	DefaultMaxBatch            = limits.DefaultMaxBatch
+	DefaultDrainTimeout        = limits.DefaultDrainTimeout
 	DefaultIdleWait            = time.Millisecond
 )
 
@@ -82,8 +85,9 @@ type Config struct {
 	// OnFatal is called once, on the worker's loop goroutine, when the
 	// worker can serve no local peer any more: today only
 	// ErrReceiveQueueBlocked. Its peers on shared memory notice a dead
-	// process but not a deaf one, so a worker process should exit (the
-	// UROM worker does, with ExitReceiveQueueBlocked); nil only logs.
+	// process but not a deaf one, so the process that runs the worker should
+	// exit (urom/rdmoworker's does, with ExitReceiveQueueBlocked); nil only
+	// logs.
 	OnFatal func(error)
 
 	// Logger receives the worker's log; nil means zap.NewNop().
@@ -100,34 +104,22 @@ type Config struct {
 const SafeRendezvousScheme = ucp.SafeRendezvousScheme
 
 func (c *Config) setDefaults() error {
-	for _, f := range []struct {
-		name string
-		v    *int
-		def  int
-	}{
-		{"MaxInFlightPerRQ", &c.MaxInFlightPerRQ, DefaultMaxInFlightPerRQ},
-		{"MaxClients", &c.MaxClients, DefaultMaxClients},
-		{"MaxRQsPerClient", &c.MaxRQsPerClient, DefaultMaxRQsPerClient},
-		{"MaxRegionsPerClient", &c.MaxRegionsPerClient, DefaultMaxRegionsPerClient},
-		{"MaxRendezvousFetch", &c.MaxRendezvousFetch, DefaultMaxRendezvousFetch},
-		{"MaxEagerPayload", &c.MaxEagerPayload, DefaultMaxEagerPayload},
-		{"MaxBatch", &c.MaxBatch, DefaultMaxBatch},
-	} {
-		switch {
-		case *f.v < 0:
-			return fmt.Errorf("dpu: Config.%s is negative (%d)", f.name, *f.v)
-		case *f.v == 0:
-			*f.v = f.def
+	for _, l := range limits.Table {
+		if l.NotEngine {
+			continue // the worker process applies it (WebAssembly handlers)
+		}
+		switch v := l.Get(c); {
+		case v < 0:
+			return fmt.Errorf("dpu: Config.%s is negative (%s)", l.Field, l.Format(v))
+		case v == 0:
+			l.Set(c, l.Default)
 		}
 	}
-	if c.DrainTimeout < 0 || c.IdleWait < 0 || c.ShmCheckTimeout < 0 {
-		return fmt.Errorf("dpu: negative Config.DrainTimeout, Config.IdleWait or Config.ShmCheckTimeout")
+	if c.IdleWait < 0 || c.ShmCheckTimeout < 0 {
+		return fmt.Errorf("dpu: negative Config.IdleWait or Config.ShmCheckTimeout")
 	}
 	if c.ShmCheckTimeout == 0 {
 		c.ShmCheckTimeout = DefaultShmCheckTimeout
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.IdleWait == 0 {
 		c.IdleWait = DefaultIdleWait

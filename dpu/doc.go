@@ -18,4 +18,14 @@
 // never blocks a later FLUSH. See docs/ARCHITECTURE.md ("dpu", "How a
 // request flows", "Who owns which state") for the goroutines, queues and
 // ownership, and docs/PROTOCOL.md for the wire.
+//
+// Words, one meaning each in this package (docs/ARCHITECTURE.md,
+// "Glossary"): "worker" is the engine, a Worker; the UCX worker it owns is
+// always called the UCP worker (ucp.Worker), and the OS process that runs
+// a Worker the process. "target" is a client's process, whose memory the
+// operations touch; what a handler is given of it is the handler's view
+// (rdmo.Target, implemented by handlerView). "batch" is a run of one
+// request queue's requests handed to one HandleBatch call (batch,
+// Config.MaxBatch, Stats.Batches); a BATCH request of the wire is a
+// container, and its requests are inner requests.
 package dpu

@@ -60,7 +60,7 @@ type client struct {
 	syncCh chan struct{}            // the loop signals the end of a Sync-style wait
 
 	// Executor-owned.
-	tgt      target
+	view     handlerView
 	sync     opGroup // the group the executor waits for (loop touches it between submit and signal)
 	cmdOps   []targetOp
 	cmdBufs  bufArena
@@ -86,7 +86,7 @@ func newClient(w *Worker, id uint64) *client {
 	empty := map[uint64]*region{}
 	c.regions.Store(&empty)
 	c.sync = opGroup{kind: groupSync, c: c}
-	c.tgt = target{c: c, w: w}
+	c.view = handlerView{c: c, w: w}
 	return c
 }
 
@@ -201,7 +201,7 @@ func (c *client) run() {
 }
 
 func (c *client) runBatch(b *batch) {
-	t := &c.tgt
+	t := &c.view
 	t.bind(b, &b.g, &b.ops, &b.bufs)
 	c.callHandler(b)
 	t.unbind()
@@ -220,7 +220,7 @@ func (c *client) callHandler(b *batch) {
 			}
 		}
 	}()
-	b.h.h.HandleBatch(&c.tgt, b.reqs, b.results)
+	b.h.h.HandleBatch(&c.view, b.reqs, b.results)
 }
 
 // protect runs a handler hook, turning a panic into an error.
@@ -240,7 +240,7 @@ func (c *client) protect(name, hook string, fn func() error) (err error) {
 // caches for the region, the writes are made visible, then the region is
 // gone for this client's handlers.
 func (c *client) runDereg(r *region, cmd *command) {
-	t := &c.tgt
+	t := &c.view
 	t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
 	var errs []error
 	for _, e := range c.w.handlers {
@@ -263,7 +263,7 @@ func (c *client) runDereg(r *region, cmd *command) {
 // back their cached state first; then every handler forgets the client.
 func (c *client) runStop(graceful bool) {
 	if graceful && !c.hostFailed.Load() {
-		t := &c.tgt
+		t := &c.view
 		t.bind(nil, &c.sync, &c.cmdOps, &c.cmdBufs)
 		err := t.WriteBackAll()
 		if ferr := t.Flush(); err == nil {

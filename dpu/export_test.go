@@ -26,3 +26,6 @@ func (w *Worker) FlushWaiting(rq uint64) bool {
 	defer q.watch.mu.Unlock()
 	return q.watch.ch != nil
 }
+
+// SetDefaults fills the zero fields of c with their defaults, as New does.
+func (c *Config) SetDefaults() error { return c.setDefaults() }

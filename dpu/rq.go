@@ -55,12 +55,43 @@ type rq struct {
 	waiters   []*command
 }
 
-// pending is one accepted request until it completes.
-type pending struct {
+// reqKey is what a request's answers name it by: its sequence number, its
+// op and flags (FlagAck asks for an ack), and a FLUSH's id (the flush
+// response carries it). An accepted request keeps it in its pending record;
+// one refused before it was accepted has it on the stack.
+type reqKey struct {
 	seq     uint64
 	op      uint32
 	flags   uint32
-	flushID uint64            // FLUSH sub-header
+	flushID uint64 // FLUSH sub-header
+}
+
+// arrival is one request as it arrives, a plain AM or an inner request of
+// a BATCH container, until request has queued or refused it. It lives on
+// the stack of the AM handler and travels by pointer; a container's inner
+// requests reuse one, which also keeps the container's state (it holds no
+// pointer to another stack value, so escape analysis keeps it there).
+type arrival struct {
+	seq    uint64
+	hdr    []byte
+	rh     wire.RequestHeader // what decoding hdr gave
+	perr   error              // the decoding's error
+	data   []byte             // the eager payload (nil for rendezvous)
+	length int                // the payload's length
+	rndv   bool
+	m      *ucp.Message // the request's AM, or its container's
+
+	// An inner request of a container (m): the box that keeps the
+	// container's data once an inner payload must point into it, and the
+	// offset of the current inner payload in m.Data.
+	inner bool
+	box   *heldBox
+	poff  int
+}
+
+// pending is one accepted request until it completes.
+type pending struct {
+	reqKey
 	app     rdmo.AppendHeader // APPEND sub-header
 	count   uint64            // SCATTER sub-header
 	h       *handlerEntry
@@ -173,24 +204,18 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 	} else {
 		w.stats.bytes.Add(uint64(m.Length))
 	}
-	w.request(q, seq, m.Header, rh, err, m.Data, m.Length, m.Rendezvous, m, nil)
+	w.request(q, &arrival{seq: seq, hdr: m.Header, rh: rh, perr: err, data: m.Data, length: m.Length,
+		rndv: m.Rendezvous, m: m})
 }
 
-// container is the BATCH container being unpacked: its AM, and the box
-// that keeps its data once an inner request's payload must point into it.
-type container struct {
-	m    *ucp.Message
-	box  *heldBox
-	poff int // offset of the current inner payload in m.Data
-}
-
-// keep returns the container's box, keeping its AM data on first use.
-func (ct *container) keep(q *rq) *heldBox {
-	if ct.box == nil {
-		ct.box = q.getBox()
-		ct.box.held = ct.m.Keep()
+// keepContainer returns the box of an inner request's container, keeping
+// the container's AM data on first use.
+func (a *arrival) keepContainer(q *rq) *heldBox {
+	if a.box == nil {
+		a.box = q.getBox()
+		a.box.held = a.m.Keep()
 	}
-	return ct.box
+	return a.box
 }
 
 // heldBox keeps a container's AM data (zero-copy, Message.Keep) until every
@@ -245,7 +270,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	if st != rdmo.StatusOK {
 		seq := q.nextSeq
 		q.nextSeq++
-		w.reject(q, seq, m.Header, rdmo.OpBatch, rh.Header.Flags, 0, st, detail)
+		w.reject(q, &reqKey{seq: seq, op: rdmo.OpBatch, flags: rh.Header.Flags}, m.Header, st, detail)
 		return
 	}
 	count := rh.Batch.Count
@@ -263,7 +288,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 		}
 		return
 	}
-	ct := container{m: m}
+	a := arrival{m: m, inner: true}
 	it := wire.NewBatchIter(m.Data, count)
 	// Requests are counted per run of one op (bytes: counted with the
 	// container), one atomic add per run instead of per request.
@@ -282,60 +307,61 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 			runOp = op
 			run++
 		}
-		ct.poff = it.PayloadOffset()
-		w.request(q, seq, hdr, rh, err, data, len(data), false, nil, &ct)
+		a.seq, a.hdr, a.rh, a.perr, a.data, a.length = seq, hdr, rh, err, data, len(data)
+		a.poff = it.PayloadOffset()
+		w.request(q, &a)
 	}
 	if run > 0 {
 		w.stats.requests(runOp, run)
 	}
 }
 
-// request validates one request, a plain AM (m) or an inner request of a
-// container (ct), and queues it, or completes it at once with its failure.
-// rh and perr are what decoding its header gave.
-func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, perr error,
-	data []byte, length int, rndv bool, m *ucp.Message, ct *container) {
-	op := rh.Header.Op
-	flushID := uint64(0)
+// request validates one arriving request and queues it, or completes it at
+// once with its failure.
+func (w *Worker) request(q *rq, a *arrival) {
+	rh, hdr, length := &a.rh, a.hdr, a.length
+	k := reqKey{seq: a.seq, op: rh.Header.Op, flags: rh.Header.Flags}
+	op := k.op
 	if op == rdmo.OpFlush && len(hdr) >= wire.FlushHeaderLen {
-		flushID = binary.LittleEndian.Uint64(hdr[wire.FlushIDOffset:])
+		k.flushID = binary.LittleEndian.Uint64(hdr[wire.FlushIDOffset:])
 	}
+	perr := a.perr
 	if perr != nil {
-		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(perr), perr.Error())
+		w.reject(q, &k, hdr, rdmo.StatusOf(perr), perr.Error())
 		return
 	}
 	if !q.clientOK(rh.Header.ClientID) {
-		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusClientMismatch,
+		w.reject(q, &k, hdr, rdmo.StatusClientMismatch,
 			"header names client "+utoa(rh.Header.ClientID)+", the queue is client "+utoa(q.c.id))
 		return
 	}
 	h := w.lookup(op)
 	if h == nil {
-		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusUnknownOp, "no handler serves the op")
+		w.reject(q, &k, hdr, rdmo.StatusUnknownOp, "no handler serves the op")
 		return
 	}
-	if !rndv && length > w.cfg.MaxEagerPayload {
+	if !a.rndv && length > w.cfg.MaxEagerPayload {
 		// UCX has received it whole; refusing it here hands the buffer
 		// back when the AM handler returns instead of keeping it.
-		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusLengthOverflow, w.eagerDetail("eager payload", length))
+		w.reject(q, &k, hdr, rdmo.StatusLengthOverflow, w.eagerDetail("eager payload", length))
 		return
 	}
-	if rndv {
+	if a.rndv {
 		if op == rdmo.OpFlush {
-			w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
+			w.reject(q, &k, hdr, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
 			return
 		}
-	} else if err := rh.CheckPayload(data); err != nil {
-		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusOf(err), err.Error())
+	} else if err := rh.CheckPayload(a.data); err != nil {
+		w.reject(q, &k, hdr, rdmo.StatusOf(err), err.Error())
 		return
 	}
 	if q.inflight.Load() >= int64(w.cfg.MaxInFlightPerRQ) {
-		w.reject(q, seq, hdr, op, rh.Header.Flags, flushID, rdmo.StatusTooManyInFlight,
+		w.reject(q, &k, hdr, rdmo.StatusTooManyInFlight,
 			"limit of "+utoa(uint64(w.cfg.MaxInFlightPerRQ))+" requests in flight reached")
 		return
 	}
 	p := q.getPending()
-	p.seq, p.op, p.flags, p.flushID, p.h = seq, op, rh.Header.Flags, flushID, h
+	p.reqKey, p.h = k, h
 	p.app, p.count = rh.Append, rh.Scatter.Count // decoded once, here, for the handler
 	p.arrived = w.now
 	p.hdrLen = uint8(copy(p.hdr[:], hdr))
@@ -345,24 +371,25 @@ func (w *Worker) request(q *rq, seq uint64, hdr []byte, rh wire.RequestHeader, p
 		binary.LittleEndian.PutUint64(p.hdr[wire.HeaderClientIDOffset:], q.c.id)
 	}
 	p.length = uint64(length)
+	data := a.data
 	switch {
-	case rndv:
+	case a.rndv:
 		p.rndv = true
-		p.held, p.hasHeld = m.Keep(), true
+		p.held, p.hasHeld = a.m.Keep(), true
 	case len(data) == 0:
 	case len(data) <= smallPayload:
 		p.payload, p.chunk = q.arena.alloc(len(data))
 		copy(p.payload, data)
-	case m != nil:
-		p.held, p.hasHeld = m.Keep(), true
+	case !a.inner:
+		p.held, p.hasHeld = a.m.Keep(), true
 		p.payload = p.held.Data
 	default:
 		// A large inner payload stays in the container's data.
-		b := ct.keep(q)
+		b := a.keepContainer(q)
 		b.refs++
 		p.box = b
-		end := ct.poff + len(data)
-		p.payload = b.held.Data[ct.poff:end:end]
+		end := a.poff + len(data)
+		p.payload = b.held.Data[a.poff:end:end]
 	}
 	q.inflight.Add(1)
 	q.queue = append(q.queue, p)
@@ -382,16 +409,16 @@ func (w *Worker) drop(m *ucp.Message, why string) {
 	}
 }
 
-// reject completes a request that failed before it could run.
-func (w *Worker) reject(q *rq, seq uint64, hdr []byte, op, flags uint32, flushID uint64, st rdmo.Status, detail string) {
+// reject completes a request that failed before it could run; hdr is its
+// header as received.
+func (w *Worker) reject(q *rq, k *reqKey, hdr []byte, st rdmo.Status, detail string) {
 	if len(hdr) < wire.HeaderLen {
 		// Too short to know the op or the flags: a failure to count, no
 		// answer (it may not be a FLUSH, nor ask for an ack).
-		op, flags = 0, 0
-		w.recordFailure(q, seq, op, st, detail, true)
+		w.recordFailure(q, k.seq, 0, st, detail, true)
 		return
 	}
-	w.complete(q, seq, op, flags, flushID, st, 0, nil, detail)
+	w.complete(q, k, &rdmo.Result{Status: st, Detail: detail})
 }
 
 func (w *Worker) markDirty(c *client) {
@@ -532,7 +559,7 @@ func (w *Worker) inlineOK(c *client, p *pending) bool {
 func (w *Worker) runInline(c *client, b *batch) {
 	w.inlineLeft -= len(b.ents)
 	w.stats.inlined.Add(1)
-	t := &c.tgt
+	t := &c.view
 	t.bind(b, &b.g, &b.ops, &b.bufs)
 	t.inline = true
 	c.callHandler(b)
@@ -566,7 +593,7 @@ func (w *Worker) flushInline(c *client, q *rq) bool {
 	st.fences.Add(1)
 	st.flushes.Add(1)
 	st.observe(p.op, w.clock()-p.arrived)
-	w.complete(q, p.seq, p.op, p.flags, p.flushID, rdmo.StatusOK, 0, nil, "")
+	w.complete(q, &p.reqKey, &rdmo.Result{})
 	w.releasePayload(q, p)
 	q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	if q.closing {
@@ -588,21 +615,19 @@ func (w *Worker) completeBatch(b *batch) {
 	}
 	for i, p := range b.ents {
 		lat.observe(&w.stats, p.op, now-p.arrived)
-		res := b.results[i]
-		st, detail := res.Status, res.Detail
-		if st == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
-			st, detail = b.g.status, b.g.detail
+		res := &b.results[i]
+		if res.Status == rdmo.StatusOK && b.g.status != rdmo.StatusOK {
+			res.Status, res.Detail = b.g.status, b.g.detail
 		}
-		value, data := res.Value, res.Data
-		if st == rdmo.StatusOK && len(data) > rdmo.MaxResultData {
-			st, detail = rdmo.StatusHandlerFailed, "result data of "+utoa(uint64(len(data)))+" bytes, at most "+utoa(rdmo.MaxResultData)
+		if res.Status == rdmo.StatusOK && len(res.Data) > rdmo.MaxResultData {
+			res.Status, res.Detail = rdmo.StatusHandlerFailed, "result data of "+utoa(uint64(len(res.Data)))+" bytes, at most "+utoa(rdmo.MaxResultData)
 		}
-		if st != rdmo.StatusOK {
-			value, data = 0, nil
+		if res.Status != rdmo.StatusOK {
+			res.Value, res.Data = 0, nil
 		}
 		// The data may point into the request's payload: the answer copies
 		// it before the payload is released.
-		w.complete(q, p.seq, p.op, p.flags, p.flushID, st, value, data, detail)
+		w.complete(q, &p.reqKey, res)
 		w.releasePayload(q, p)
 		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
@@ -636,13 +661,14 @@ func (w *Worker) releasePayload(q *rq, p *pending) {
 // An ack carries the result's data, and a failure's detail (its first
 // rdmo.MaxResultDetail bytes), in the 40-byte form (docs/PROTOCOL.md
 // section 6.4); without either it is the 32-byte ack.
-func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, st rdmo.Status, value uint64, data []byte, detail string) {
+func (w *Worker) complete(q *rq, k *reqKey, res *rdmo.Result) {
+	seq, op, st, data, detail := k.seq, k.op, res.Status, res.Data, res.Detail
 	if st != rdmo.StatusOK {
 		w.recordFailure(q, seq, op, st, detail, false)
 	}
 	switch {
 	case op == rdmo.OpFlush:
-		r := wire.FlushResponse{FlushID: flushID, Failed: q.failed}
+		r := wire.FlushResponse{FlushID: k.flushID, Failed: q.failed}
 		if q.failed > 0 {
 			r.FirstOp, r.FirstStatus, r.FirstSeq = q.firstOp, q.firstStatus, q.firstSeq
 		}
@@ -652,8 +678,8 @@ func (w *Worker) complete(q *rq, seq uint64, op, flags uint32, flushID uint64, s
 		w.stats.flushRsp.Add(1)
 		w.reply(q, msg[:])
 		q.watch.flushed(r)
-	case flags&rdmo.FlagAck != 0:
-		a := wire.AckResponse{Op: op, Seq: seq, Status: st, Value: value}
+	case k.flags&rdmo.FlagAck != 0:
+		a := wire.AckResponse{Op: op, Seq: seq, Status: st, Value: res.Value}
 		if st != rdmo.StatusOK {
 			detail = rdmo.TruncateDetail(detail, rdmo.MaxResultDetail)
 		} else {
@@ -768,7 +794,7 @@ func (w *Worker) startRQTeardown(q *rq, waiter *command, failWith rdmo.Status, f
 		for q.queued() > 0 {
 			p := q.popFront()
 			w.releasePayload(q, p)
-			w.complete(q, p.seq, p.op, p.flags, p.flushID, failWith, 0, nil, "request queue closed before the request started")
+			w.complete(q, &p.reqKey, &rdmo.Result{Status: failWith, Detail: "request queue closed before the request started"})
 			q.putPending(p, w.cfg.MaxInFlightPerRQ)
 		}
 	}

@@ -32,10 +32,12 @@ func (r *region) view() rdmo.Region {
 	return rdmo.Region{ID: rdmo.RegionID(r.id), Base: r.base, Len: r.length}
 }
 
-// target implements rdmo.Target for one client on its executor goroutine.
-// It is bound to the batch (or command) being run, which owns the Puts and
-// Places issued and the Buffer memory.
-type target struct {
+// handlerView is what a handler sees of its client's target: dpu's
+// rdmo.Target, for one client on its executor goroutine (in this package
+// "target" is the process whose memory the client registered). It is bound
+// to the batch (or command) being run, which owns the Puts and Places
+// issued and the Buffer memory.
+type handlerView struct {
 	c    *client
 	w    *Worker
 	b    *batch      // the batch running; nil in a command
@@ -48,13 +50,13 @@ type target struct {
 	inline bool
 }
 
-var _ rdmo.Target = (*target)(nil)
+var _ rdmo.Target = (*handlerView)(nil)
 
-func (t *target) bind(b *batch, g *opGroup, ops *[]targetOp, bufs *bufArena) {
+func (t *handlerView) bind(b *batch, g *opGroup, ops *[]targetOp, bufs *bufArena) {
 	t.b, t.g, t.ops, t.bufs = b, g, ops, bufs
 }
 
-func (t *target) unbind() { t.b, t.g, t.ops, t.bufs = nil, nil, nil, nil }
+func (t *handlerView) unbind() { t.b, t.g, t.ops, t.bufs = nil, nil, nil, nil }
 
 var (
 	errUnbound     = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "Target used outside a handler call"}
@@ -67,9 +69,9 @@ var (
 
 func wireErr(s rdmo.Status, detail string) error { return &rdmo.WireError{Status: s, Detail: detail} }
 
-func (t *target) ClientID() rdmo.ClientID { return rdmo.ClientID(t.c.id) }
+func (t *handlerView) ClientID() rdmo.ClientID { return rdmo.ClientID(t.c.id) }
 
-func (t *target) region(rid rdmo.RegionID) (*region, error) {
+func (t *handlerView) region(rid rdmo.RegionID) (*region, error) {
 	id := uint64(rid)
 	if r := (*t.c.regions.Load())[id]; r != nil {
 		if r.gone.Load() {
@@ -89,7 +91,7 @@ func (t *target) region(rid rdmo.RegionID) (*region, error) {
 	return nil, wireErr(rdmo.StatusRegionNotOwned, "region "+utoa(id)+" belongs to another client")
 }
 
-func (t *target) Region(id rdmo.RegionID) (rdmo.Region, error) {
+func (t *handlerView) Region(id rdmo.RegionID) (rdmo.Region, error) {
 	r, err := t.region(id)
 	if err != nil {
 		return rdmo.Region{}, err
@@ -98,7 +100,7 @@ func (t *target) Region(id rdmo.RegionID) (rdmo.Region, error) {
 }
 
 // usable is the check every operation starts with.
-func (t *target) usable() error {
+func (t *handlerView) usable() error {
 	if t.g == nil {
 		return errUnbound
 	}
@@ -108,7 +110,7 @@ func (t *target) usable() error {
 	return nil
 }
 
-func (t *target) Put(id rdmo.RegionID, addr uint64, data []byte) error {
+func (t *handlerView) Put(id rdmo.RegionID, addr uint64, data []byte) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
@@ -135,14 +137,14 @@ func (t *target) Put(id rdmo.RegionID, addr uint64, data []byte) error {
 	return nil
 }
 
-func (t *target) Buffer(n int) []byte {
+func (t *handlerView) Buffer(n int) []byte {
 	if t.bufs == nil || n <= 0 {
 		return nil
 	}
 	return t.bufs.alloc(n)
 }
 
-func (t *target) Sync(ops []rdmo.RemoteOp) error {
+func (t *handlerView) Sync(ops []rdmo.RemoteOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -230,7 +232,7 @@ func (t *target) Sync(ops []rdmo.RemoteOp) error {
 
 // submitWait hands the pending ops and t.sync to the loop and waits until
 // the sync group (t.sync, and in a command every op) has completed.
-func (t *target) submitWait() {
+func (t *handlerView) submitWait() {
 	g := &t.c.sync
 	g.status, g.detail = rdmo.StatusOK, ""
 	ops := *t.ops
@@ -245,7 +247,7 @@ func (t *target) submitWait() {
 }
 
 // pendingOf finds the worker's record of a request of the running batch.
-func (t *target) pendingOf(req *rdmo.Request) (*pending, error) {
+func (t *handlerView) pendingOf(req *rdmo.Request) (*pending, error) {
 	if t.b != nil {
 		for i := range t.b.reqs {
 			if &t.b.reqs[i] == req {
@@ -260,7 +262,7 @@ func (t *target) pendingOf(req *rdmo.Request) (*pending, error) {
 	return nil, wireErr(rdmo.StatusInternal, "request is not part of the running batch")
 }
 
-func (t *target) Place(req *rdmo.Request, id rdmo.RegionID, addr uint64) error {
+func (t *handlerView) Place(req *rdmo.Request, id rdmo.RegionID, addr uint64) error {
 	if req == nil {
 		return wireErr(rdmo.StatusInternal, "Place of a nil request")
 	}
@@ -305,7 +307,7 @@ func (t *target) Place(req *rdmo.Request, id rdmo.RegionID, addr uint64) error {
 	return nil
 }
 
-func (t *target) Fetch(req *rdmo.Request) ([]byte, error) {
+func (t *handlerView) Fetch(req *rdmo.Request) ([]byte, error) {
 	if req == nil {
 		return nil, wireErr(rdmo.StatusInternal, "Fetch of a nil request")
 	}
@@ -337,7 +339,7 @@ func (t *target) Fetch(req *rdmo.Request) ([]byte, error) {
 	return buf, nil
 }
 
-func (t *target) Flush() error {
+func (t *handlerView) Flush() error {
 	if t.g == nil {
 		return errUnbound
 	}
@@ -369,7 +371,7 @@ func (t *target) Flush() error {
 
 // readbackRegion picks the region the visibility read goes to: where the
 // last UCX write went, else any live region of the client.
-func (t *target) readbackRegion() *region {
+func (t *handlerView) readbackRegion() *region {
 	if r := t.c.lastPut; r != nil && !r.gone.Load() && (*t.c.regions.Load())[r.id] == r {
 		return r
 	}
@@ -381,7 +383,7 @@ func (t *target) readbackRegion() *region {
 	return nil
 }
 
-func (t *target) WriteBackAll() error {
+func (t *handlerView) WriteBackAll() error {
 	if t.g == nil {
 		return errUnbound
 	}

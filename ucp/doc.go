@@ -5,7 +5,7 @@
 // # Threading rule
 //
 // A Worker and everything made from it (Endpoints, Listeners, RemoteKeys,
-// Batches, received Messages) belong to one goroutine: the one that created
+// received Messages) belong to one goroutine: the one that created
 // the worker, which NewWorker locks to its OS thread until Close. UCX runs the
 // worker in single-thread mode, so there are no locks on the data path, and
 // UCX requires that one OS thread use the worker (UCX 1.18 aborts otherwise).
@@ -28,7 +28,8 @@
 // # Cost model
 //
 // UCX callbacks never call into Go. They record events in C memory; Progress
-// makes one cgo call that releases the previous batch's message buffers,
+// makes one cgo call that releases the previous round's message buffers,
 // progresses UCX, and returns the number of new events, which Go then reads
-// directly. Operations queued on a Batch are issued by one cgo call.
+// directly. A batch, in this package, is the operations queued since the
+// last Progress (at most WorkerOptions.MaxBatch): one cgo call issues them.
 package ucp

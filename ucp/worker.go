@@ -394,20 +394,20 @@ func (w *Worker) Progress() (int, error) {
 
 func (w *Worker) deliverEvents() int {
 	n := 0
-	batchID := -1
+	runAM := -1 // the AM id of the run of messages in w.msgs (-1: none)
 	w.msgs = w.msgs[:0]
 	for i := 0; i < int(w.sw.nevents); i++ {
 		ev := (*C.shim_event_t)(unsafe.Add(unsafe.Pointer(w.sw.events), uintptr(i)*unsafe.Sizeof(C.shim_event_t{})))
 		n++
 		if ev.kind == C.SHIM_EV_AM {
-			if int(ev.am_id) != batchID {
-				batchID = w.flushMessages(batchID)
-				batchID = int(ev.am_id)
+			if int(ev.am_id) != runAM {
+				runAM = w.flushMessages(runAM)
+				runAM = int(ev.am_id)
 			}
 			w.msgs = append(w.msgs, w.message(ev))
 			continue
 		}
-		batchID = w.flushMessages(batchID)
+		runAM = w.flushMessages(runAM)
 		switch ev.kind {
 		case C.SHIM_EV_COMPLETE:
 			w.complete(uint32(ev.token), C.ucs_status_t(ev.status), uint64(ev.length))
@@ -417,7 +417,7 @@ func (w *Worker) deliverEvents() int {
 			w.connRequest(uint64(ev.token), ev.ep)
 		}
 	}
-	w.flushMessages(batchID)
+	w.flushMessages(runAM)
 	return n
 }
 

@@ -7,16 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/dpu"
+	"github.com/openrdmo/rdmo/internal/limits"
 	appendop "github.com/openrdmo/rdmo/plugins/append"
 	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/plugins/ops"
@@ -31,57 +29,26 @@ import (
 
 // Settings of every worker of a service (service.Config.WorkerSettings, set
 // by the operator: `rdmo dpu`'s "worker" section), named like the dpu.Config
-// limit they set. Values are decimal numbers (drain-timeout a Go duration,
-// "5s"); 0 (or a missing key) is the dpu default, a negative value or an
-// unknown key makes the worker refuse its spec.
+// limit they set (the worker limits table, internal/limits). Values are
+// decimal numbers (drain-timeout a Go duration, "5s"); 0 (or a missing key)
+// is the dpu default, a negative value or an unknown key makes the worker
+// refuse its spec.
 const (
-	SettingMaxInFlightPerRQ    = "max-in-flight-per-rq"   // dpu.Config.MaxInFlightPerRQ
-	SettingMaxClients          = "max-clients"            // dpu.Config.MaxClients
-	SettingMaxRQsPerClient     = "max-rqs-per-client"     // dpu.Config.MaxRQsPerClient
-	SettingMaxRegionsPerClient = "max-regions-per-client" // dpu.Config.MaxRegionsPerClient
-	SettingMaxRendezvousFetch  = "max-rendezvous-fetch"   // dpu.Config.MaxRendezvousFetch
-	SettingMaxEagerPayload     = "max-eager-payload"      // dpu.Config.MaxEagerPayload
-	SettingMaxBatch            = "max-batch"              // dpu.Config.MaxBatch
-	SettingDrainTimeout        = "drain-timeout"          // dpu.Config.DrainTimeout
-	SettingMaxWasmMemory       = "max-wasm-memory"        // wasmhost.LoadOptions.MemoryLimit (not a dpu limit)
+	SettingMaxInFlightPerRQ    = limits.KeyMaxInFlightPerRQ    // dpu.Config.MaxInFlightPerRQ
+	SettingMaxClients          = limits.KeyMaxClients          // dpu.Config.MaxClients
+	SettingMaxRQsPerClient     = limits.KeyMaxRQsPerClient     // dpu.Config.MaxRQsPerClient
+	SettingMaxRegionsPerClient = limits.KeyMaxRegionsPerClient // dpu.Config.MaxRegionsPerClient
+	SettingMaxRendezvousFetch  = limits.KeyMaxRendezvousFetch  // dpu.Config.MaxRendezvousFetch
+	SettingMaxEagerPayload     = limits.KeyMaxEagerPayload     // dpu.Config.MaxEagerPayload
+	SettingMaxBatch            = limits.KeyMaxBatch            // dpu.Config.MaxBatch
+	SettingDrainTimeout        = limits.KeyDrainTimeout        // dpu.Config.DrainTimeout
+	SettingMaxWasmMemory       = limits.KeyMaxWasmMemory       // wasmhost.LoadOptions.MemoryLimit (not a dpu.Config field)
 )
 
 // ApplySettings sets the limits of cfg from a worker's settings
 // (urom.WorkerSpec.Settings); see the Setting* keys.
 func ApplySettings(cfg *dpu.Config, settings map[string]string) error {
-	var wasmMemory int // checked here, used by Factory (wasmMemoryLimit)
-	ints := map[string]*int{
-		SettingMaxWasmMemory:       &wasmMemory,
-		SettingMaxInFlightPerRQ:    &cfg.MaxInFlightPerRQ,
-		SettingMaxClients:          &cfg.MaxClients,
-		SettingMaxRQsPerClient:     &cfg.MaxRQsPerClient,
-		SettingMaxRegionsPerClient: &cfg.MaxRegionsPerClient,
-		SettingMaxRendezvousFetch:  &cfg.MaxRendezvousFetch,
-		SettingMaxEagerPayload:     &cfg.MaxEagerPayload,
-		SettingMaxBatch:            &cfg.MaxBatch,
-	}
-	keys := slices.Sorted(maps.Keys(settings))
-	for _, k := range keys {
-		v := strings.TrimSpace(settings[k])
-		if k == SettingDrainTimeout {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("worker setting %s: invalid duration %q; want a duration of at least 0 such as 5s", k, v)
-			}
-			cfg.DrainTimeout = d
-			continue
-		}
-		p, ok := ints[k]
-		if !ok {
-			return fmt.Errorf("unknown worker setting %q (a newer rdmo dpu than this worker?)", k)
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("worker setting %s: invalid limit %q; want a whole number of at least 0 (0: the default)", k, v)
-		}
-		*p = n
-	}
-	return nil
+	return limits.Apply(cfg, settings)
 }
 
 type builtin struct {
