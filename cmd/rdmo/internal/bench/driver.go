@@ -152,6 +152,8 @@ func (d *driver) run(ctx context.Context) error {
 		svc, err := service.New(sctx, service.Config{
 			Listen:           "127.0.0.1:0",
 			Builtins:         rdmoworker.Builtins(),
+			PluginPath:       d.o.pluginPath(d.exe),
+			Probe:            rdmoworker.Probe,
 			Metrics:          rdmoworker.Metrics(),
 			MaxWorkers:       4,
 			WorkerCommand:    []string{d.exe},
@@ -226,7 +228,7 @@ func (d *driver) run(ctx context.Context) error {
 		return err
 	}
 	for _, m := range d.o.Modes {
-		if s := mustRow(m).Strategy; s != "" && d.workers[s] == nil {
+		if s := mustRow(m).worker(); s != "" && d.workers[s] == nil {
 			if err := d.spawn(s); err != nil {
 				return err
 			}
@@ -297,6 +299,9 @@ type workerInfo struct {
 func (d *driver) spawn(strategy string) error {
 	var w workerInfo
 	if err := d.target.call("spawn", targetReq{Strategy: strategy, CPUs: d.o.WorkerCPUs}, "WORKER", &w, 2*time.Minute); err != nil {
+		if _, plugins := splitWorker(strategy); plugins != nil {
+			return fmt.Errorf("%w (the rows of %s need it on --plugin-path: make bench-plugins)", err, plugins[0])
+		}
 		return err
 	}
 	if d.workers == nil {
@@ -384,7 +389,7 @@ func (d *driver) newRow(def *rowDef, size int) *rowState {
 	if def.Sizeless {
 		size = 0
 	}
-	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy}, short: d.o.Short}
+	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy, Plugins: def.Plugins}, short: d.o.Short}
 	if def.Capacity != nil {
 		rs.capOps = def.Capacity(&d.o, size)
 	}
@@ -447,8 +452,9 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		return rs.def.Drive(d, rs, warm)
 	}
 	row := &rs.row
+	wk := rs.def.worker() // the row's worker ("": none)
 	spec := roundSpec{
-		Mode: row.Mode, Strategy: row.Strategy, Size: row.Size, Sample: d.o.Sample, Window: d.o.Window,
+		Mode: row.Mode, Strategy: wk, Size: row.Size, Sample: d.o.Sample, Window: d.o.Window,
 		Credit: d.o.Credit, Layout: rs.layout,
 	}
 	d.round++
@@ -476,25 +482,25 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		}
 	}
 	var before dpu.Stats
-	if row.Strategy != "" {
-		st, err := d.stats(row.Strategy)
+	if wk != "" {
+		st, err := d.stats(wk)
 		if err != nil {
 			return err
 		}
 		before = st
 		if !warm && row.Rounds == 0 {
-			m := service.ReadProcessMemory(d.workers[row.Strategy].PID)
+			m := service.ReadProcessMemory(d.workers[wk].PID)
 			row.WorkerRSSStart, row.WorkerAnonStart = m.RSS, m.Anon
 		}
 	}
-	spin := row.Strategy == ""
+	spin := wk == ""
 	if spin {
 		if err := d.target.call("spin", targetReq{On: true}, "OK", nil, time.Minute); err != nil {
 			return err
 		}
 	}
 	wpid := 0
-	if w := d.workers[row.Strategy]; w != nil && row.Strategy != "" {
+	if w := d.workers[wk]; w != nil && wk != "" {
 		wpid = w.PID
 	}
 	cpu0 := d.sampleCPU(wpid)
@@ -514,8 +520,8 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		return nil
 	}
 	var after dpu.Stats
-	if row.Strategy != "" {
-		st, err := d.stats(row.Strategy)
+	if wk != "" {
+		st, err := d.stats(wk)
 		if err != nil {
 			return err
 		}
@@ -537,10 +543,10 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		rs.lat.Merge(&res[i].Lat)
 	}
 	var delta *WorkerFigures
-	if row.Strategy != "" {
+	if wk != "" {
 		delta = statsDelta(before, after)
 		rs.fig.add(delta)
-		m := service.ReadProcessMemory(d.workers[row.Strategy].PID)
+		m := service.ReadProcessMemory(d.workers[wk].PID)
 		row.WorkerRSSEnd, row.WorkerAnonEnd = m.RSS, m.Anon
 		row.WorkerRSS = append(row.WorkerRSS, m.RSS)
 		row.WorkerAnon = append(row.WorkerAnon, m.Anon)

@@ -49,6 +49,9 @@ type Row struct {
 	Mode     string `json:"mode"`
 	Size     int    `json:"size"`
 	Strategy string `json:"strategy,omitempty"` // the RDMO worker's append strategy
+	// Plugins is the form of handler the row's worker serves its op with
+	// (rowDef.Plugins: "wasm:fetch-add", "plugin:fetch-add"; "": built in).
+	Plugins string `json:"plugins,omitempty"`
 	// Pages is how the queue's target memory was backed (queue rows):
 	// "4 KiB", "hugetlb 2048 KiB", "4 KiB, N MiB in THP" (host/target.Pages).
 	Pages string `json:"pages,omitempty"`
