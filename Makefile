@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 APT_PKGS  := libucx-dev ucx-utils pkg-config iproute2
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test vet fmt-check unit bench bench-ucx bench-plugins clean demo
+.PHONY: all deps build test vet fmt-check unit bench bench-ucx clean demo
 
 all: build
 
@@ -54,16 +54,6 @@ test: deps fmt-check vet
 bench: deps
 	ROUNDS=$(or $(ROUNDS),5) ./scripts/bench-ucp.sh
 	UCX_TLS=shm,self $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./ucp ./rdmo/... ./host/initiator
-
-# bench-plugins builds bin/rdmo and, into bin/plugins (where `bin/rdmo bench`
-# looks by default, --plugin-path), the op pack's fetch-add as a go-plugin
-# binary and as a WebAssembly module: the fetch-add/plugin and fetch-add/wasm
-# rows (`bin/rdmo bench --topology dpu --modes fetch-add,forms`).
-bench-plugins: deps
-	mkdir -p bin/plugins
-	$(GO) build -o bin/rdmo ./cmd/rdmo
-	$(GO) build -o bin/plugins/rdmo-plugin-fetch-add ./plugins/ops/cmd/rdmo-plugin-fetch-add
-	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -o bin/plugins/rdmo-plugin-fetch-add.wasm ./plugins/ops/cmd/rdmo-plugin-fetch-add-wasm
 
 # demo runs the RDMO demo on this machine: bin/rdmo as server (target, with
 # an embedded UROM service) and as client (initiator), separate processes on
