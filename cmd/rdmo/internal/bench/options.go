@@ -303,7 +303,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.StringVar(&o.ResultsFrom, "results-from", o.ResultsFrom, "Run nothing: read a JSON results file written by --results and write it again in --results-format")
 	fs.BoolVar(&o.Wide, "wide", o.Wide, "Print every column of the table (default: what fits 100 columns; the JSON results have everything)")
 	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
-	fs.StringSliceVar(&o.PluginPath, "plugin-path", o.PluginPath, "Directories where the embedded UROM service finds the plugin binary and WebAssembly module of the fetch-add/plugin and fetch-add/wasm rows (default: plugins beside this executable; make bench-plugins builds them into bin/plugins)")
+	cli.PathListVar(fs, (*cli.PathList)(&o.PluginPath), "plugin-path", "Directories, ':'-separated, where the embedded UROM service finds the plugin binary and WebAssembly module of the fetch-add/plugin and fetch-add/wasm rows (default: plugins beside this executable; make bench-plugins builds them into bin/plugins)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
 	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")
 	fs.StringVar(&o.InitiatorCPUs, "initiator-cpus", o.InitiatorCPUs, "Pin the initiator processes to these CPUs")
