@@ -38,10 +38,14 @@ type driver struct {
 	targetAddr []byte
 	inits      []*child
 
-	workers map[string]*workerInfo // by append strategy
-	round   int
-	rep     *Report
-	out     *progress
+	workers map[string]*workerInfo // by rowDef.worker (append strategy, plugin form)
+	// noWorker holds why a plugin form's worker could not be spawned (its
+	// plugin or module not on the plugin path): its rows fail with it, the
+	// others run.
+	noWorker map[string]error
+	round    int
+	rep      *Report
+	out      *progress
 }
 
 // Run runs the benchmark: every row of o.Modes at every size, each in the
@@ -230,7 +234,13 @@ func (d *driver) run(ctx context.Context) error {
 	for _, m := range d.o.Modes {
 		if s := mustRow(m).worker(); s != "" && d.workers[s] == nil {
 			if err := d.spawn(s); err != nil {
-				return err
+				if _, plugins := splitWorker(s); plugins == nil || d.workers[s] != nil {
+					return err
+				}
+				if d.noWorker == nil {
+					d.noWorker = map[string]error{}
+				}
+				d.noWorker[s] = err
 			}
 		}
 	}
@@ -453,6 +463,11 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	}
 	row := &rs.row
 	wk := rs.def.worker() // the row's worker ("": none)
+	if err := d.noWorker[wk]; err != nil {
+		rs.fail(err)
+		d.out.failed(rs.row)
+		return nil
+	}
 	spec := roundSpec{
 		Mode: row.Mode, Strategy: wk, Size: row.Size, Sample: d.o.Sample, Window: d.o.Window,
 		Credit: d.o.Credit, Layout: rs.layout,

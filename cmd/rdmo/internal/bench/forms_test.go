@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,5 +86,38 @@ func TestShortForms(t *testing.T) {
 		if r := mustRow(row.Mode); row.Plugins != r.Plugins {
 			t.Errorf("row %s: plugins %q, want %q", row.Mode, row.Plugins, r.Plugins)
 		}
+	}
+}
+
+// TestFormWithoutModule: a form whose module is not on the plugin path
+// fails its rows with the reason; the run's other rows are measured.
+func TestFormWithoutModule(t *testing.T) {
+	ucxAvailable(t)
+	var out bytes.Buffer
+	o := DefaultOptions()
+	o.Topology, o.Sizes, o.Short = TopologyDPU, []int{8}, true
+	o.Executable, o.Stdout, o.Stderr = os.Args[0], &out, os.Stderr
+	o.PluginPath = []string{t.TempDir()}
+	o.Modes = []string{ModeFetchAdd, ModeFetchAddWasm}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a hang guard
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	for _, row := range rep.Rows {
+		switch row.Mode {
+		case ModeFetchAdd:
+			if row.Error != "" || !row.Verified {
+				t.Errorf("%s: error %q, verified %v", row.Mode, row.Error, row.Verified)
+			}
+		case ModeFetchAddWasm:
+			if !strings.Contains(row.Error, `no plugin "wasm:fetch-add"`) || !strings.Contains(row.Error, "make bench-plugins") {
+				t.Errorf("%s: error %q, want the missing module and how to build it", row.Mode, row.Error)
+			}
+		}
+	}
+	if len(rep.Rows) != 2 {
+		t.Errorf("%d rows, want 2\n%s", len(rep.Rows), out.String())
 	}
 }
