@@ -141,6 +141,9 @@ func runCLI(ctx context.Context, cfg cli.Config, args []string) error {
 		o.MaxOps = cfg.Ops
 	}
 	o.UROMAddress = cfg.UROMAddress
+	if len(o.PluginPath) == 0 {
+		o.PluginPath = cfg.PluginPath // the config file's plugin-path
+	}
 	o.Logger = cfg.Logger
 	if err := o.validate(); err != nil {
 		return cli.Usagef("%v", err)

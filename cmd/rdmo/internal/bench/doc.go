@@ -56,6 +56,23 @@
 //     give the same answer (initiator_ops.go); and chase/4/pipelined against
 //     native-chase/4/pipelined, many chases in flight: the rate at
 //     saturation (initiator_ops_pipe.go).
+//   - Only when asked for (--modes forms, with fetch-add): the op pack's
+//     fetch-add in each form of handler, from the same source
+//     (plugins/ops): fetch-add (built in), fetch-add/wasm (a WebAssembly
+//     module run inside the worker, rdmo-plugin-fetch-add.wasm) and
+//     fetch-add/plugin (a go-plugin process, rdmo-plugin-fetch-add), one
+//     call at a time inside initiator.Drive (p50); and
+//     fetch-add/pipelined, fetch-add/wasm/pipelined and
+//     fetch-add/plugin/pipelined with --window calls in flight (at most
+//     256; the rate at saturation). Every answer is checked: one at a
+//     time, call n returns the counter's start plus n; pipelined, answers
+//     may come in another order, so each must be the start plus a number
+//     below the calls issued, none twice; the target checks the counter
+//     moved by exactly the calls made. Each form has a worker of its own
+//     (rowDef.Plugins: the worker is spawned with "wasm:fetch-add" or
+//     "plugin:fetch-add"), found by the embedded UROM service on
+//     --plugin-path (default: the directory plugins beside the
+//     executable, where `make bench-plugins` builds both).
 //
 // Each row is a rowDef in the registry (rows.go): its name, the row it is
 // compared with, the target memory it sets up before a round, the

@@ -38,10 +38,14 @@ type driver struct {
 	targetAddr []byte
 	inits      []*child
 
-	workers map[string]*workerInfo // by append strategy
-	round   int
-	rep     *Report
-	out     *progress
+	workers map[string]*workerInfo // by rowDef.worker (append strategy, plugin form)
+	// noWorker holds why a plugin form's worker could not be spawned (its
+	// plugin or module not on the plugin path): its rows fail with it, the
+	// others run.
+	noWorker map[string]error
+	round    int
+	rep      *Report
+	out      *progress
 }
 
 // Run runs the benchmark: every row of o.Modes at every size, each in the
@@ -152,6 +156,8 @@ func (d *driver) run(ctx context.Context) error {
 		svc, err := service.New(sctx, service.Config{
 			Listen:           "127.0.0.1:0",
 			Builtins:         rdmoworker.Builtins(),
+			PluginPath:       d.o.pluginPath(d.exe),
+			Probe:            rdmoworker.Probe,
 			Metrics:          rdmoworker.Metrics(),
 			MaxWorkers:       4,
 			WorkerCommand:    []string{d.exe},
@@ -226,9 +232,15 @@ func (d *driver) run(ctx context.Context) error {
 		return err
 	}
 	for _, m := range d.o.Modes {
-		if s := mustRow(m).Strategy; s != "" && d.workers[s] == nil {
+		if s := mustRow(m).worker(); s != "" && d.workers[s] == nil {
 			if err := d.spawn(s); err != nil {
-				return err
+				if _, plugins := splitWorker(s); plugins == nil || d.workers[s] != nil {
+					return err
+				}
+				if d.noWorker == nil {
+					d.noWorker = map[string]error{}
+				}
+				d.noWorker[s] = err
 			}
 		}
 	}
@@ -297,6 +309,9 @@ type workerInfo struct {
 func (d *driver) spawn(strategy string) error {
 	var w workerInfo
 	if err := d.target.call("spawn", targetReq{Strategy: strategy, CPUs: d.o.WorkerCPUs}, "WORKER", &w, 2*time.Minute); err != nil {
+		if _, plugins := splitWorker(strategy); plugins != nil {
+			return fmt.Errorf("%w (the rows of %s need it on --plugin-path: make bench-plugins)", err, plugins[0])
+		}
 		return err
 	}
 	if d.workers == nil {
@@ -384,7 +399,7 @@ func (d *driver) newRow(def *rowDef, size int) *rowState {
 	if def.Sizeless {
 		size = 0
 	}
-	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy}, short: d.o.Short}
+	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy, Plugins: def.Plugins}, short: d.o.Short}
 	if def.Capacity != nil {
 		rs.capOps = def.Capacity(&d.o, size)
 	}
@@ -447,8 +462,14 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		return rs.def.Drive(d, rs, warm)
 	}
 	row := &rs.row
+	wk := rs.def.worker() // the row's worker ("": none)
+	if err := d.noWorker[wk]; err != nil {
+		rs.fail(err)
+		d.out.failed(rs.row)
+		return nil
+	}
 	spec := roundSpec{
-		Mode: row.Mode, Strategy: row.Strategy, Size: row.Size, Sample: d.o.Sample, Window: d.o.Window,
+		Mode: row.Mode, Strategy: wk, Size: row.Size, Sample: d.o.Sample, Window: d.o.Window,
 		Credit: d.o.Credit, Layout: rs.layout,
 	}
 	d.round++
@@ -476,25 +497,25 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		}
 	}
 	var before dpu.Stats
-	if row.Strategy != "" {
-		st, err := d.stats(row.Strategy)
+	if wk != "" {
+		st, err := d.stats(wk)
 		if err != nil {
 			return err
 		}
 		before = st
 		if !warm && row.Rounds == 0 {
-			m := service.ReadProcessMemory(d.workers[row.Strategy].PID)
+			m := service.ReadProcessMemory(d.workers[wk].PID)
 			row.WorkerRSSStart, row.WorkerAnonStart = m.RSS, m.Anon
 		}
 	}
-	spin := row.Strategy == ""
+	spin := wk == ""
 	if spin {
 		if err := d.target.call("spin", targetReq{On: true}, "OK", nil, time.Minute); err != nil {
 			return err
 		}
 	}
 	wpid := 0
-	if w := d.workers[row.Strategy]; w != nil && row.Strategy != "" {
+	if w := d.workers[wk]; w != nil && wk != "" {
 		wpid = w.PID
 	}
 	cpu0 := d.sampleCPU(wpid)
@@ -514,8 +535,8 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		return nil
 	}
 	var after dpu.Stats
-	if row.Strategy != "" {
-		st, err := d.stats(row.Strategy)
+	if wk != "" {
+		st, err := d.stats(wk)
 		if err != nil {
 			return err
 		}
@@ -537,10 +558,10 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		rs.lat.Merge(&res[i].Lat)
 	}
 	var delta *WorkerFigures
-	if row.Strategy != "" {
+	if wk != "" {
 		delta = statsDelta(before, after)
 		rs.fig.add(delta)
-		m := service.ReadProcessMemory(d.workers[row.Strategy].PID)
+		m := service.ReadProcessMemory(d.workers[wk].PID)
 		row.WorkerRSSEnd, row.WorkerAnonEnd = m.RSS, m.Anon
 		row.WorkerRSS = append(row.WorkerRSS, m.RSS)
 		row.WorkerAnon = append(row.WorkerAnon, m.Anon)

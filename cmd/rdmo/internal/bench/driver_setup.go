@@ -24,7 +24,7 @@ func setupColdQueue(d *driver, rs *rowState, spec *roundSpec) error {
 }
 
 func queueRound(d *driver, rs *rowState, spec *roundSpec, cold bool) error {
-	err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: rs.row.Strategy, Cold: cold}, "QUEUE", &spec.Queue, time.Minute)
+	err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: rs.def.worker(), Cold: cold}, "QUEUE", &spec.Queue, time.Minute)
 	if err == nil && spec.Queue.Pages != "" {
 		rs.row.Pages = spec.Queue.Pages
 	}
@@ -35,7 +35,7 @@ func queueRound(d *driver, rs *rowState, spec *roundSpec, cold bool) error {
 // with the row's worker) and places the round's chunks in it.
 func setupScatter(d *driver, rs *rowState, spec *roundSpec) error {
 	if rs.scat.Base == 0 {
-		req := targetReq{Bytes: int(rs.layout.area()) * d.o.Initiators, Strategy: rs.row.Strategy}
+		req := targetReq{Bytes: int(rs.layout.area()) * d.o.Initiators, Strategy: rs.def.worker()}
 		if err := d.target.call("sregion", req, "SREGION", &rs.scat, time.Minute); err != nil {
 			return err
 		}
@@ -49,7 +49,9 @@ func setupScatter(d *driver, rs *rowState, spec *roundSpec) error {
 // answers into the round's spec.
 func setupOps(d *driver, rs *rowState, spec *roundSpec) error {
 	req := opsLayoutReq{Round: spec.Round, Initiators: d.o.Initiators, ValueSize: kvValueSize(spec.Size)}
-	if d.workers["owned"] != nil {
+	if w := rs.def.worker(); d.workers[w] != nil {
+		req.Strategy = w
+	} else if d.workers["owned"] != nil {
 		req.Strategy = "owned"
 	}
 	for _, s := range d.o.Sizes {
@@ -92,7 +94,7 @@ func setupWorkload(d *driver, rs *rowState, spec *roundSpec) error {
 	for i := 0; i < d.o.Initiators; i++ {
 		w.Seeds = append(w.Seeds, d.o.Seed+uint64(spec.Round)<<8+uint64(i))
 	}
-	req := workloadReq{Strategy: rs.row.Strategy, Ops: uint64(spec.MaxOps), Seeds: w.Seeds, FlushEvery: w.FlushEvery}
+	req := workloadReq{Strategy: rs.def.worker(), Ops: uint64(spec.MaxOps), Seeds: w.Seeds, FlushEvery: w.FlushEvery}
 	var regs workloadRegions
 	if err := d.target.call("workload", req, "WORKLOAD", &regs, 2*time.Minute); err != nil {
 		return err

@@ -26,6 +26,10 @@ type opsCall struct {
 	subs  [][]byte
 	size  int
 	check func(n int, res initiator.Result) error
+	// unordered, when set, checks the answers of a pipelined round, which
+	// the worker may have run in another order than they were issued:
+	// issued is the calls issued so far.
+	unordered func(issued int, res initiator.Result) error
 }
 
 // opsLayoutOK fails a round whose spec lacks this initiator's layout.
@@ -74,7 +78,8 @@ func kvCall(s roundSpec, id int) opsCall {
 // counter's start plus n.
 func fetchAddCall(s roundSpec, id int) opsCall {
 	o := s.Ops
-	return opsCall{op: ops.OpFetchAdd, size: 8,
+	seen := fetchAddSeen{start: o.Starts[id]}
+	return opsCall{op: ops.OpFetchAdd, size: 8, unordered: seen.check,
 		subs: [][]byte{ops.AtomicReq{Region: rdmo.RegionID(o.Region), Addr: o.Counters[id], Operand: 1}.FetchAddSub()},
 		check: func(n int, res initiator.Result) error {
 			if want := o.Starts[id] + uint64(n); res.Value != want {
@@ -82,6 +87,31 @@ func fetchAddCall(s roundSpec, id int) opsCall {
 			}
 			return nil
 		}}
+}
+
+// fetchAddSeen checks pipelined fetch-adds of one counter, answered in
+// any order: each answer is the start plus a number below the calls
+// issued, and no number comes twice, so a round's answers are exactly the
+// start plus 0..n-1 (the target checks the counter moved by n).
+type fetchAddSeen struct {
+	start uint64
+	seen  []uint64 // bit i: start+i answered; grows by doubling
+}
+
+func (f *fetchAddSeen) check(issued int, res initiator.Result) error {
+	i := res.Value - f.start
+	if res.Value < f.start || i >= uint64(issued) {
+		return fmt.Errorf("fetch-add returned %d, want %d up to %d", res.Value, f.start, f.start+uint64(issued)-1)
+	}
+	w := int(i / 64)
+	if w >= len(f.seen) {
+		f.seen = append(f.seen, make([]uint64, max(w+1-len(f.seen), len(f.seen)))...)
+	}
+	if f.seen[w]&(1<<(i%64)) != 0 {
+		return fmt.Errorf("fetch-add returned %d twice", res.Value)
+	}
+	f.seen[w] |= 1 << (i % 64)
+	return nil
 }
 
 func chaseCalls(d int, call bool) roundFunc { return rdmoRound(opsCalls(chaseCall(d), call)) }

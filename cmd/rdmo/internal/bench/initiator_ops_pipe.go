@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
-	"github.com/openrdmo/rdmo/plugins/ops"
-	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 )
 
-// The pipelined chase rows: the rate of chases at saturation. Each
+// The pipelined rows: the rate of calls at saturation (chase/D/pipelined,
+// the fetch-add rows of the handler forms, rows.go). Each
 // initiator keeps pipeDepth chases in flight and starts a new one as soon
 // as one ends, so a row's rate is what the processes can do, not the
 // inverse of one chase's latency; its p50 is a chase's time in flight,
@@ -39,22 +38,27 @@ func pipeDepth(s roundSpec) int {
 
 // chasePipelined keeps pipeDepth(s) chases of depth d in flight inside
 // one Drive and checks every answer.
-func chasePipelined(d int) roundFunc {
-	return func(p *initProc, s roundSpec) (roundResult, error) { return p.chasePipelined(s, d) }
+func chasePipelined(d int) roundFunc { return opsPipelined(chaseCall(d)) }
+
+// opsPipelined keeps pipeDepth(s) of an op-pack row's calls in flight
+// inside one Drive and checks every answer: with the call's unordered
+// check when it has one (answers that depend on the order the worker ran
+// the calls in), else with its check of call n.
+func opsPipelined(mk func(s roundSpec, id int) opsCall) roundFunc {
+	return func(p *initProc, s roundSpec) (roundResult, error) { return p.opsPipelined(s, mk) }
 }
 
-func (p *initProc) chasePipelined(s roundSpec, d int) (roundResult, error) {
+func (p *initProc) opsPipelined(s roundSpec, mk func(s roundSpec, id int) opsCall) (roundResult, error) {
 	if err := opsLayoutOK(s, p.id); err != nil {
 		return roundResult{}, err
 	}
-	o := s.Ops
-	chain := o.Chains[p.id]
-	sub := ops.IndirectReq{Region: rdmo.RegionID(o.Region), Addr: chain[0], Depth: uint16(d)}.Sub()
+	c := mk(s, p.id)
 	depth := pipeDepth(s)
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	type inflight struct {
 		c  initiator.CallWait
+		n  int
 		t0 time.Time
 	}
 	ring := make([]inflight, depth)
@@ -67,10 +71,10 @@ func (p *initProc) chasePipelined(s roundSpec, d int) (roundResult, error) {
 		for {
 			if issued-done < depth && !b.done(issued) {
 				f := &ring[issued%depth]
-				if err := dr.Start(&f.c, ops.OpIndirectRead, sub, nil); err != nil {
+				if err := dr.Start(&f.c, c.op, c.subs[issued%len(c.subs)], nil); err != nil {
 					return fmt.Errorf("call %d: %w", issued, err)
 				}
-				f.t0 = time.Now()
+				f.n, f.t0 = issued, time.Now()
 				issued++
 				continue
 			}
@@ -81,14 +85,19 @@ func (p *initProc) chasePipelined(s roundSpec, d int) (roundResult, error) {
 			res, err := dr.Wait(&f.c)
 			h.Add(time.Since(f.t0))
 			if err != nil {
-				return fmt.Errorf("call %d: %w", done, err)
+				return fmt.Errorf("call %d: %w", f.n, err)
 			}
-			if res.Value != chain[d] || len(res.Data) != 0 {
-				return fmt.Errorf("call %d reached %#x with %d bytes, want %#x", done, res.Value, len(res.Data), chain[d])
+			if c.unordered != nil {
+				err = c.unordered(issued, res)
+			} else {
+				err = c.check(f.n, res)
+			}
+			if err != nil {
+				return err
 			}
 			done++
 		}
-		rr = roundResult{Ops: uint64(done), Bytes: uint64(done * 8), Elapsed: time.Since(start), Lat: h}
+		rr = roundResult{Ops: uint64(done), Bytes: uint64(done * c.size), Elapsed: time.Since(start), Lat: h}
 		return nil
 	})
 	return rr, err

@@ -36,7 +36,7 @@ func TestOpsModes(t *testing.T) {
 	want := []string{"chase/1", "chase/1/call", "native-chase/1", "chase/2", "chase/2/call", "native-chase/2",
 		"chase/4", "chase/4/call", "native-chase/4", "chase/8", "chase/8/call", "native-chase/8",
 		ModeKVLookup, "kv-lookup/call", ModeNativeKVLookup, ModeFetchAdd, "fetch-add/call", ModeNativeFetchAdd,
-		"chase/4/pipelined", "native-chase/4/pipelined"}
+		"chase/4/pipelined", "native-chase/4/pipelined", ModeFetchAddPipelined}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("ops: got %v %v, want %v", got, err, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,6 +82,12 @@ type Options struct {
 	Wide        bool   // the table has every column, not only what fits 100 columns
 	MetricsAddr string // serve the run's worker metrics here ("" none)
 	UROMAddress string // an external UROM service ("" runs one in this process)
+	// PluginPath lists the directories where the embedded UROM service
+	// finds the handler-form rows' plugin binary and WebAssembly module
+	// (rdmo-plugin-fetch-add, rdmo-plugin-fetch-add.wasm). Empty: the
+	// directory plugins beside the executable (bin/plugins for bin/rdmo,
+	// where `make bench-plugins` puts them).
+	PluginPath []string
 
 	WorkerCPUs, InitiatorCPUs, TargetCPUs string // taskset CPU lists ("" unpinned)
 	// CPUProfile: every child process writes a CPU profile into this
@@ -276,7 +283,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.Var((*topologyValue)(&o.Topology), "topology", "Where the processes sit: dpu (worker next to the target on shared memory, initiators over TCP) or shm (all on shared memory)")
 	fs.Var((*intsValue)(&o.Sizes), "size", "Message size(s) in bytes, comma-separated (e.g. 8,64,512,4096)")
 	fs.IntVar(&o.Initiators, "initiators", o.Initiators, "Initiator processes")
-	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], workload (the demo's mix, rdmo -m client), baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, chase/4/pipelined (many chases in flight: the rate at saturation), and their native-* rows), all")
+	fs.StringSliceVar(&o.Modes, "modes", o.Modes, "Rows to measure (default: all but ops): perftest[-am|-put], raw-am, am-pingpong, native-owned (one initiator only), native-append[/blocking|/pipelined], rdmo-append[/owned|/shared], scatter[/N], flush[/idle|/load], workload (the demo's mix, rdmo -m client), baselines, ops (chase/N, kv-lookup, fetch-add inside initiator.Drive, their /call twins with Initiator.Call, chase/4/pipelined (many chases in flight: the rate at saturation), and their native-* rows), forms (fetch-add/pipelined, fetch-add/wasm[/pipelined] and fetch-add/plugin[/pipelined]: the same handler as a WebAssembly module in the worker and as a plugin process, from --plugin-path), all")
 	fs.Var((*intsValue)(&o.IOVs), "iovs", "Scatter iov counts of the scatter rows")
 	// The rule of every duration flag of rdmo (cli.ParseDuration): "5s",
 	// or a bare number of seconds.
@@ -296,6 +303,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.StringVar(&o.ResultsFrom, "results-from", o.ResultsFrom, "Run nothing: read a JSON results file written by --results and write it again in --results-format")
 	fs.BoolVar(&o.Wide, "wide", o.Wide, "Print every column of the table (default: what fits 100 columns; the JSON results have everything)")
 	fs.StringVar(&o.Plot, "plot", o.Plot, "Write an SVG plot of rate against message size per row to this file")
+	cli.PathListVar(fs, (*cli.PathList)(&o.PluginPath), "plugin-path", "Directories, ':'-separated, where the embedded UROM service finds the plugin binary and WebAssembly module of the fetch-add/plugin and fetch-add/wasm rows (default: plugins beside this executable; make bench-plugins builds them into bin/plugins)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Serve the run's worker metrics (Prometheus) on host:port")
 	fs.StringVar(&o.WorkerCPUs, "worker-cpus", o.WorkerCPUs, "Pin the RDMO worker process to these CPUs (taskset list)")
 	fs.StringVar(&o.InitiatorCPUs, "initiator-cpus", o.InitiatorCPUs, "Pin the initiator processes to these CPUs")
@@ -374,4 +382,17 @@ func (m *mibValue) Set(s string) error {
 	}
 	*m = mibValue(n << 20)
 	return nil
+}
+
+// pluginPath is the embedded service's plugin path for the run's
+// executable exe (PluginPath's default resolved).
+func (o *Options) pluginPath(exe string) []string {
+	if len(o.PluginPath) > 0 {
+		return o.PluginPath
+	}
+	dir := filepath.Join(filepath.Dir(exe), "plugins")
+	if _, err := os.Stat(dir); err != nil {
+		return nil // no plugins built: the service has nothing to warn about
+	}
+	return []string{dir}
 }

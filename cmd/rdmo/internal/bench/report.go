@@ -49,6 +49,9 @@ type Row struct {
 	Mode     string `json:"mode"`
 	Size     int    `json:"size"`
 	Strategy string `json:"strategy,omitempty"` // the RDMO worker's append strategy
+	// Plugins is the form of handler the row's worker serves its op with
+	// (rowDef.Plugins: "wasm:fetch-add", "plugin:fetch-add"; "": built in).
+	Plugins string `json:"plugins,omitempty"`
 	// Pages is how the queue's target memory was backed (queue rows):
 	// "4 KiB", "hugetlb 2048 KiB", "4 KiB, N MiB in THP" (host/target.Pages).
 	Pages string `json:"pages,omitempty"`
@@ -590,7 +593,7 @@ func (p *progress) interval(row Row, total time.Duration, l *lineAcc) {
 	if l.elapsed > 0 {
 		mbs = float64(l.bytes) / l.elapsed.Seconds() / 1e6
 	}
-	s := fmt.Sprintf("%-24s %8s %7.1fs %10s op/s %9.1f MB/s  p50 %9s  p99 %9s",
+	s := fmt.Sprintf("%-26s %8s %7.1fs %10s op/s %9.1f MB/s  p50 %9s  p99 %9s",
 		row.Mode, sizeName(row.Size)+" B", total.Seconds(), rate(r), mbs, dur(l.lat.Quantile(0.5)), dur(l.lat.Quantile(0.99)))
 	if f := l.fig; f != nil && f.Requests > 0 {
 		s += fmt.Sprintf("  puts/op %.4f", f.PutsPerOp)
@@ -609,5 +612,5 @@ func (p *progress) failed(row Row) {
 	if p.tty {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
-	fmt.Fprintf(p.w, "%-24s %8s FAILED: %s\n", row.Mode, sizeName(row.Size)+" B", row.Error)
+	fmt.Fprintf(p.w, "%-26s %8s FAILED: %s\n", row.Mode, sizeName(row.Size)+" B", row.Error)
 }

@@ -19,6 +19,11 @@ mkdir -p "$out"
 echo "building $out/rdmo"
 "${GO:-go}" build -o "$out/rdmo" ./cmd/rdmo
 rdmo="$out/rdmo"
+# The handler forms' plugin and module, where $out/rdmo bench finds them
+# (plugins beside the executable).
+mkdir -p "$out/plugins"
+"${GO:-go}" build -o "$out/plugins/rdmo-plugin-fetch-add" ./plugins/ops/cmd/rdmo-plugin-fetch-add
+GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 "${GO:-go}" build -buildmode=c-shared -o "$out/plugins/rdmo-plugin-fetch-add.wasm" ./plugins/ops/cmd/rdmo-plugin-fetch-add-wasm
 
 # step NAME ARGS...: one rdmo bench run; its table goes to the terminal and
 # $out/NAME.txt, its log to $out/NAME.log. On failure the reason (the log's
@@ -41,5 +46,6 @@ step shm-64 --topology shm --size 64 --duration "$dur" --cpuprofile "$out/prof-s
 step dpu-sizes --topology dpu --size 1k,64k,1m --duration "$dur" --modes raw-am,rdmo-append/owned,perftest
 step shm-sizes --topology shm --size 1k,64k,1m --duration "$dur" --modes raw-am,rdmo-append/owned,perftest
 step noagg-64 --topology dpu --size 64 --duration "$dur" --modes raw-am,rdmo-append/owned,perftest --aggregate=false
+step forms --topology dpu --modes fetch-add,forms --duration "$dur"
 step rss --topology shm --size 64 --modes rdmo-append/owned --duration "$rss_time"
 echo "results in $out (profiles: go tool pprof $out/rdmo $out/prof-dpu/worker-*.pprof)"

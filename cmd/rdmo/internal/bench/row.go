@@ -51,6 +51,11 @@ type rowDef struct {
 	// Strategy is the append strategy of the RDMO worker the row uses ("":
 	// none; the target then spins its progress for the row's rounds).
 	Strategy string
+	// Plugins is the form of the worker's handler the row measures, as
+	// `--plugins` names it ("wasm:fetch-add", "plugin:fetch-add"; "": the
+	// built-in handlers): such a row has a worker of its own, spawned with
+	// that name, found on the run's --plugin-path.
+	Plugins string
 	// RoundTrip: the row's p50 is read against am-pingpong's.
 	RoundTrip bool
 	// Load: the row's operations are flushes while a load of appends
@@ -80,6 +85,26 @@ type rowDef struct {
 	Check func(t *benchTarget, req targetReq) error
 	// Drive replaces the driver's round (perftest rows run another program).
 	Drive func(d *driver, rs *rowState, warm bool) error
+}
+
+// worker names the row's RDMO worker among the run's (the driver's,
+// target's and initiators' key for it): its append strategy, and the
+// plugin form after a "+" when it has one.
+func (r *rowDef) worker() string {
+	if r.Strategy == "" || r.Plugins == "" {
+		return r.Strategy
+	}
+	return r.Strategy + "+" + r.Plugins
+}
+
+// splitWorker is worker's inverse: the append strategy and the plugin
+// names a worker is spawned with.
+func splitWorker(key string) (strategy string, plugins []string) {
+	strategy, p, ok := strings.Cut(key, "+")
+	if ok {
+		plugins = []string{p}
+	}
+	return strategy, plugins
 }
 
 // roundFunc is one initiator's round of a row.
@@ -138,7 +163,7 @@ func mustRow(name string) *rowDef {
 func (r *rowDef) hasGroup(g string) bool { return slices.Contains(r.Groups, g) }
 
 // modeGroups are the group names --modes accepts besides row names.
-var modeGroups = []string{"perftest", "rdmo-append", "native-append", "scatter", "flush", "baselines", "ops", "all"}
+var modeGroups = []string{"perftest", "rdmo-append", "native-append", "scatter", "flush", "baselines", "ops", "forms", "all"}
 
 // expandModes resolves names and group names to rows, in run order,
 // without duplicates; no names is the default set.

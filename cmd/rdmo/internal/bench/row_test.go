@@ -43,6 +43,11 @@ var rowCheckTests = map[string]func(t *testing.T, name string){
 	ModeFetchAdd:                     testOpsRow(fetchAddAnswer),
 	ModeFetchAdd + opsCallSuffix:     testOpsRow(fetchAddAnswer),
 	ModeNativeFetchAdd:               testOpsRow(nil),
+	ModeFetchAddPipelined:            testOpsRow(fetchAddAnyOrder),
+	ModeFetchAddWasm:                 testOpsRow(fetchAddAnswer),
+	ModeFetchAddWasmPipe:             testOpsRow(fetchAddAnyOrder),
+	ModeFetchAddPlugin:               testOpsRow(fetchAddAnswer),
+	ModeFetchAddPluginPipe:           testOpsRow(fetchAddAnyOrder),
 }
 
 func TestEveryRowHasCheckTest(t *testing.T) {
@@ -329,4 +334,22 @@ func fetchAddAnswer(t *testing.T, s roundSpec) {
 		t.Errorf("right answer: %v", err)
 	}
 	wantErr(t, "lost add", c.check(4, initiator.Result{Value: s.Ops.Starts[0] + 3}), "fetch-add returned")
+}
+
+// fetchAddAnyOrder: a pipelined round's answers may come in any order,
+// but each is the start plus a number below the calls issued, never twice.
+func fetchAddAnyOrder(t *testing.T, s roundSpec) {
+	c := fetchAddCall(s, 1)
+	start := s.Ops.Starts[1]
+	for _, n := range []uint64{2, 0, 1, 70, 3} { // 70: the bitmap grows
+		if err := c.unordered(80, initiator.Result{Value: start + n}); err != nil {
+			t.Errorf("answer %d: %v", n, err)
+		}
+	}
+	wantErr(t, "the same answer twice", c.unordered(80, initiator.Result{Value: start + 70}), "twice")
+	wantErr(t, "beyond the calls issued", c.unordered(80, initiator.Result{Value: start + 80}), "fetch-add returned")
+	wantErr(t, "below the start", c.unordered(80, initiator.Result{Value: start - 1}), "fetch-add returned")
+	if err := fetchAddCall(s, 1).unordered(80, initiator.Result{Value: start + 2}); err != nil {
+		t.Errorf("a new round's first answer: %v", err)
+	}
 }

@@ -42,10 +42,25 @@ const (
 	// opsCallSuffix marks an RDMO row's twin that calls with
 	// Initiator.Call rather than inside a Drive.
 	opsCallSuffix = "/call"
-	// opsPipeSuffix marks a chase row that keeps many chases in flight:
-	// the rate at saturation, where the other rows measure one chase at
-	// a time.
+	// opsPipeSuffix marks a row that keeps many calls in flight: the
+	// rate at saturation, where the other rows measure one call at a
+	// time.
 	opsPipeSuffix = "/pipelined"
+)
+
+// The handler-form rows: the op pack's fetch-add served by each form of
+// handler the worker loads (docs/PLUGINS.md), from the same source:
+// built in (fetch-add, fetch-add/pipelined), a WebAssembly module in the
+// worker (rdmo-plugin-fetch-add.wasm) and a go-plugin process
+// (rdmo-plugin-fetch-add), one call at a time and pipelined. The module
+// and the binary are found on --plugin-path (`make bench-plugins`).
+const (
+	ModeFetchAddPipelined    = ModeFetchAdd + opsPipeSuffix
+	ModeFetchAddWasm         = ModeFetchAdd + "/wasm"
+	ModeFetchAddWasmPipe     = ModeFetchAddWasm + opsPipeSuffix
+	ModeFetchAddPlugin       = ModeFetchAdd + "/plugin"
+	ModeFetchAddPluginPipe   = ModeFetchAddPlugin + opsPipeSuffix
+	fetchAddWasm, fetchAddGo = "wasm:fetch-add", "plugin:fetch-add"
 )
 
 // DefaultChaseDepths are the chase depths `--modes ops` measures;
@@ -89,6 +104,26 @@ var registry = []rowFamily{
 	fixed(fetchAdds(opsRow(ModeFetchAdd+opsCallSuffix, "owned", ModeNativeFetchAdd, callTwinGoal, fetchAddCalls(true)))),
 	fixed(fetchAdds(opsRow(ModeNativeFetchAdd, "", "", nil, native(opsNative(fetchAddNative))))),
 	pipelinedChaseFamily,
+	fixed(formRow(ModeFetchAddPipelined, "", "", noGoal, fetchAddPipelined, "ops")),
+	fixed(formRow(ModeFetchAddWasm, fetchAddWasm, ModeFetchAdd, &rowGoal{Kind: "<=", Want: 1.2}, fetchAddCalls(false))),
+	fixed(formRow(ModeFetchAddWasmPipe, fetchAddWasm, ModeFetchAddPipelined, &rowGoal{Rate: true, Kind: ">=", Want: 0.8}, fetchAddPipelined)),
+	fixed(formRow(ModeFetchAddPlugin, fetchAddGo, ModeFetchAdd, noGoal, fetchAddCalls(false))),
+	// The goal "the module's rate ≥ 10× the plugin process's", read from
+	// the plugin's side.
+	fixed(formRow(ModeFetchAddPluginPipe, fetchAddGo, ModeFetchAddWasmPipe, &rowGoal{Rate: true, Kind: "<=", Want: 0.1}, fetchAddPipelined)),
+}
+
+// fetchAddPipelined keeps pipeDepth fetch-adds in flight inside one Drive.
+var fetchAddPipelined = rdmoRound(opsPipelined(fetchAddCall))
+
+// formRow is a handler-form row (ModeFetchAddWasm's comment): a fetch-add
+// row of the group "forms" whose worker serves fetch-add with the plugin
+// form named (built in: ""). Only the built-in form's rows are in "ops",
+// which needs no --plugin-path.
+func formRow(name, plugins, baseline string, goal *rowGoal, round roundFunc, groups ...string) rowDef {
+	r := fetchAdds(opsRow(name, "owned", baseline, goal, round))
+	r.Groups, r.Plugins = append(groups, "forms"), plugins
+	return r
 }
 
 var (

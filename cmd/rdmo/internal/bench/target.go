@@ -301,11 +301,13 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 				return err
 			}
 		}
+		strategy, plugins := splitWorker(req.Strategy)
 		tg, err := target.New(ctx, target.Options{
 			Service:        t.svc,
 			Env:            t.workerEnv,
 			CPUs:           req.CPUs,
-			AppendStrategy: req.Strategy,
+			AppendStrategy: strategy,
+			Plugins:        plugins,
 			ClientID:       clientID,
 			Address:        t.addr,
 			Logger:         t.log,
@@ -436,6 +438,7 @@ func (t *benchTarget) stopWorker(ctx context.Context, ws *workerState) error {
 	if t.wl.ws == ws {
 		t.wl.ws, t.wl.regs = nil, nil
 	}
+	delete(t.ops.regs, ws)
 	delete(t.workers, ws.strategy)
 	return ws.tg.CloseContext(ctx)
 }

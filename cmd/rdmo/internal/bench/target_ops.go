@@ -100,9 +100,8 @@ type opsSpec struct {
 type opsTarget struct {
 	mem     *ucp.Memory
 	rkey    []byte
-	regWith *workerState
-	regID   uint64
-	tables  map[int]uint64 // value size -> table offset
+	regs    map[*workerState]uint64 // the region's id with each worker it is registered with
+	tables  map[int]uint64          // value size -> table offset
 	buckets uint64
 	chains  uint64 // offset of the chain area
 	n       int    // initiators
@@ -156,20 +155,24 @@ func (t *benchTarget) opsLayout(ctx context.Context, req opsLayoutReq) (opsSpec,
 	if !ok {
 		return opsSpec{}, fmt.Errorf("ops: no table for %d-byte values", req.ValueSize)
 	}
-	if ws := t.workers[req.Strategy]; ws != nil && o.regWith != ws {
+	ws := t.workers[req.Strategy]
+	if _, ok := o.regs[ws]; ws != nil && !ok {
 		// The table headers are fixed from here on: the kv handler keeps
 		// them while the region is registered (docs/OPS.md).
 		reg, err := ws.tg.Register(ctx, o.mem)
 		if err != nil {
 			return opsSpec{}, err
 		}
-		o.regWith, o.regID = ws, reg.ID
+		if o.regs == nil {
+			o.regs = map[*workerState]uint64{}
+		}
+		o.regs[ws] = reg.ID
 	}
 	mem, base := o.mem.Bytes(), o.mem.Address()
 	rng := rand.New(rand.NewPCG(uint64(req.Round), 0x6f7073)) // "ops"
 	sp := opsSpec{Rkey: o.rkey, Table: base + tbl, Buckets: o.buckets, ValueSize: req.ValueSize}
-	if o.regWith != nil && o.regWith == t.workers[req.Strategy] {
-		sp.Region = o.regID
+	if ws != nil {
+		sp.Region = o.regs[ws]
 	}
 	// Chains: MaxDepth+1 distinct slots of each initiator's area, each
 	// pointing at the next.

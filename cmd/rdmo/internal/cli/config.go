@@ -238,6 +238,13 @@ func (v *pathListValue) Replace(list []string) error {
 }
 func (v *pathListValue) GetSlice() []string { return append([]string(nil), *v.p...) }
 
+// PathListVar defines a flag of directories with the rule of
+// --plugin-path: ':'-separated, repeatable, the first use replacing the
+// default.
+func PathListVar(fs *pflag.FlagSet, p *PathList, name, usage string) {
+	fs.Var(&pathListValue{p: p}, name, usage)
+}
+
 // RegisterFlags adds -l/--log-level, --sdk-log-level and --log-format to fs
 // (the rdmo binary registers them as persistent flags of the root command,
 // so every subcommand has them).
