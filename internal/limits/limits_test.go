@@ -6,21 +6,9 @@ import (
 	"time"
 )
 
-// fields carries every limit under its Field name, as dpu.Config and the
-// CLI's WorkerLimits do.
-type fields struct {
-	MaxInFlightPerRQ    int
-	MaxClients          int
-	MaxRQsPerClient     int
-	MaxRegionsPerClient int
-	MaxRendezvousFetch  int
-	MaxEagerPayload     int
-	MaxBatch            int
-	DrainTimeout        time.Duration
-	MaxWasmMemory       int
-}
-
-// engine is a struct without the NotEngine limits' fields, as dpu.Config.
+// engine has the fields of the limits dpu.Config has (not the NotEngine
+// ones); fields has every limit under its Field name, as the CLI's
+// WorkerLimits does.
 type engine struct {
 	MaxInFlightPerRQ    int
 	MaxClients          int
@@ -30,6 +18,11 @@ type engine struct {
 	MaxEagerPayload     int
 	MaxBatch            int
 	DrainTimeout        time.Duration
+}
+
+type fields struct {
+	engine
+	MaxWasmMemory int
 }
 
 func TestTable(t *testing.T) {
@@ -53,7 +46,7 @@ func TestTable(t *testing.T) {
 			t.Errorf("Lookup(%q) = %+v, %v", l.Key, got, ok)
 		}
 	}
-	want := fields{1024, 64, 64, 1024, 1 << 20, 1 << 20, 1024, 5 * time.Second, 128 << 20}
+	want := fields{engine{1024, 64, 64, 1024, 1 << 20, 1 << 20, 1024, 5 * time.Second}, 128 << 20}
 	var got fields
 	for _, l := range Table {
 		l.Set(&got, l.Default)
@@ -65,7 +58,7 @@ func TestTable(t *testing.T) {
 
 // Settings and Apply are inverses: what the CLI spells, a worker reads.
 func TestSettingsApply(t *testing.T) {
-	in := fields{8, 2, 3, 4, 5, 6, 7, 1500 * time.Millisecond, 9}
+	in := fields{engine{8, 2, 3, 4, 5, 6, 7, 1500 * time.Millisecond}, 9}
 	s := Settings(&in)
 	if s[KeyDrainTimeout] != "1.5s" || s[KeyMaxBatch] != "7" || len(s) != len(Table) {
 		t.Errorf("Settings = %v", s)
