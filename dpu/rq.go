@@ -500,11 +500,13 @@ func (w *Worker) dispatch(c *client, q *rq) {
 		c.cached++
 	}
 	b.add(first)
+	room := w.inlineBytes - len(first.payload) // payload bytes an inline batch may still take
 	for q.queued() > 0 && len(b.ents) < limit {
 		p := q.queue[q.head]
-		if p.h != b.h || p.fenced() || inline && p.rndv {
+		if p.h != b.h || p.fenced() || inline && (p.rndv || len(p.payload) > room) {
 			break
 		}
+		room -= len(p.payload)
 		b.add(q.popFront())
 	}
 	for i := range b.ents {
@@ -521,13 +523,15 @@ func (w *Worker) dispatch(c *client, q *rq) {
 }
 
 // maxInline bounds the requests of a batch the loop runs itself, and
-// inlineBudget those of all batches it runs itself in one round: with
-// handlers of well under a microsecond per request (rdmo.HandlerInfo.Inline)
-// the loop is away from UCX and the other clients for some hundreds of
+// inlineBudget and inlineBytes those of all batches it runs itself in one
+// round and their payload bytes: with handlers of well under a microsecond
+// per request (rdmo.HandlerInfo.Inline) and copies of at most 256 KiB the
+// loop is away from UCX and the other clients for some hundreds of
 // microseconds at most. What the budget leaves goes to the executors.
 const (
 	maxInline    = 256
 	inlineBudget = 1024
+	inlineBytes  = 256 << 10
 )
 
 // inlineOK reports whether the batch that p leads may run on the loop
@@ -537,15 +541,15 @@ const (
 // only once everything before it completed (nextReady), exactly as on the
 // executor. And nothing the batch can call waits for the loop: every
 // region of the client is mapped (Put and Get are copies, atomics the
-// CPU's), no payload is rendezvous (no Fetch or Place), and Flush has
-// nothing to wait for (no UCX write or Place since the last one). Only
+// CPU's, and Config.UCXAtomics is off), no payload is rendezvous (no Fetch
+// or Place), and Flush has nothing to wait for (no UCX write or Place since the last one). Only
 // handlers that declare Inline (built-ins; a plugin's handler never does,
 // its HandlerInfo comes over the plugin protocol without the flag), and
 // within the round's budget (inlineBudget), so one client's stream cannot
 // keep the loop from the others: what is over goes to the executor.
 func (w *Worker) inlineOK(c *client, p *pending) bool {
-	return p.h.info.Inline && !p.rndv && c.atExec == 0 && w.inlineLeft > 0 &&
-		c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()
+	return p.h.info.Inline && !p.rndv && c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
+		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()
 }
 
 // runInline runs a batch on the loop as the client's executor would: the
@@ -558,6 +562,9 @@ func (w *Worker) inlineOK(c *client, p *pending) bool {
 // machine is busy.
 func (w *Worker) runInline(c *client, b *batch) {
 	w.inlineLeft -= len(b.ents)
+	for _, p := range b.ents {
+		w.inlineBytes -= len(p.payload)
+	}
 	w.stats.inlined.Add(1)
 	t := &c.view
 	t.bind(b, &b.g, &b.ops, &b.bufs)

@@ -66,27 +66,28 @@ type Worker struct {
 	nclients   int
 
 	// Loop-owned state.
-	clients    map[uint64]*client
-	rqAddr     map[string]*rq
-	nextRQ     uint64
-	nextRegion uint64
-	ops        opTable
-	backlog    []int32 // ops UCX had no room for, in order
-	comp       *completer
-	closingRQs []*rq
-	removals   []*client
-	shutdown   bool
-	bounce     bouncePool
-	cmdBuf     []*command
-	itemBuf    []inboxItem
-	dirty      []*client // clients whose request queues may dispatch
-	dirtySpare []*client // pumpDirty's second buffer
-	readied    int       // items and signals handed to executors in this round (see run)
-	woken      []*client // clients whose parked executor the loop readied (see wakeExec)
-	round      uint64    // rounds of the loop
-	inlineLeft int       // requests the loop may still run itself this round (runInline)
-	atExec     int       // batches and commands handed to executors, not returned
-	shm        shmCheck  // the shared-memory receive-queue check (shmcheck.go)
+	clients     map[uint64]*client
+	rqAddr      map[string]*rq
+	nextRQ      uint64
+	nextRegion  uint64
+	ops         opTable
+	backlog     []int32 // ops UCX had no room for, in order
+	comp        *completer
+	closingRQs  []*rq
+	removals    []*client
+	shutdown    bool
+	bounce      bouncePool
+	cmdBuf      []*command
+	itemBuf     []inboxItem
+	dirty       []*client // clients whose request queues may dispatch
+	dirtySpare  []*client // pumpDirty's second buffer
+	readied     int       // items and signals handed to executors in this round (see run)
+	woken       []*client // clients whose parked executor the loop readied (see wakeExec)
+	round       uint64    // rounds of the loop
+	inlineLeft  int       // requests the loop may still run itself this round (runInline)
+	inlineBytes int       // and their payload bytes
+	atExec      int       // batches and commands handed to executors, not returned
+	shm         shmCheck  // the shared-memory receive-queue check (shmcheck.go)
 
 	// Idle accounting, for tests: time spun without work before sleeping,
 	// sleeps, and the sleeps that a spin preceded.
@@ -421,7 +422,7 @@ func (w *Worker) run(started chan<- error) {
 	for {
 		w.round++
 		w.readied = 0 // counted by completions in Progress too
-		w.inlineLeft = inlineBudget
+		w.inlineLeft, w.inlineBytes = inlineBudget, inlineBytes
 		n, err := w.uw.Progress()
 		if err != nil && progressErr == nil {
 			progressErr = err

@@ -38,8 +38,8 @@ type HandlerInfo struct {
 	// client still never overlap). The worker decides per batch: only when
 	// the client's executor is idle, every Target call the batch can make
 	// completes without waiting for the loop (all of the client's regions
-	// mapped into the worker, no rendezvous payload), at most one batch of
-	// a bounded size per client and loop round; otherwise the batch goes
+	// mapped into the worker, no rendezvous payload), within a budget of
+	// requests and payload bytes per loop round; otherwise the batch goes
 	// to the executor as usual. Order, FENCE, results and a caught panic
 	// are the same either way. A plugin's handler runs on the executor
 	// whatever it declares (its calls cross a process boundary), and the

@@ -74,7 +74,9 @@ type client struct {
 }
 
 func (h *handler) Info() rdmo.HandlerInfo {
-	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpScatter}, NoCachedState: true}
+	// Inline: an eager scatter's chunks are copies into mapped regions; a
+	// rendezvous one (Fetch) never runs on the worker's loop.
+	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpScatter}, NoCachedState: true, Inline: true}
 }
 
 func (h *handler) client(id rdmo.ClientID) *client {
