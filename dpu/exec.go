@@ -174,13 +174,12 @@ func (c *client) putBatch(b *batch) {
 func (c *client) run() {
 	var items []execItem
 	for {
-		items = c.exQ.Take(items)
-		for len(items) == 0 && !c.exQ.Closed() {
+		// blocked is set before the queue is looked at again (Wait takes
+		// first), so a push the loop makes after an empty look finds it
+		// set and counts the wake-up (Worker.wakeExec).
+		if items = c.exQ.Take(items); len(items) == 0 && !c.exQ.Closed() {
 			c.blocked.Store(true)
-			if items = c.exQ.Take(items); len(items) == 0 {
-				<-c.exQ.Signal()
-				items = c.exQ.Take(items)
-			}
+			items = c.exQ.Wait(items)
 			c.blocked.Store(false)
 		}
 		for i := range items {

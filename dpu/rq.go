@@ -515,6 +515,8 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	q.started += len(b.ents)
 	w.stats.batch(len(b.ents))
 	if inline {
+		w.inlineLeft -= len(b.ents)
+		w.inlineBytes = room
 		w.runInline(c, b)
 		return
 	}
@@ -542,7 +544,8 @@ const (
 // executor. And nothing the batch can call waits for the loop: every
 // region of the client is mapped (Put and Get are copies, atomics the
 // CPU's, and Config.UCXAtomics is off), no payload is rendezvous (no Fetch
-// or Place), and Flush has nothing to wait for (no UCX write or Place since the last one). Only
+// or Place), and Flush has nothing to wait for (no UCX write or Place
+// since the last one). Only
 // handlers that declare Inline (built-ins; a plugin's handler never does,
 // its HandlerInfo comes over the plugin protocol without the flag), and
 // within the round's budget (inlineBudget), so one client's stream cannot
@@ -561,10 +564,6 @@ func (w *Worker) inlineOK(c *client, p *pending) bool {
 // executor, and of the loop by its answer), each a wait for a CPU when the
 // machine is busy.
 func (w *Worker) runInline(c *client, b *batch) {
-	w.inlineLeft -= len(b.ents)
-	for _, p := range b.ents {
-		w.inlineBytes -= len(p.payload)
-	}
 	w.stats.inlined.Add(1)
 	t := &c.view
 	t.bind(b, &b.g, &b.ops, &b.bufs)
