@@ -42,11 +42,17 @@ type client struct {
 	// the last FLUSH that succeeded was dispatched. While they are equal,
 	// WriteBackAll has nothing to write (see flushInline).
 	cached, cleanAt uint64
-	dirty           bool
-	stopping        bool // no more batches: the executor was told to stop
-	exited          bool
-	waiters         []*command // RemoveClient calls waiting for the removal
-	batches         []*batch   // recycled batches (per client: Buffer memory never crosses clients)
+	// slowCached is cached after the last batch dispatched to a handler
+	// that may cache state and does not run inline (a plugin's). While it
+	// is at most cleanAt, such handlers have nothing to write back, and a
+	// FLUSH may run on the loop with the inline handlers' WriteBacks only
+	// (Worker.inlineOK, handlerView.WriteBackAll).
+	slowCached uint64
+	dirty      bool
+	stopping   bool // no more batches: the executor was told to stop
+	exited     bool
+	waiters    []*command // RemoveClient calls waiting for the removal
+	batches    []*batch   // recycled batches (per client: Buffer memory never crosses clients)
 	// Rendezvous placements in flight, so that a flush is issued only
 	// after the placements before it finished (their data is written by
 	// the receive itself, or by a Put after it, not covered by an

@@ -1,12 +1,15 @@
 package dpu_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/openrdmo/rdmo/dpu"
+	appendop "github.com/openrdmo/rdmo/plugins/append"
+	"github.com/openrdmo/rdmo/plugins/flush"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
@@ -229,5 +232,66 @@ func TestInlineBadInput(t *testing.T) {
 		if _, f := in.flush(2); f.Failed != 0 {
 			t.Fatalf("flush: %+v", f)
 		}
+	})
+}
+
+// A FLUSH after owned appends writes the cached tail back on the loop
+// (the append handler is Inline) where every region is mapped; after a
+// batch of a handler that caches state and is not Inline it goes to the
+// executor, whose WriteBackAll reaches that handler too; and once that
+// state is written back, FLUSHes run on the loop again. Every FLUSH leaves
+// the target holding what it must.
+func TestFlushWriteBackInline(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		cache := newCache()
+		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers(appendop.New(appendop.Options{}), flush.New(), cache, inlineHandler{})})
+		const qlen = 64 << 10
+		s := e.newSetup(1, qlen, 0, qlen)
+		in := s.in
+		q := s.base
+		le.PutUint64(s.mem(q, 8), q+8)
+		mapped := tr.Name == "shm"
+		tail := q + 8
+		var want []byte
+		// flush sends n appends and a FLUSH; the FLUSH's batch ran on the
+		// loop or did not, and the target holds the tail and the data.
+		flush := func(id uint64, n int, inline bool) {
+			t.Helper()
+			for i := 0; i < n; i++ {
+				p := pattern(8+i%24, byte(id+uint64(i)))
+				want = append(want, p...)
+				tail += uint64(len(p))
+				in.send(appendReq(1, 0, q, s.region, s.region), p, 0)
+			}
+			if n > 0 {
+				// The appends' batches complete before the count is
+				// read (a fenced request of a handler without state).
+				in.ack(in.send(inlineReq(1, rdmo.FlagAck|rdmo.FlagFence, inlineNull, 0, 0, 0), nil, 0))
+			}
+			before := e.w.Stats().InlineBatches
+			if _, f := in.flush(id); f.Failed != 0 {
+				t.Fatalf("flush %d: %+v", id, f)
+			}
+			got := e.w.Stats().InlineBatches - before
+			if wantN := map[bool]uint64{false: 0, true: 1}[inline && mapped]; got != wantN {
+				t.Fatalf("%s: flush %d ran on the loop %d times, want %d", tr.Name, id, got, wantN)
+			}
+			if got := le.Uint64(s.mem(q, 8)); got != tail {
+				t.Fatalf("flush %d: target tail %#x, want %#x", id, got, tail)
+			}
+			if !bytes.Equal(s.mem(q+8, len(want)), want) {
+				t.Fatalf("flush %d: appended data differs", id)
+			}
+		}
+		flush(1, 40, true)
+		flush(2, 3, true)
+		// A non-Inline handler caches a value: the next FLUSH must reach
+		// its WriteBack, on the executor.
+		in.ack(in.send(userReq(1, opCache, rdmo.FlagAck, s.region, q+qlen-64, 0x5EED), nil, 0))
+		flush(3, 5, false)
+		if got := le.Uint64(s.mem(q+qlen-64, 8)); got != 0x5EED {
+			t.Fatalf("the cached value was not written back: %#x", got)
+		}
+		flush(4, 7, true)
 	})
 }

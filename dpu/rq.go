@@ -498,6 +498,9 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	b.cached = c.cached
 	if !b.h.info.NoCachedState {
 		c.cached++
+		if !b.h.info.Inline {
+			c.slowCached = c.cached
+		}
 	}
 	b.add(first)
 	room := w.inlineBytes - len(first.payload) // payload bytes an inline batch may still take
@@ -550,8 +553,17 @@ const (
 // its HandlerInfo comes over the plugin protocol without the flag), and
 // within the round's budget (inlineBudget), so one client's stream cannot
 // keep the loop from the others: what is over goes to the executor.
+//
+// A FLUSH of the built-in flush handler runs inline too when every batch
+// of a handler that may cache state and is not Inline was written back by
+// an earlier FLUSH (slowCached): its WriteBackAll then calls the inline
+// handlers' WriteBack only (copies through the mapping, as their batches
+// make), and its Flush has nothing to wait for. That is the FLUSH after a
+// stream of appends to queues whose tails the worker owns, which would
+// otherwise cost two hand-offs to write back one tail word.
 func (w *Worker) inlineOK(c *client, p *pending) bool {
-	return p.h.info.Inline && !p.rndv && c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
+	return (p.h.info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) &&
+		!p.rndv && c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
 		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()
 }
 

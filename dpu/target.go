@@ -390,6 +390,12 @@ func (t *handlerView) WriteBackAll() error {
 	t.w.stats.fences.Add(1)
 	var errs []error
 	for _, e := range t.w.handlers {
+		if t.inline && (!e.info.Inline || e.info.NoCachedState) {
+			// A FLUSH runs on the loop only when handlers that are not
+			// Inline have nothing cached for the client (inlineOK), and
+			// NoCachedState handlers never have.
+			continue
+		}
 		if err := t.c.protect(e.info.Name, "WriteBack", func() error { return e.h.WriteBack(t) }); err != nil {
 			errs = append(errs, err)
 		}

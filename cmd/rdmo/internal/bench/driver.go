@@ -651,6 +651,7 @@ func statsDelta(a, b dpu.Stats) *WorkerFigures {
 		Places:     b.Places - a.Places,
 		Batches:    b.Batches - a.Batches,
 		Batched:    b.BatchedRequests - a.BatchedRequests,
+		Inline:     b.InlineBatches - a.InlineBatches,
 	}
 	for s, n := range b.Failures {
 		f.Failures += n - a.Failures[s]
@@ -666,6 +667,7 @@ func (f *WorkerFigures) add(o *WorkerFigures) {
 	f.Places += o.Places
 	f.Batches += o.Batches
 	f.Batched += o.Batched
+	f.Inline += o.Inline
 	f.Failures += o.Failures
 }
 

@@ -137,6 +137,7 @@ type WorkerFigures struct {
 	Places     uint64 `json:"places"`
 	Batches    uint64 `json:"batches"`
 	Batched    uint64 `json:"batched_requests"`
+	Inline     uint64 `json:"inline_batches"` // batches the worker's loop ran itself (no executor hand-off)
 	Failures   uint64 `json:"failures"`
 	// PutsPerOp is target puts (UCX and memcpy) per request; WritesPerOp
 	// adds the rendezvous placements (every write of target memory);
