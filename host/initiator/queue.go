@@ -67,14 +67,28 @@ func (q *queue) broadcast() {
 	}
 }
 
-// release returns window space and wakes the producers waiting for it;
-// called with mu held.
+// release returns window space and wakes the producers waiting for it
+// once an eighth of the window is free (or nothing is in flight); called
+// with mu held. Waking them for every slot freed would hand the CPU to a
+// producer that fills one slot and waits again: a thread switch per
+// request when a stream outruns the worker. Woken at the low-water mark,
+// a producer queues a run of requests that the loop sends as one batch.
 func (q *queue) release(slots, nbytes int) {
 	q.inflight -= slots
 	q.inflightBytes -= nbytes
-	if q.windowWaiters > 0 && (slots > 0 || nbytes > 0) {
+	if q.windowWaiters > 0 && (slots > 0 || nbytes > 0) && q.roomToWake() {
 		q.broadcast()
 	}
+}
+
+// roomToWake reports whether the window has room for a run of requests:
+// an eighth of its slots and of its bytes, or nothing in flight (a request
+// larger than the byte window goes alone).
+func (q *queue) roomToWake() bool {
+	if q.inflight == 0 {
+		return true
+	}
+	return q.window-q.inflight >= max(1, q.window/8) && q.windowBytes-q.inflightBytes >= q.windowBytes/8
 }
 
 // confirm records a flush answer's flow-control mark and wakes the
