@@ -142,13 +142,28 @@ type batch struct {
 
 func (b *batch) add(p *pending) {
 	b.ents = append(b.ents, p)
-	b.reqs = append(b.reqs, rdmo.Request{
-		Seq: p.seq, Op: p.op, Flags: p.flags,
-		Flush: rdmo.FlushHeader{FlushID: p.flushID}, Append: p.app, Scatter: rdmo.ScatterHeader{Count: p.count},
-		Sub:     p.hdr[wire.SubHeaderOffset:p.hdrLen:p.hdrLen],
-		Payload: p.payload, Length: p.length, Rendezvous: p.rndv,
-	})
-	b.results = append(b.results, rdmo.Result{})
+	// Fields are set in place: an rdmo.Request literal appended is built
+	// on the stack and copied, 130 bytes per request. Slots past len are
+	// zero (putBatch clears what a batch used).
+	var r *rdmo.Request
+	b.reqs, r = grow(b.reqs)
+	r.Seq, r.Op, r.Flags = p.seq, p.op, p.flags
+	r.Flush.FlushID, r.Append, r.Scatter.Count = p.flushID, p.app, p.count
+	r.Sub = p.hdr[wire.SubHeaderOffset:p.hdrLen:p.hdrLen]
+	r.Payload, r.Length, r.Rendezvous = p.payload, p.length, p.rndv
+	b.results, _ = grow(b.results)
+}
+
+// grow extends s by one zero element and returns a pointer to it. The
+// element is zero only if s's spare capacity is (putBatch clears it).
+func grow[T any](s []T) ([]T, *T) {
+	if n := len(s); n < cap(s) {
+		s = s[:n+1]
+		return s, &s[n]
+	}
+	var zero T
+	s = append(s, zero)
+	return s, &s[len(s)-1]
 }
 
 func (c *client) getBatch() *batch {

@@ -196,16 +196,15 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		w.handleContainer(q, m)
 		return
 	}
-	seq := q.nextSeq
+	a := arrival{seq: q.nextSeq, hdr: m.Header, data: m.Data, length: m.Length, rndv: m.Rendezvous, m: m}
 	q.nextSeq++
-	rh, err := wire.ParseRequest(m.Header)
+	a.perr = wire.ParseRequestInto(&a.rh, m.Header)
 	if len(m.Header) >= wire.HeaderLen {
-		w.stats.request(rh.Header.Op, m.Length)
+		w.stats.request(a.rh.Header.Op, m.Length)
 	} else {
 		w.stats.bytes.Add(uint64(m.Length))
 	}
-	w.request(q, &arrival{seq: seq, hdr: m.Header, rh: rh, perr: err, data: m.Data, length: m.Length,
-		rndv: m.Rendezvous, m: m})
+	w.request(q, &a)
 }
 
 // keepContainer returns the box of an inner request's container, keeping
@@ -298,8 +297,8 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 		seq := q.nextSeq
 		q.nextSeq++
 		hdr, data := it.Header(), it.Payload()
-		rh, err := it.Request()
-		if op := rh.Header.Op; len(hdr) >= wire.HeaderLen && op != rdmo.OpBatch {
+		err := it.RequestInto(&a.rh)
+		if op := a.rh.Header.Op; len(hdr) >= wire.HeaderLen && op != rdmo.OpBatch {
 			if run > 0 && op != runOp {
 				w.stats.requests(runOp, run)
 				run = 0
@@ -307,7 +306,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 			runOp = op
 			run++
 		}
-		a.seq, a.hdr, a.rh, a.perr, a.data, a.length = seq, hdr, rh, err, data, len(data)
+		a.seq, a.hdr, a.perr, a.data, a.length = seq, hdr, err, data, len(data)
 		a.poff = it.PayloadOffset()
 		w.request(q, &a)
 	}

@@ -233,13 +233,12 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 
 	// 1. Validate every request and find the tails the batch lacks.
 	for i := range reqs {
-		c.items[i] = item{next: -1}
+		it := &c.items[i]
 		c.ok[i] = false
-		q, it, res := c.validate(t, &reqs[i])
-		if res.Status != rdmo.StatusOK {
-			results[i] = res
+		if !c.validate(t, &reqs[i], it, &results[i]) {
 			continue
 		}
+		q := it.q
 		if q.batch != c.epoch {
 			q.batch = c.epoch
 			q.failed = rdmo.Result{}
@@ -258,7 +257,6 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 			it.off = q.total
 			q.total += it.n
 		}
-		c.items[i] = it
 		c.ok[i] = true
 	}
 	if shared {
@@ -286,8 +284,8 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 		} else {
 			addr = q.tail
 		}
-		if res := placement(addr, it.n, it.data, q.key.ptrAddr); res.Status != rdmo.StatusOK {
-			results[i] = res
+		if !placementOK(addr, it.n, &it.data, q.key.ptrAddr) {
+			results[i] = placement(addr, it.n, it.data, q.key.ptrAddr)
 			c.ok[i] = false
 			continue
 		}
@@ -334,33 +332,42 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 	}
 }
 
-// validate checks one request before anything is written and returns its
-// queue (created if new) and item, or the failure.
-func (c *client) validate(t rdmo.Target, req *rdmo.Request) (*queue, item, rdmo.Result) {
-	it := item{next: -1}
+// validate checks one request before anything is written and fills it
+// (its queue created if new), or writes the failure to res and reports
+// false. It fills in place rather than return an item and a Result: two
+// 56-byte values per append copied through the stack were a tenth of the
+// handler's time at 64 bytes.
+func (c *client) validate(t rdmo.Target, req *rdmo.Request, it *item, res *rdmo.Result) bool {
+	it.q, it.off, it.next = nil, 0, -1
 	it.n = uint64(len(req.Payload))
 	if req.Rendezvous {
 		it.n = req.Length
 	}
 	if it.n == 0 {
-		return nil, it, rdmo.Result{Status: rdmo.StatusEmptyAppend}
+		*res = rdmo.Result{Status: rdmo.StatusEmptyAppend}
+		return false
 	}
-	a := req.Append
+	a := &req.Append
 	ptr, err := c.region(t, a.PtrRkey)
 	if err != nil {
-		return nil, it, rdmo.ResultOf(err)
+		*res = rdmo.ResultOf(err)
+		return false
 	}
 	if err := ptr.CheckRange(a.PtrAddr, 8); err != nil {
-		return nil, it, rdmo.ResultOf(err)
+		*res = rdmo.ResultOf(err)
+		return false
 	}
 	if a.PtrAddr%8 != 0 {
-		return nil, it, rdmo.Fail(rdmo.StatusOutOfBounds, "tail pointer %#x is not 8-byte aligned", a.PtrAddr)
+		*res = rdmo.Fail(rdmo.StatusOutOfBounds, "tail pointer %#x is not 8-byte aligned", a.PtrAddr)
+		return false
 	}
 	if it.data, err = c.region(t, a.DataRkey); err != nil {
-		return nil, it, rdmo.ResultOf(err)
+		*res = rdmo.ResultOf(err)
+		return false
 	}
 	if it.n > it.data.Len {
-		return nil, it, rdmo.Fail(rdmo.StatusQueueOverflow, "%d-byte append is larger than data region %#x (%d bytes)", it.n, it.data.ID, it.data.Len)
+		*res = rdmo.Fail(rdmo.StatusQueueOverflow, "%d-byte append is larger than data region %#x (%d bytes)", it.n, it.data.ID, it.data.Len)
+		return false
 	}
 	k := queueKey{ptrRkey: a.PtrRkey, ptrAddr: a.PtrAddr}
 	q := c.last
@@ -375,7 +382,14 @@ func (c *client) validate(t rdmo.Target, req *rdmo.Request) (*queue, item, rdmo.
 		q.dataRegions = append(q.dataRegions, a.DataRkey)
 	}
 	it.q = q
-	return q, it, rdmo.Result{}
+	return true
+}
+
+// placementOK reports whether n bytes at addr fit in the data region and
+// do not cover the queue's tail word; placement says why not.
+func placementOK(addr, n uint64, data *rdmo.Region, ptrAddr uint64) bool {
+	return addr >= data.Base && n <= math.MaxUint64-addr && data.Contains(addr, n) &&
+		(addr >= ptrAddr+8 || ptrAddr >= addr+n)
 }
 
 // placement checks that n bytes at addr fit in the data region and do not

@@ -223,6 +223,11 @@ func (it *BatchIter) Request() (RequestHeader, error) {
 	return ParseBatchEntry(it.hdr, it.flags)
 }
 
+// RequestInto is Request decoding into *r (see ParseRequestInto).
+func (it *BatchIter) RequestInto(r *RequestHeader) error {
+	return ParseBatchEntryInto(r, it.hdr, it.flags)
+}
+
 // Err returns the framing error that stopped the walk, or nil after a clean
 // end.
 func (it *BatchIter) Err() error { return it.err }
@@ -234,20 +239,28 @@ func (it *BatchIter) Err() error { return it.err }
 // header is returned even with an error whenever hdr has 16 bytes, so a
 // worker can report the op and honour the inner request's rdmo.FlagAck.
 func ParseBatchEntry(hdr []byte, entryFlags uint16) (RequestHeader, error) {
-	r, err := ParseRequest(hdr)
+	var r RequestHeader
+	err := ParseBatchEntryInto(&r, hdr, entryFlags)
+	return r, err
+}
+
+// ParseBatchEntryInto is ParseBatchEntry decoding into *r (overwritten
+// whole; see ParseRequestInto).
+func ParseBatchEntryInto(r *RequestHeader, hdr []byte, entryFlags uint16) error {
+	err := ParseRequestInto(r, hdr)
 	if len(hdr) < HeaderLen {
-		return r, err
+		return err
 	}
 	if entryFlags != 0 {
-		return r, wireErr(rdmo.StatusUnknownFlags, "batch entry flags "+hex32(uint32(entryFlags))+" are not defined")
+		return wireErr(rdmo.StatusUnknownFlags, "batch entry flags "+hex32(uint32(entryFlags))+" are not defined")
 	}
 	if err != nil {
-		return r, err
+		return err
 	}
 	if r.Header.Op == rdmo.OpBatch {
-		return r, errNestedBatch
+		return errNestedBatch
 	}
-	return r, nil
+	return nil
 }
 
 // CheckBatchPayload walks a container's data and returns its framing error,

@@ -199,10 +199,20 @@ func ParseHeader(b []byte) (Header, error) {
 // The payload is checked separately by RequestHeader.CheckPayload.
 // ParseRequest allocates only to return an error.
 func ParseRequest(b []byte) (RequestHeader, error) {
+	var r RequestHeader
+	err := ParseRequestInto(&r, b)
+	return r, err
+}
+
+// ParseRequestInto is ParseRequest decoding into *r (overwritten whole),
+// for a caller that parses a request per message: an 88-byte result
+// copied back through the stack per request was a measurable part of a
+// worker's time per small request.
+func ParseRequestInto(r *RequestHeader, b []byte) error {
 	h, err := ParseHeader(b)
-	r := RequestHeader{Header: h}
+	*r = RequestHeader{Header: h}
 	if err != nil {
-		return r, err
+		return err
 	}
 	var want int
 	switch h.Op {
@@ -216,14 +226,14 @@ func ParseRequest(b []byte) (RequestHeader, error) {
 		want = BatchHeaderLen
 	default:
 		r.User = b[SubHeaderOffset:len(b):len(b)]
-		return r, nil
+		return nil
 	}
 	if len(b) != want {
 		s := rdmo.StatusShortHeader
 		if len(b) > want {
 			s = rdmo.StatusHeaderTooLong
 		}
-		return r, wireErr(s, rdmo.OpName(h.Op)+" header is "+itoa(len(b))+" bytes, exactly "+itoa(want)+" required")
+		return wireErr(s, rdmo.OpName(h.Op)+" header is "+itoa(len(b))+" bytes, exactly "+itoa(want)+" required")
 	}
 	switch h.Op {
 	case rdmo.OpFlush:
@@ -239,11 +249,11 @@ func ParseRequest(b []byte) (RequestHeader, error) {
 	case rdmo.OpBatch:
 		r.Batch.Count = le.Uint64(b[BatchCountOffset:])
 		if h.Flags != 0 {
-			return r, wireErr(rdmo.StatusUnknownFlags, "a batch container carries no flags of its own (flags "+
+			return wireErr(rdmo.StatusUnknownFlags, "a batch container carries no flags of its own (flags "+
 				hex32(h.Flags)+"); FENCE and ACK go on its inner requests")
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // CheckPayload validates the AM data that came with r: a FLUSH has none, an
