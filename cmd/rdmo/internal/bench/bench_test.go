@@ -167,22 +167,24 @@ func TestShortSHM(t *testing.T) {
 
 // TestShortLargeAppends runs the append rows at sizes that go lent and by
 // rendezvous, steady and cold, on both topologies (the DPU one also without
-// peer-failure detection), so every byte of those rows is checked; the
+// peer-failure detection, and over shared memory with the queues' pages
+// populated at registration), so every byte of those rows is checked; the
 // queue rows say which pages backed the queue.
 func TestShortLargeAppends(t *testing.T) {
 	for _, c := range []struct {
-		topo   Topology
-		detect bool
-	}{{TopologySHM, true}, {TopologyDPU, true}, {TopologyDPU, false}} {
-		t.Run(fmt.Sprintf("%s/detect=%v", c.topo, c.detect), func(t *testing.T) {
+		topo             Topology
+		detect, populate bool
+	}{{TopologySHM, true, false}, {TopologySHM, true, true}, {TopologyDPU, true, false}, {TopologyDPU, false, false}} {
+		t.Run(fmt.Sprintf("%s/detect=%v/populate=%v", c.topo, c.detect, c.populate), func(t *testing.T) {
 			o := DefaultOptions()
 			o.Topology = c.topo
 			o.Sizes = []int{64 << 10, 1 << 20}
 			o.Modes = []string{"rdmo-append", ModeNativeOwned}
 			o.NoPeerDetection = !c.detect
+			o.Populate = c.populate
 			rep := runShort(t, o)
-			if rep.NoPeerDetection == c.detect {
-				t.Errorf("report says no peer detection %v", rep.NoPeerDetection)
+			if rep.NoPeerDetection == c.detect || rep.Populate != c.populate {
+				t.Errorf("report says no peer detection %v, populate %v", rep.NoPeerDetection, rep.Populate)
 			}
 			for _, row := range rep.Rows {
 				if row.Pages == "" || row.Pages == "unknown" {
