@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -496,5 +497,20 @@ func TestCLIRefusesOtherModesFlags(t *testing.T) {
 	err := runCLI(context.Background(), cli.DefaultConfig(), []string{"--json=out.json"})
 	if cli.ExitCode(err) != cli.ExitUsage {
 		t.Errorf("--json as a bench flag: %v", err)
+	}
+}
+
+// BenchmarkFillRecord is what writing one record costs the rows'
+// initiators (docs/benchmarks/large-payloads.md, "The floor for CPU per
+// 1 MiB append").
+func BenchmarkFillRecord(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20} {
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			buf := make([]byte, size)
+			b.SetBytes(int64(size))
+			for i := 0; i < b.N; i++ {
+				fillRecord(buf, 1, 2, uint32(i))
+			}
+		})
 	}
 }
