@@ -4,9 +4,11 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/prefault"
 	"github.com/openrdmo/rdmo/rdmo"
 	rdmocmd "github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp"
@@ -299,6 +301,17 @@ func (w *Worker) mrReg(c *command, cmd MRReg) *CommandError {
 			w.log.Debug("rkey_ptr failed", zap.Uint64("region", r.id), zap.Error(err))
 		}
 	}
+	if cmd.Populate && r.mapping != nil {
+		w.startPopulate(cl, r, c)
+		return nil
+	}
+	w.addRegion(cl, r)
+	c.answer(Notification{Type: t, Client: cl.id, Region: r.id}, nil)
+	return nil
+}
+
+// addRegion makes r known: requests and MR_DEREG find it from now on.
+func (w *Worker) addRegion(cl *client, r *region) {
 	old := *cl.regions.Load()
 	m := make(map[uint64]*region, len(old)+1)
 	for k, v := range old {
@@ -314,9 +327,46 @@ func (w *Worker) mrReg(c *command, cmd MRReg) *CommandError {
 		cl.unmapped++
 	}
 	w.log.Debug("region registered", zap.Uint64("client", cl.id), zap.Uint64("region", r.id),
-		zap.Uint64("va", cmd.VA), zap.Uint64("len", cmd.Len), zap.Bool("mapped", r.mapping != nil))
-	c.answer(Notification{Type: t, Client: cl.id, Region: r.id}, nil)
-	return nil
+		zap.Uint64("va", r.base), zap.Uint64("len", r.length), zap.Bool("mapped", r.mapping != nil))
+}
+
+// startPopulate commits the pages of r's mapping into this process before
+// MR_REG is answered (MRReg.Populate), on a goroutine of its own: the
+// loop keeps serving while the kernel faults the pages in, and the region
+// stays unknown (no request, no MR_DEREG reaches it) until populated
+// finishes the command. The client's removal waits for it (its endpoint
+// holds the mapping).
+func (w *Worker) startPopulate(cl *client, r *region, c *command) {
+	cl.nregions++ // the region's place under MaxRegionsPerClient
+	cl.populating++
+	m := r.mapping
+	go func() {
+		start := time.Now()
+		method, err := prefault.Populate(m)
+		w.log.Debug("region populated", zap.Uint64("client", cl.id), zap.Uint64("region", r.id),
+			zap.Int("len", len(m)), zap.Stringer("method", method), zap.Duration("took", time.Since(start)), zap.Error(err))
+		w.push(inboxItem{kind: itemPopulated, c: cl, reg: r, cmd: c, err: err})
+	}()
+}
+
+// populated finishes an MR_REG whose mapping startPopulate committed. A
+// failure to populate is not the registration's: the pages then fault in
+// on first use, as without Populate.
+func (w *Worker) populated(cl *client, r *region, c *command, err error) {
+	cl.populating--
+	cl.nregions--
+	if err != nil {
+		w.log.Warn("populating a region's pages failed; they fault in on first use", zap.Uint64("client", cl.id),
+			zap.Uint64("region", r.id), zap.Error(err))
+	}
+	if cl.stopping || w.clients[cl.id] != cl {
+		w.destroyRkey(r)
+		e := cmdErr(CmdMRReg, ErrUnknownClient, "client "+utoa(cl.id)+" was removed while its region was populated")
+		c.answer(e.Notification(cl.id), e)
+		return
+	}
+	w.addRegion(cl, r)
+	c.answer(Notification{Type: CmdMRReg, Client: cl.id, Region: r.id}, nil)
 }
 
 func (w *Worker) mrDereg(c *command, cmd MRDereg) *CommandError {

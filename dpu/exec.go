@@ -61,6 +61,8 @@ type client struct {
 	placeQ    []placeEntry
 	parked    []parkedFlush
 	readback  [8]byte // destination of the flush's visibility read
+	// MR_REGs whose pages are being populated (startPopulate).
+	populating int
 
 	exQ    coalesce.Queue[execItem] // the loop pushes, the executor takes
 	syncCh chan struct{}            // the loop signals the end of a Sync-style wait

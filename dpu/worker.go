@@ -131,6 +131,7 @@ const (
 	itemBatchDone                     // HandleBatch returned: its last ops
 	itemDeregDone                     // MR_DEREG's executor part finished
 	itemExited                        // an executor goroutine ended
+	itemPopulated                     // MR_REG's populate finished (commands.go)
 )
 
 // inboxItem is one message from an executor to the loop.
@@ -544,6 +545,8 @@ func (w *Worker) handleItem(it *inboxItem) {
 		w.deregDone(it.c, it.reg, it.cmd, it.err)
 	case itemExited:
 		it.c.exited = true
+	case itemPopulated:
+		w.populated(it.c, it.reg, it.cmd, it.err)
 	}
 }
 
@@ -619,7 +622,7 @@ func (w *Worker) maintain() {
 		var ready []*client
 		keep := w.removals[:0]
 		for _, c := range w.removals {
-			if c.exited && len(c.rqs) == 0 {
+			if c.exited && len(c.rqs) == 0 && c.populating == 0 {
 				ready = append(ready, c)
 			} else {
 				keep = append(keep, c)

@@ -16,6 +16,10 @@
 //	t.Close()                                              // RQ_DESTROY, MR_DEREG, stop
 //	local.Close()                                          // only once no worker writes
 //
+// RegisterWith(ctx, mem, RegisterOptions{Populate: true}) registers memory
+// whose page faults are paid at MR_REG rather than by the first appends
+// into each page (docs/benchmarks/large-payloads.md).
+//
 // Several Targets may share one Service (Options.Service): each spawns its
 // own worker there. Commands fail fast once the worker or the embedded
 // service is gone (Done, Err). The command layer is described in

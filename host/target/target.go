@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/prefault"
 	"github.com/openrdmo/rdmo/rdmo/command"
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/urom"
@@ -290,8 +291,31 @@ func (t *Target) checkOpen(cmd command.CommandType) error {
 // Register registers mem with the worker (MR_REG). Its packed remote key
 // goes with it, and its exported memory handle where UCX can export one.
 func (t *Target) Register(ctx context.Context, mem *ucp.Memory) (Region, error) {
+	return t.RegisterWith(ctx, mem, RegisterOptions{})
+}
+
+// RegisterOptions tune RegisterWith.
+type RegisterOptions struct {
+	// Populate pays the region's page faults at registration instead of
+	// at the first write into each page: the target commits mem's pages
+	// in its own process, and the worker commits its mapping of them
+	// (where it maps target memory, as over shared memory) on a goroutine
+	// of its own before it answers, so the registration takes about as
+	// long as the faults and the worker keeps serving meanwhile. Without
+	// it, a worker's first append into each 4 KiB page pays a fault
+	// (docs/benchmarks/large-payloads.md, the cold row).
+	Populate bool
+}
+
+// RegisterWith is Register with options.
+func (t *Target) RegisterWith(ctx context.Context, mem *ucp.Memory, opts RegisterOptions) (Region, error) {
 	if err := t.checkOpen(command.CmdMRReg); err != nil {
 		return Region{}, err
+	}
+	if opts.Populate {
+		if _, err := prefault.Populate(mem.Bytes()); err != nil {
+			return Region{}, fmt.Errorf("populating the region's pages: %w", err)
+		}
 	}
 	rkey, err := mem.PackRkey()
 	if err != nil {
@@ -302,7 +326,8 @@ func (t *Target) Register(ctx context.Context, mem *ucp.Memory) (Region, error) 
 		memh = nil // UCX < 1.14, or transports that cannot export
 	}
 	r := Region{Base: mem.Address(), Len: uint64(mem.Len()), Rkey: rkey}
-	n, err := t.do(ctx, command.MRReg{Client: t.client, VA: r.Base, Len: r.Len, PackedRkey: rkey, PackedMemh: memh})
+	n, err := t.do(ctx, command.MRReg{Client: t.client, VA: r.Base, Len: r.Len, PackedRkey: rkey, PackedMemh: memh,
+		Populate: opts.Populate})
 	if err != nil {
 		return Region{}, err
 	}

@@ -128,13 +128,17 @@ type RQDestroy struct {
 // packed remote key PackedRkey. PackedMemh (an exported memory handle) may
 // be empty; it is stored but not used (UCX 1.13 cannot import it). The
 // answer carries the region id (Notification.Region), which requests name
-// the region by (the wire's "rkey").
+// the region by (the wire's "rkey"). Populate asks the worker to commit
+// its own mapping of the region's pages before it answers (where it maps
+// target memory; docs/benchmarks/large-payloads.md): the registration then
+// takes the time of the page faults the first writes would take.
 type MRReg struct {
 	Client     uint64 `msgpack:"client"`
 	VA         uint64 `msgpack:"va"`
 	Len        uint64 `msgpack:"len"`
 	PackedRkey []byte `msgpack:"packed_rkey"`
 	PackedMemh []byte `msgpack:"packed_memh"`
+	Populate   bool   `msgpack:"populate,omitempty"`
 }
 
 // MRDereg deregisters a region: every handler writes back what it caches

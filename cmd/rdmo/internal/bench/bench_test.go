@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,22 +168,24 @@ func TestShortSHM(t *testing.T) {
 
 // TestShortLargeAppends runs the append rows at sizes that go lent and by
 // rendezvous, steady and cold, on both topologies (the DPU one also without
-// peer-failure detection), so every byte of those rows is checked; the
+// peer-failure detection, and over shared memory with the queues' pages
+// populated at registration), so every byte of those rows is checked; the
 // queue rows say which pages backed the queue.
 func TestShortLargeAppends(t *testing.T) {
 	for _, c := range []struct {
-		topo   Topology
-		detect bool
-	}{{TopologySHM, true}, {TopologyDPU, true}, {TopologyDPU, false}} {
-		t.Run(fmt.Sprintf("%s/detect=%v", c.topo, c.detect), func(t *testing.T) {
+		topo             Topology
+		detect, populate bool
+	}{{TopologySHM, true, false}, {TopologySHM, true, true}, {TopologyDPU, true, false}, {TopologyDPU, false, false}} {
+		t.Run(fmt.Sprintf("%s/detect=%v/populate=%v", c.topo, c.detect, c.populate), func(t *testing.T) {
 			o := DefaultOptions()
 			o.Topology = c.topo
 			o.Sizes = []int{64 << 10, 1 << 20}
 			o.Modes = []string{"rdmo-append", ModeNativeOwned}
 			o.NoPeerDetection = !c.detect
+			o.Populate = c.populate
 			rep := runShort(t, o)
-			if rep.NoPeerDetection == c.detect {
-				t.Errorf("report says no peer detection %v", rep.NoPeerDetection)
+			if rep.NoPeerDetection == c.detect || rep.Populate != c.populate {
+				t.Errorf("report says no peer detection %v, populate %v", rep.NoPeerDetection, rep.Populate)
 			}
 			for _, row := range rep.Rows {
 				if row.Pages == "" || row.Pages == "unknown" {
@@ -494,5 +497,20 @@ func TestCLIRefusesOtherModesFlags(t *testing.T) {
 	err := runCLI(context.Background(), cli.DefaultConfig(), []string{"--json=out.json"})
 	if cli.ExitCode(err) != cli.ExitUsage {
 		t.Errorf("--json as a bench flag: %v", err)
+	}
+}
+
+// BenchmarkFillRecord is what writing one record costs the rows'
+// initiators (docs/benchmarks/large-payloads.md, "The floor for CPU per
+// 1 MiB append").
+func BenchmarkFillRecord(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20} {
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			buf := make([]byte, size)
+			b.SetBytes(int64(size))
+			for i := 0; i < b.N; i++ {
+				fillRecord(buf, 1, 2, uint32(i))
+			}
+		})
 	}
 }

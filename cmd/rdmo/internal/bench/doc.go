@@ -109,7 +109,9 @@
 // --no-peer-detection makes the RDMO endpoints without peer-failure
 // detection, which UCX 1.13 pays for with its zero-copy rendezvous lanes
 // (docs/SECURITY.md); the report says so, and which pages backed the
-// queue (host/target.PagesOf).
+// queue (host/target.PagesOf). --populate registers the append rows'
+// queues with host/target.RegisterOptions.Populate, so the cold row's
+// page faults are paid at MR_REG, before its rounds.
 //
 // # Results
 //

@@ -24,7 +24,7 @@ func setupColdQueue(d *driver, rs *rowState, spec *roundSpec) error {
 }
 
 func queueRound(d *driver, rs *rowState, spec *roundSpec, cold bool) error {
-	err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: rs.def.worker(), Cold: cold}, "QUEUE", &spec.Queue, time.Minute)
+	err := d.target.call("queue", targetReq{Bytes: d.o.QueueBytes, Strategy: rs.def.worker(), Cold: cold, Populate: d.o.Populate}, "QUEUE", &spec.Queue, time.Minute)
 	if err == nil && spec.Queue.Pages != "" {
 		rs.row.Pages = spec.Queue.Pages
 	}

@@ -66,6 +66,35 @@ type initProc struct {
 	ins  map[string]*initiator.Initiator // by the worker's append strategy
 	in   *initiator.Initiator            // the current round's
 	acks ackTracker
+	bufs map[int][][]byte // recordBuffers' buffers by size, kept from round to round
+}
+
+// recordBuffersMax bounds the memory recordBuffers keeps across sizes.
+const recordBuffersMax = 256 << 20
+
+// recordBuffers returns n buffers of size bytes for a round's records,
+// the same from round to round while the size stays: a row that made them
+// every round (a window of 1 MiB buffers) charged its CPU figure with
+// clearing them and collecting the last round's, which an application
+// reusing its buffers does not pay. Every record is written whole before
+// it is sent (fillRecord), so a buffer's old bytes never travel.
+func (p *initProc) recordBuffers(n, size int) [][]byte {
+	held := 0
+	for sz, l := range p.bufs {
+		held += sz * len(l)
+	}
+	if held+max(0, n-len(p.bufs[size]))*size > recordBuffersMax {
+		p.bufs = map[int][][]byte{size: p.bufs[size]}
+	}
+	if p.bufs == nil {
+		p.bufs = map[int][][]byte{}
+	}
+	l := p.bufs[size]
+	for len(l) < n {
+		l = append(l, make([]byte, size))
+	}
+	p.bufs[size] = l
+	return l[:n:n]
 }
 
 func initiatorMain() error {

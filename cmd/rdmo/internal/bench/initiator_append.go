@@ -67,10 +67,7 @@ func (p *initProc) rdmoAppend(s roundSpec) (roundResult, error) {
 // plain path.
 func (p *initProc) rdmoAppendLent(s roundSpec) (roundResult, error) {
 	k := min(max(lentRingBytes/s.Size, 2), lentRing)
-	ring, lends := make([][]byte, k), make([]initiator.Lend, k)
-	for i := range ring {
-		ring[i] = make([]byte, s.Size)
-	}
+	ring, lends := p.recordBuffers(k, s.Size), make([]initiator.Lend, k)
 	q := s.Queue
 	b := newBudget(s, 64)
 	start := time.Now()

@@ -36,10 +36,9 @@ func (p *initProc) native(s roundSpec, inflight int) (roundResult, error) {
 	nt := &nativeRun{
 		p: p, s: s, rkey: rkey,
 		lo: s.Queue.Data, hi: s.Queue.Base + s.Queue.Len,
-		bufs: make([][]byte, nbuf), seq: make([]uint32, nbuf), t0: make([]time.Time, nbuf),
+		bufs: p.recordBuffers(nbuf, s.Size), seq: make([]uint32, nbuf), t0: make([]time.Time, nbuf),
 	}
 	for i := range nt.bufs {
-		nt.bufs[i] = make([]byte, s.Size)
 		nt.free = append(nt.free, i)
 	}
 	sample := s.Sample
@@ -163,9 +162,8 @@ func (p *initProc) nativeOwned(s roundSpec) (roundResult, error) {
 	per := max(1, nativeOwnedBatch/s.Size) // records per put
 	const nbuf = 8
 	ow := &ownedRun{free: make([]int, 0, nbuf), t0: make([]time.Time, nbuf)}
-	bufs := make([][]byte, nbuf)
+	bufs := p.recordBuffers(nbuf, per*s.Size)
 	for i := range bufs {
-		bufs[i] = make([]byte, per*s.Size)
 		ow.free = append(ow.free, i)
 	}
 	tail, hi := s.Queue.Data, s.Queue.Base+s.Queue.Len

@@ -70,6 +70,11 @@ type Options struct {
 	// request queues' without peer-failure detection (docs/SECURITY.md
 	// says what that trades: UCX 1.13 then has zero-copy rendezvous lanes).
 	NoPeerDetection bool
+	// Populate registers the append rows' queues with
+	// target.RegisterOptions.Populate: the worker commits its mapping's
+	// pages at MR_REG, before a round starts, instead of faulting them in
+	// during the cold row's rounds.
+	Populate bool
 
 	Results string // the results: "" off, "-" standard output, else a file
 	// ResultsFormat is FormatJSON (the report, for tools) or FormatGoBench
@@ -297,6 +302,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.BoolVar(&o.Short, "short", o.Short, "CI form: small counts, every data check, no timing claims")
 	fs.IntVar(&o.Credit, "credit", o.Credit, "application-level pacing: RDMO requests an initiator may have past its last answered flush of its own (0: only the initiator's built-in flow control)")
 	fs.BoolVar(&o.NoPeerDetection, "no-peer-detection", o.NoPeerDetection, "RDMO initiators' endpoints (and the worker's to them) without peer-failure detection")
+	fs.BoolVar(&o.Populate, "populate", o.Populate, "Register the append rows' queues with their pages populated (the worker commits its mapping at MR_REG, outside the rounds)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
 	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
 	fs.StringVar(&o.ResultsFormat, "results-format", o.ResultsFormat, "Format of --results: json (the report) or gobench (Go benchmark lines for benchstat; --results defaults to standard output)")

@@ -36,8 +36,9 @@ type queueMem struct {
 
 // resetQueue gives the round a queue: a fresh tail word pointing at the
 // first data byte, registered with ws's worker (unless ws is nil: a
-// native row), freshly when cold.
-func (t *benchTarget) resetQueue(ctx context.Context, bytes int, ws *workerState, cold bool) (queueInfo, error) {
+// native row), freshly when cold, with its pages populated when populate
+// (target.RegisterOptions.Populate).
+func (t *benchTarget) resetQueue(ctx context.Context, bytes int, ws *workerState, cold, populate bool) (queueInfo, error) {
 	q := &t.queue
 	if q.mem != nil && q.mem.Len() != bytes {
 		if err := t.deregQueue(ctx, nil); err != nil {
@@ -84,7 +85,7 @@ func (t *benchTarget) resetQueue(ctx context.Context, bytes int, ws *workerState
 		return info, nil
 	}
 	if ws.queueReg == 0 {
-		reg, err := ws.tg.Register(ctx, q.mem)
+		reg, err := ws.tg.RegisterWith(ctx, q.mem, target.RegisterOptions{Populate: populate})
 		if err != nil {
 			return queueInfo{}, err
 		}

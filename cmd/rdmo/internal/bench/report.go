@@ -24,6 +24,8 @@ type Report struct {
 	Aggregate  bool      `json:"aggregate"` // RDMO initiators pack requests into BATCH messages
 	// NoPeerDetection: RDMO endpoints without peer-failure detection.
 	NoPeerDetection bool `json:"no_peer_detection,omitempty"`
+	// Populate: queues registered with their pages populated.
+	Populate bool `json:"populate,omitempty"`
 
 	Duration   time.Duration `json:"duration_ns"`
 	Interval   time.Duration `json:"interval_ns"`
@@ -153,7 +155,7 @@ func newReport(o Options) *Report {
 	host, _ := os.Hostname()
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate, NoPeerDetection: o.NoPeerDetection,
+		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate, NoPeerDetection: o.NoPeerDetection, Populate: o.Populate,
 		Wide: o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
@@ -305,6 +307,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.NoPeerDetection {
 		fmt.Fprintf(w, "RDMO endpoints without peer-failure detection (--no-peer-detection)\n")
+	}
+	if r.Populate {
+		fmt.Fprintf(w, "queues registered with their pages populated (--populate)\n")
 	}
 	for _, row := range r.Rows {
 		if row.Error != "" {

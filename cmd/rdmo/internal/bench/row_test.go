@@ -140,7 +140,7 @@ func testQueueRow(t *testing.T, name string) {
 	const size, round = 24, 7
 	ordered := name != ModeNativeBlocking && name != ModeNativePipelined
 	write := func(recs [][2]int) {
-		info, err := tg.resetQueue(context.Background(), 2*queueSlotBytes, nil, false)
+		info, err := tg.resetQueue(context.Background(), 2*queueSlotBytes, nil, false, false)
 		if err != nil {
 			t.Fatal(err)
 		}

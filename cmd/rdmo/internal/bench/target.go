@@ -272,6 +272,7 @@ type targetReq struct {
 	Layout   scatterLayout `json:"layout"`
 	Cold     bool          `json:"cold,omitempty"`      // queue: a fresh registration (rdmo-append/owned/cold)
 	NoDetect bool          `json:"no_detect,omitempty"` // rq: no peer-failure detection
+	Populate bool          `json:"populate,omitempty"`  // queue: register with populated pages
 }
 
 type sinkState struct {
@@ -333,7 +334,7 @@ func (t *benchTarget) handle(ls *lineServer, verb string, body []byte) error {
 			}
 			reg = ws
 		}
-		info, err := t.resetQueue(ctx, req.Bytes, reg, req.Cold)
+		info, err := t.resetQueue(ctx, req.Bytes, reg, req.Cold, req.Populate)
 		if err != nil {
 			return err
 		}
