@@ -178,6 +178,9 @@ type Driver struct {
 	sync   *CallWait
 	active bool
 	closed bool // the loop saw Close: every call returns ErrClosed
+	// queued counts the appends queued since the Driver last ran a loop
+	// round (DriverSender.Append).
+	queued int
 }
 
 // Context is the Drive's context.

@@ -337,6 +337,7 @@ func (s Sender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, 
 		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)},
 		data:  data,
 		plen:  len(data),
+		poll:  s.poll,
 	}
 	return s.in.enqueue(s.ctx, &r)
 }

@@ -179,6 +179,45 @@ func (s DriverSender) AppendLent(ptrAddr, ptrRkey, dataRkey uint64, data []byte,
 	return Sender{in: d.lp.in, ctx: d.ctx, flags: s.flags, poll: d.pollFn}.AppendLent(ptrAddr, ptrRkey, dataRkey, data, l)
 }
 
+// Append is Initiator.Append from inside fn (the payload is copied, as
+// there): it runs the loop while the window or the credits are full, and
+// once every driveRoundEvery appends, so a stream of small appends made on
+// the loop's thread is sent while it is made, with no thread hand-off and
+// no other thread polling for it. At saturation that is the cheapest way
+// to append: the producer is the loop.
+func (d *Driver) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) error {
+	_, err := d.With(0).Append(ptrAddr, ptrRkey, dataRkey, data)
+	return err
+}
+
+// driveRoundEvery is how many appends a Driver queues before it runs a
+// loop round to send them (one round takes, packs and sends the whole
+// run): a round per append would cost a UCX progress call each, a round
+// only when the window is full would hold the first appends back for a
+// whole window.
+const driveRoundEvery = 64
+
+// Append is Driver.Append with the DriverSender's flags (an append gets
+// rdmo.FlagAck only when they have it). It returns the request's sequence
+// number, which its ack carries.
+func (s DriverSender) Append(ptrAddr, ptrRkey, dataRkey uint64, data []byte) (uint64, error) {
+	d := s.d
+	if err := d.usable(); err != nil {
+		return 0, err
+	}
+	seq, err := Sender{in: d.lp.in, ctx: d.ctx, flags: s.flags, poll: d.pollFn}.Append(ptrAddr, ptrRkey, dataRkey, data)
+	if err != nil {
+		return 0, err
+	}
+	if d.queued++; d.queued >= driveRoundEvery {
+		d.queued = 0
+		// The append is queued whatever the round finds: a context
+		// that ended or a Close is reported by the Driver's next call.
+		_ = d.poll()
+	}
+	return seq, nil
+}
+
 // WaitLend runs the loop until l's buffer was returned (or the Drive's
 // context ended, or Close) and returns Lend.Err.
 func (d *Driver) WaitLend(l *Lend) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/host/initiator"
+	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
 
@@ -118,6 +119,52 @@ func TestAppendLentRefused(t *testing.T) {
 		err := in.AppendLent(8, 1, 1, pattern(10<<10, 1), &l)
 		if !errors.Is(err, initiator.ErrClosed) || l.Busy() || !errors.Is(l.Err(), initiator.ErrClosed) {
 			t.Errorf("loan after Close: %v, busy %v, Err %v", err, l.Busy(), l.Err())
+		}
+	})
+}
+
+// Appends made with Driver.Append inside a Drive, far more than the
+// window holds, all arrive in order with the bytes they had at the call
+// (the payload is copied: the caller rewrites its buffer at once), and
+// the stream needs no other goroutine.
+func TestDriverAppendStream(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		s, in := start(t, tr, standInConfig{}, initiator.Options{Window: 64, Aggregate: true})
+		ctx := timeout(t, 60*time.Second)
+		const n = 3000
+		buf := make([]byte, 200)
+		err := in.Drive(ctx, func(d *initiator.Driver) error {
+			for i := 0; i < n; i++ {
+				b := buf[:1+i%len(buf)]
+				copy(b, pattern(len(b), byte(i)))
+				if err := d.Append(uint64(8*i), 1, 2, b); err != nil {
+					return err
+				}
+				clear(b) // the caller's again at once
+			}
+			_, err := d.Flush()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []arrival // the appends (flow control adds FLUSHes of its own)
+		for _, a := range s.arrivals() {
+			if a.Req.Header.Op == rdmo.OpAppend {
+				got = append(got, a)
+			}
+		}
+		if len(got) != n {
+			t.Fatalf("stand-in got %d appends, want %d", len(got), n)
+		}
+		for i := 0; i < n; i++ {
+			a := got[i]
+			if a.Req.Append.PtrAddr != uint64(8*i) || !bytes.Equal(a.Payload, pattern(1+i%len(buf), byte(i))) {
+				t.Fatalf("append %d arrived as %+v", i, a.Req.Append)
+			}
+		}
+		if st := in.Stats(); st.Drives != 1 {
+			t.Errorf("%d drives, want 1", st.Drives)
 		}
 	})
 }

@@ -40,6 +40,9 @@
 //   - rdmo-append/owned/cold: the same with a fresh registration before
 //     every round: each append writes pages freshly mapped into the worker
 //     and pays their first touch.
+//   - rdmo-append/owned/drive: rdmo-append/owned's stream made inside
+//     initiator.Drive (Driver.Append): the producer is the initiator's loop
+//     thread, with no hand-off to it and no other thread polling.
 //   - scatter/N: RDMO SCATTER of N Size-byte chunks to N separate lanes.
 //   - flush/idle and flush/load: RDMO FLUSH round trips, alone and while the
 //     same connection streams appends; flush/idle/drive: the idle ones made

@@ -60,6 +60,47 @@ func (p *initProc) rdmoAppend(s roundSpec) (roundResult, error) {
 	return p.endStream(cr, start, n, s.Size)
 }
 
+// rdmoAppendDrive is rdmoAppend's stream made inside initiator.Drive with
+// Driver.Append: the producer is the initiator's loop thread, which sends
+// as it goes (a loop round every few dozen appends) and runs the loop when
+// the window is full, so no other thread polls and nothing is handed
+// between threads. Records of lentMin bytes and more are lent, as in
+// rdmoAppend; with --credit the creditor's flushes need the plain path.
+func (p *initProc) rdmoAppendDrive(s roundSpec) (roundResult, error) {
+	if s.Size >= lentMin || s.Credit > 0 {
+		return p.rdmoAppend(s)
+	}
+	p.acks.reset()
+	rec := make([]byte, s.Size)
+	q := s.Queue
+	b := newBudget(s, 64)
+	start := time.Now()
+	n := 0
+	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+flushTimeout)
+	defer cancel()
+	err := p.in.Drive(ctx, func(d *initiator.Driver) error {
+		acked := d.With(rdmo.FlagAck)
+		for ; !b.done(n); n++ {
+			fillRecord(rec, p.id, s.Round, uint32(n))
+			if n%s.Sample == 0 {
+				t0 := time.Now()
+				seq, err := acked.Append(q.Base, q.Region, q.Region, rec)
+				if err != nil {
+					return err
+				}
+				p.acks.sent(seq, t0)
+			} else if err := d.Append(q.Base, q.Region, q.Region, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return roundResult{}, err
+	}
+	return p.endStream(newCreditor(p.in, 0), start, n, s.Size)
+}
+
 // rdmoAppendLent is the stream of large records: lent from a ring of
 // buffers, inside initiator.Drive, so the stream runs on the initiator's
 // loop thread and waits for a buffer by running the loop (no thread

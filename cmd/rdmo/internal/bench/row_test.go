@@ -25,6 +25,7 @@ var rowCheckTests = map[string]func(t *testing.T, name string){
 	ModeNativePipelined:  testQueueRow,
 	ModeRDMOAppendOwned:  testQueueRow,
 	ModeRDMOAppendCold:   testQueueRow,
+	ModeRDMOAppendDrive:  testQueueRow,
 	ModeRDMOAppendShared: testQueueRow,
 	ModeFlushLoad:        testQueueRow,
 	"scatter/<iovs>":     testScatterRow,

@@ -21,6 +21,7 @@ const (
 	ModeNativePipelined  = "native-append/pipelined" // the same with many fetch-adds outstanding
 	ModeRDMOAppendOwned  = "rdmo-append/owned"       // RDMO APPEND, worker owns the tail
 	ModeRDMOAppendCold   = "rdmo-append/owned/cold"  // the same, each round on a fresh registration (first touch)
+	ModeRDMOAppendDrive  = "rdmo-append/owned/drive" // the same stream made inside initiator.Drive (Driver.Append)
 	ModeRDMOAppendShared = "rdmo-append/shared"      // RDMO APPEND, tail shared (fetch-add per batch)
 	modeScatterPrefix    = "scatter/"                // scatter/<iovs>: RDMO SCATTER of <iovs> chunks of `size` bytes
 	ModeFlushIdle        = "flush/idle"              // RDMO FLUSH round trip with nothing else in flight
@@ -86,6 +87,8 @@ var registry = []rowFamily{
 		Capacity: queueCapacity, Setup: setupQueue, Round: rdmoRound((*initProc).rdmoAppend), Check: checkQueueRow(true)}),
 	fixed(rowDef{Name: ModeRDMOAppendCold, Groups: []string{"rdmo-append"}, Default: true, Strategy: "owned",
 		Capacity: queueCapacity, Setup: setupColdQueue, Round: rdmoRound((*initProc).rdmoAppend), Check: checkQueueRow(true)}),
+	fixed(rowDef{Name: ModeRDMOAppendDrive, Groups: []string{"rdmo-append"}, Default: true, Strategy: "owned",
+		Capacity: queueCapacity, Setup: setupQueue, Round: rdmoRound((*initProc).rdmoAppendDrive), Check: checkQueueRow(true)}),
 	scatterFamily,
 	fixed(rowDef{Name: ModeFlushIdle, Groups: []string{"flush"}, Default: true, Strategy: "owned", RoundTrip: true, Round: rdmoRound(flushIdle(false))}),
 	fixed(rowDef{Name: ModeFlushIdleDrive, Groups: []string{"flush"}, Default: true, Strategy: "owned", RoundTrip: true, Round: rdmoRound(flushIdle(true))}),
