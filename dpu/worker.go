@@ -492,7 +492,7 @@ func (w *Worker) run(started chan<- error) {
 
 // inboxPending reports, without a lock, whether drainInbox has work.
 func (w *Worker) inboxPending() bool {
-	return w.inbox.Len() > 0 || w.cmds.Len() > 0 || w.cmds.Closed() && !w.shutdown
+	return w.inbox.Queued() || w.cmds.Queued() || w.cmds.Closed() && !w.shutdown
 }
 
 // drainInbox runs the queued commands and executor messages.

@@ -188,7 +188,7 @@ func (lp *loop) recycle(b *batch) {
 // waiting for the loop (not while one runs: Drives run one at a time).
 func (lp *loop) take() (b *batch, closing, failReq bool, dr *driveReq) {
 	q := &lp.in.q
-	if q.Len() == 0 && !q.attn.Load() {
+	if !q.Queued() && !q.attn.Load() {
 		return nil, false, false, nil
 	}
 	q.Lock()
@@ -200,7 +200,7 @@ func (lp *loop) take() (b *batch, closing, failReq bool, dr *driveReq) {
 		q.drives = q.drives[1:]
 	}
 	q.attn.Store(q.closed || len(q.drives) > 0 && !lp.driving)
-	if q.Len() > 0 {
+	if q.Queued() {
 		b, _ = q.SwapLocked(lp.newBatch())
 	}
 	q.Unlock()
@@ -335,7 +335,7 @@ func (lp *loop) sleep() {
 	q.sleeping.Store(true)
 	defer q.sleeping.Store(false)
 	q.Lock()
-	if q.Len() > 0 || q.closed || q.failReq || len(q.drives) > 0 && !lp.driving {
+	if q.Queued() || q.closed || q.failReq || len(q.drives) > 0 && !lp.driving {
 		q.Unlock()
 		return
 	}

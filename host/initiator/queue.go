@@ -342,7 +342,12 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 		r.flush.seq = seq
 		q.flushEnd = seq + 1
 	}
-	e := entry{op: r.op, flags: r.flags, seq: seq, cost: cost, flush: r.flush, call: r.call, own: own, lend: r.lend}
+	// The entry is filled in place: one built on the stack and appended
+	// was copied (with write barriers) per request.
+	b.ents = append(b.ents, entry{})
+	e := &b.ents[len(b.ents)-1]
+	e.op, e.flags, e.seq, e.cost = r.op, r.flags, seq, cost
+	e.flush, e.call, e.own, e.lend = r.flush, r.call, own, r.lend
 	e.hdrOff = uint32(len(b.hdr))
 	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
 	switch r.op {
@@ -364,7 +369,6 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 		b.data = r.writePayload(b.data)
 		e.dataLen = len(b.data) - e.dataOff
 	}
-	b.ents = append(b.ents, e)
 	q.Added(1)
 	return seq
 }

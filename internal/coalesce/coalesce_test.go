@@ -61,15 +61,15 @@ func TestQueueBatchesAndRecycles(t *testing.T) {
 	for i := range 5 {
 		q.Push(i)
 	}
-	if q.Len() != 5 {
-		t.Fatalf("Len = %d, want 5", q.Len())
+	if q.Len() != 5 || !q.Queued() {
+		t.Fatalf("Len = %d (Queued %v), want 5", q.Len(), q.Queued())
 	}
 	a := q.Take(nil)
 	if len(a) != 5 || a[4] != 4 {
 		t.Fatalf("Take = %v, want [0 1 2 3 4]", a)
 	}
-	if q.Len() != 0 {
-		t.Fatalf("Len after Take = %d, want 0", q.Len())
+	if q.Len() != 0 || q.Queued() {
+		t.Fatalf("Len after Take = %d (Queued %v), want 0", q.Len(), q.Queued())
 	}
 	var spare []int
 	allocs := testing.AllocsPerRun(100, func() {
@@ -174,11 +174,11 @@ func TestWakeFlagProtocol(t *testing.T) {
 		if len(items) > 0 {
 			continue
 		}
-		if q.Closed() && q.Len() == 0 {
+		if q.Closed() && !q.Queued() {
 			break
 		}
 		sleeping.Store(true)
-		if q.Len() == 0 && !q.Closed() {
+		if !q.Queued() && !q.Closed() {
 			<-wakeCh // a lost wake-up would hang here until the test's deadline
 		}
 		sleeping.Store(false)
