@@ -547,9 +547,10 @@ const (
 // region of the client is mapped (Put and Get are copies, atomics the
 // CPU's, and Config.UCXAtomics is off), no payload is rendezvous (no Fetch
 // or Place), and Flush has nothing to wait for (no UCX write or Place
-// since the last one). Only
-// handlers that declare Inline (built-ins; a plugin's handler never does,
-// its HandlerInfo comes over the plugin protocol without the flag), and
+// since the last one). Only handlers that declare Inline (built-ins and
+// WebAssembly modules, whose host bounds an inline call tighter,
+// handlerView.RunsInline; a go-plugin's handler never does, its
+// HandlerInfo comes over the plugin protocol without the flag), and
 // within the round's budget (inlineBudget), so one client's stream cannot
 // keep the loop from the others: what is over goes to the executor.
 //

@@ -71,6 +71,12 @@ func wireErr(s rdmo.Status, detail string) error { return &rdmo.WireError{Status
 
 func (t *handlerView) ClientID() rdmo.ClientID { return rdmo.ClientID(t.c.id) }
 
+// RunsInline reports whether the loop runs the batch in progress
+// (Worker.runInline). A WebAssembly module's host (rdmo/plugin/wasmhost)
+// bounds such a call far tighter than one on the executor, since every
+// client waits for it.
+func (t *handlerView) RunsInline() bool { return t.inline }
+
 func (t *handlerView) region(rid rdmo.RegionID) (*region, error) {
 	id := uint64(rid)
 	if r := (*t.c.regions.Load())[id]; r != nil {

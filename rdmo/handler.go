@@ -43,8 +43,10 @@ type HandlerInfo struct {
 	// to the executor as usual. Order, FENCE, results and a caught panic
 	// are the same either way. A plugin's handler runs on the executor
 	// whatever it declares (its calls cross a process boundary), and the
-	// flag does not travel over the plugin protocol. The default (false)
-	// is the safe assumption.
+	// flag does not travel over the plugin protocol. A WebAssembly
+	// module's does (rdmo/plugin/wasmhost), and its inline batches run
+	// under a short time bound instead of the batch time bound. The
+	// default (false) is the safe assumption.
 	Inline bool
 }
 

@@ -99,28 +99,38 @@ func (h atomicHandler) Info() rdmo.HandlerInfo {
 
 // HandleBatch runs the atomics of a batch in as few Syncs as keep them in
 // order: a Sync never holds two atomics on the same word, since the ops of
-// one Sync may complete in any order.
+// one Sync may complete in any order. Fetch-adds on one word are combined
+// instead: one remote fetch-add of their sum, and each request's old value
+// is the word's old value plus the deltas of the requests before it, as if
+// they ran one after another with nothing in between (a batch of fetch-adds
+// on a counter is one remote atomic, not one round trip each). A
+// compare-swap on a word already in the Sync starts a new one.
 func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
 	ops := make([]rdmo.RemoteOp, 0, len(reqs))
-	idx := make([]int, 0, len(reqs))
-	seen := make(map[[2]uint64]bool, len(reqs))
+	// Per request in the Sync: its index, its op and, for a combined
+	// fetch-add, the deltas added to the word before it.
+	idx := make([]atomicSlot, 0, len(reqs))
+	var byWord map[[2]uint64]int // the ops by word, once a Sync holds many
 	run := func() {
 		if len(ops) == 0 {
 			return
 		}
 		if err := t.Sync(ops); err != nil {
-			syncFailed(results, idx, h.name, err)
+			for _, s := range idx {
+				results[s.req] = rdmo.ResultOf(fmt.Errorf("%s: %w", h.name, err))
+			}
 		} else {
-			for k, i := range idx {
-				if ops[k].Status != rdmo.StatusOK {
-					results[i] = rdmo.Fail(ops[k].Status, "%s at %#x", h.name, ops[k].Addr)
+			for _, s := range idx {
+				o := &ops[s.op]
+				if o.Status != rdmo.StatusOK {
+					results[s.req] = rdmo.Fail(o.Status, "%s at %#x", h.name, o.Addr)
 					continue
 				}
-				results[i] = rdmo.Result{Value: ops[k].Result}
+				results[s.req] = rdmo.Result{Value: o.Result + s.before}
 			}
 		}
 		ops, idx = ops[:0], idx[:0]
-		clear(seen)
+		clear(byWord)
 	}
 	for i := range reqs {
 		r, err := DecodeAtomic(&reqs[i])
@@ -131,13 +141,54 @@ func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results [
 			results[i] = rdmo.ResultOf(err)
 			continue
 		}
-		key := [2]uint64{uint64(r.Region), r.Addr}
-		if seen[key] {
+		k := findWord(ops, byWord, r.Region, r.Addr)
+		if k >= 0 && h.kind == rdmo.RemoteFetchAdd {
+			idx = append(idx, atomicSlot{req: i, op: k, before: ops[k].Operand})
+			ops[k].Operand += r.Operand
+			continue
+		}
+		if k >= 0 {
 			run()
 		}
-		seen[key] = true
 		ops = append(ops, rdmo.RemoteOp{Kind: h.kind, Region: r.Region, Addr: r.Addr, Operand: r.Operand, Compare: r.Compare})
-		idx = append(idx, i)
+		idx = append(idx, atomicSlot{req: i, op: len(ops) - 1})
+		switch {
+		case byWord != nil:
+			byWord[[2]uint64{uint64(r.Region), r.Addr}] = len(ops) - 1
+		case len(ops) > linearWords:
+			byWord = make(map[[2]uint64]int, len(reqs))
+			for j := range ops {
+				byWord[[2]uint64{uint64(ops[j].Region), ops[j].Addr}] = j
+			}
+		}
 	}
 	run()
+}
+
+// atomicSlot is a request of an atomic batch in a Sync: results[req] comes
+// from ops[op], plus before for a combined fetch-add.
+type atomicSlot struct {
+	req, op int
+	before  uint64
+}
+
+// linearWords is how many ops of a Sync findWord scans before it keeps a
+// map: a batch mostly names a few words, and a map costs more to build and
+// hash than a short scan (much more in a WebAssembly module).
+const linearWords = 16
+
+// findWord returns the index of the op on (region, addr) in ops, -1 if none.
+func findWord(ops []rdmo.RemoteOp, byWord map[[2]uint64]int, region rdmo.RegionID, addr uint64) int {
+	if byWord != nil {
+		if k, ok := byWord[[2]uint64{uint64(region), addr}]; ok {
+			return k
+		}
+		return -1
+	}
+	for k := len(ops) - 1; k >= 0; k-- {
+		if ops[k].Addr == addr && ops[k].Region == region {
+			return k
+		}
+	}
+	return -1
 }

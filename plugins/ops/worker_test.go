@@ -46,7 +46,8 @@ var (
 	buildErr  error
 )
 
-// pluginDir builds the pack's six plugin binaries once per test run.
+// pluginDir builds the pack's six plugin binaries and its fetch-add module
+// once per test run.
 func pluginDir(t testing.TB) string {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "rdmo-ops-plugins-")
@@ -59,6 +60,14 @@ func pluginDir(t testing.TB) string {
 		}
 		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		// fetch-add as a WebAssembly module too (the op pack's only one).
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(buildDir, "rdmo-plugin-fetch-add.wasm"),
+			"github.com/openrdmo/rdmo/plugins/ops/cmd/rdmo-plugin-fetch-add-wasm")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("GOOS=wasip1 go build: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -162,7 +171,15 @@ type fixture struct {
 }
 
 func newFixture(t testing.TB, ctx context.Context, tr ucptest.Transport, plugins bool) *fixture {
-	addr := startService(t, tr, plugins)
+	return newFixtureOf(t, ctx, tr, map[bool]string{true: "plugin"}[plugins])
+}
+
+// newFixtureOf is newFixture for a form of the pack: "" built in, "plugin"
+// (every op a plugin process) or "wasm" (fetch-add a WebAssembly module,
+// the others built in).
+func newFixtureOf(t testing.TB, ctx context.Context, tr ucptest.Transport, form string) *fixture {
+	plugins := form == "plugin"
+	addr := startService(t, tr, form != "")
 	local, err := target.NewLocal(target.LocalOptions{Config: tr.Config()})
 	if err != nil {
 		ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
@@ -174,10 +191,19 @@ func newFixture(t testing.TB, ctx context.Context, tr ucptest.Transport, plugins
 	}
 	local.Start()
 	list := names
-	if plugins {
+	switch {
+	case plugins:
 		list = nil
 		for _, n := range names {
 			list = append(list, "plugin:"+n)
+		}
+	case form == "wasm":
+		list = nil
+		for _, n := range names {
+			if n == ops.NameFetchAdd {
+				n = "wasm:" + n
+			}
+			list = append(list, n)
 		}
 	}
 	tg, err := target.New(ctx, target.Options{ServiceAddress: addr, Env: tr.Env(), ClientID: client,
@@ -208,19 +234,24 @@ func (fx *fixture) connect(t testing.TB, ctx context.Context) *initiator.Initiat
 
 // Where the worker maps target memory (shm), a built-in op's batch runs on
 // the worker's loop when its executor is idle, and its atomics are the
-// CPU's; the same op as a plugin always runs on the executor (its calls
-// cross a process boundary), its atomics through the worker's Target still
-// the CPU's. Over tcp nothing is mapped: neither happens. Every answer is
-// checked, so a wrong path shows as a wrong value, not only in the counts.
-func TestInlineBuiltinOnly(t *testing.T) {
+// CPU's; so does the same op as a WebAssembly module (its handshake
+// declares Inline); the same op as a plugin always runs on the executor
+// (its calls cross a process boundary), its atomics through the worker's
+// Target still the CPU's. Over tcp nothing is mapped: neither happens.
+// Every answer is checked, so a wrong path shows as a wrong value, not only
+// in the counts.
+func TestInlineForms(t *testing.T) {
 	const calls = 10
 	for _, tr := range ucptest.Transports {
-		for _, mode := range []string{"builtin", "plugin"} {
+		for _, mode := range []string{"builtin", "plugin", "wasm"} {
 			t.Run(tr.Name+"/"+mode, func(t *testing.T) {
+				if mode != "builtin" {
+					pluginDir(t) // built outside the test's time budget
+				}
 				ucptest.CheckLeaks(t)
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				fx := newFixture(t, ctx, tr, mode == "plugin")
+				fx := newFixtureOf(t, ctx, tr, map[string]string{"plugin": "plugin", "wasm": "wasm"}[mode])
 				in := fx.connect(t, ctx)
 				region, counter := rdmo.RegionID(fx.reg.ID), fx.mem.Address()+64
 				binary.LittleEndian.PutUint64(fx.mem.Bytes()[64:], 1000)
@@ -244,7 +275,7 @@ func TestInlineBuiltinOnly(t *testing.T) {
 				switch {
 				case mapped && cpu != calls, !mapped && cpu != 0:
 					t.Errorf("%d CPU atomics, want %d", cpu, map[bool]int{true: calls}[mapped])
-				case mapped && mode == "builtin" && inline == 0:
+				case mapped && mode != "plugin" && inline == 0:
 					t.Error("no batch ran on the loop")
 				case (!mapped || mode == "plugin") && inline != 0:
 					t.Errorf("%d batches ran on the loop", inline)

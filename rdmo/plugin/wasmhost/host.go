@@ -35,6 +35,12 @@ var le = binary.LittleEndian
 const (
 	DefaultMemoryLimit  = 128 << 20
 	DefaultBatchTimeout = 2 * time.Second
+	// DefaultInlineTimeout bounds a call on the worker's loop: short,
+	// since every client of the worker waits for it, yet far above what
+	// an inline batch takes (at most 256 requests of some microseconds)
+	// even on a loaded machine, whose scheduler may keep the loop's thread
+	// off a CPU for tens of milliseconds.
+	DefaultInlineTimeout = 100 * time.Millisecond
 	// MaxSyncOps bounds the remote ops of one Sync call of a module (a
 	// forged count must not make the worker allocate without bound).
 	MaxSyncOps = 1 << 16
@@ -59,6 +65,12 @@ type LoadOptions struct {
 	// Target calls included (default DefaultBatchTimeout). An instance
 	// that overruns it is stopped and replaced; the batch fails.
 	BatchTimeout time.Duration
+	// InlineTimeout bounds a call the worker's loop makes itself (the
+	// module declares rdmo.HandlerInfo.Inline and the worker chose to run
+	// a batch, or a FLUSH's WriteBack, inline): a module that loops there
+	// stalls every client of the worker for that long, then its call
+	// fails and the instance is replaced (default DefaultInlineTimeout).
+	InlineTimeout time.Duration
 	// CacheDir, if set, keeps compiled modules on disk so that the next
 	// process that loads the same module does not compile it again. It
 	// must be a directory only this user can write (compiled code is run
@@ -79,6 +91,9 @@ type Handler struct {
 	log  *zap.Logger
 	rt   wazero.Runtime
 	cm   wazero.CompiledModule
+	// stopCheck: the module has addStopCheck's check, which a call's
+	// timer sets; else wazero checks the call's context.
+	stopCheck bool
 
 	mu       sync.Mutex
 	free     []*instance
@@ -133,6 +148,9 @@ func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) 
 	if opts.BatchTimeout <= 0 {
 		opts.BatchTimeout = DefaultBatchTimeout
 	}
+	if opts.InlineTimeout <= 0 {
+		opts.InlineTimeout = min(DefaultInlineTimeout, opts.BatchTimeout)
+	}
 	pages := opts.MemoryLimit / 65536
 	if pages < 1 || pages > 65536 {
 		return nil, fmt.Errorf("wasm module %s: memory limit %d bytes: want 64 KiB to 4 GiB", path, opts.MemoryLimit)
@@ -145,16 +163,48 @@ func Load(ctx context.Context, path string, opts LoadOptions) (*Handler, error) 
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
-	cfg := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(uint32(pages)).
-		WithCompilationCache(compilationCache(opts.CacheDir))
-	h.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
-	if err := h.setup(ctx, code); err != nil {
-		h.rt.Close(context.Background())
+	// A call that overruns its bound is stopped by the check addStopCheck
+	// puts at every loop head; a binary it cannot read (or whose rewrite
+	// does not compile) is run with wazero's own check instead, which
+	// costs a goroutine per call.
+	checked, cerr := addStopCheck(code)
+	if cerr == nil {
+		err = h.start(ctx, checked, true, pages)
+		var ce compileError
+		if !errors.As(err, &ce) {
+			if err != nil {
+				return nil, fmt.Errorf("wasm module %s: %w", path, err)
+			}
+			return h, nil
+		}
+		cerr = err
+	}
+	h.log.Info("wasm module: stopped by wazero's context check (slower calls)", zap.String("path", path), zap.String("reason", cerr.Error()))
+	if err := h.start(ctx, code, false, pages); err != nil {
 		return nil, fmt.Errorf("wasm module %s: %w", path, err)
 	}
 	return h, nil
+}
+
+// compileError is a module that wazero did not compile.
+type compileError struct{ error }
+
+func (e compileError) Unwrap() error { return e.error }
+
+// start makes the runtime and compiles code in it: with stopCheck, code
+// has addStopCheck's check; without, wazero checks the call's context.
+func (h *Handler) start(ctx context.Context, code []byte, stopCheck bool, pages uint64) error {
+	h.stopCheck = stopCheck
+	cfg := wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(!stopCheck).
+		WithMemoryLimitPages(uint32(pages)).
+		WithCompilationCache(compilationCache(h.opts.CacheDir))
+	h.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	if err := h.setup(ctx, code); err != nil {
+		h.rt.Close(context.Background())
+		return err
+	}
+	return nil
 }
 
 func (h *Handler) setup(ctx context.Context, code []byte) error {
@@ -166,7 +216,7 @@ func (h *Handler) setup(ctx context.Context, code []byte) error {
 	}
 	cm, err := h.rt.CompileModule(ctx, code)
 	if err != nil {
-		return fmt.Errorf("compile: %w", err)
+		return compileError{fmt.Errorf("compile: %w", err)}
 	}
 	h.cm = cm
 	exports := cm.ExportedFunctions()
@@ -180,7 +230,12 @@ func (h *Handler) setup(ctx context.Context, code []byte) error {
 	if err != nil {
 		return err
 	}
-	defer inst.close()
+	keep := false
+	defer func() {
+		if !keep {
+			inst.close()
+		}
+	}()
 	var st [1]uint64
 	if err := inst.call(inst.fnABI, st[:]); err != nil {
 		return err
@@ -213,13 +268,21 @@ func (h *Handler) setup(ctx context.Context, code []byte) error {
 	if err != nil {
 		return err
 	}
-	return h.checkInfo(wi)
+	if err := h.checkInfo(wi); err != nil {
+		return err
+	}
+	if h.info.NoCachedState {
+		// The first batch finds an instance ready: none is made on the
+		// worker's loop for an inline batch, unless batches overlap.
+		h.free, keep = append(h.free, inst), true
+	}
+	return nil
 }
 
 // checkInfo takes the handshake as pluginhost takes a process's Info: op
 // names checked, statuses registered, name and version pinned.
 func (h *Handler) checkInfo(wi wasmabi.Info) error {
-	info := rdmo.HandlerInfo{Name: wi.Name, Version: wi.Version, Ops: wi.Ops, NoCachedState: wi.NoCachedState}
+	info := rdmo.HandlerInfo{Name: wi.Name, Version: wi.Version, Ops: wi.Ops, NoCachedState: wi.NoCachedState, Inline: wi.Inline}
 	if info.Name == "" || len(info.Ops) == 0 {
 		return fmt.Errorf("handshake names no handler or no ops (%q, %v)", info.Name, info.Ops)
 	}
@@ -257,8 +320,8 @@ func (h *Handler) checkInfo(wi wasmabi.Info) error {
 	return nil
 }
 
-// Info is the module's handshake (Inline never set: a module's batch runs
-// on the client's executor).
+// Info is the module's handshake. A module that declares Inline may have
+// its batches run on the worker's loop, under InlineTimeout.
 func (h *Handler) Info() rdmo.HandlerInfo { return h.info }
 
 // Path is the module's file.
@@ -383,7 +446,7 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 	}
 	in.t, in.reqs = t, reqs
 	in.stack[0], in.stack[1] = uint64(len(reqs)), uint64(client)
-	err = in.call(in.fnBatch, in.stack[:2])
+	err = in.callWithin(in.fnBatch, in.stack[:2], h.bound(t))
 	in.t, in.reqs = nil, nil
 	if err != nil {
 		h.failed(client, in, err.Error())
@@ -409,6 +472,21 @@ func (h *Handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 	}
 	h.release(in)
 }
+
+// bound is the time bound of a call with t: InlineTimeout when the
+// worker's loop runs it (a batch, or a FLUSH's WriteBack), else
+// BatchTimeout.
+func (h *Handler) bound(t rdmo.Target) time.Duration {
+	if il, ok := t.(inliner); ok && il.RunsInline() {
+		return h.opts.InlineTimeout
+	}
+	return h.opts.BatchTimeout
+}
+
+// inliner is implemented by a worker's Target that can run a batch on the
+// worker's loop (dpu): RunsInline reports whether it does so for the batch
+// in progress.
+type inliner interface{ RunsInline() bool }
 
 func failAll(results []rdmo.Result, r rdmo.Result) {
 	for i := range results {
@@ -446,7 +524,7 @@ func (h *Handler) hook(t rdmo.Target, client rdmo.ClientID, fn func(*instance) a
 	}
 	in.t = t
 	copy(in.stack[:], args)
-	err := in.call(fn(in), in.stack[:len(args)])
+	err := in.callWithin(fn(in), in.stack[:len(args)], h.bound(t))
 	in.t = nil
 	if err != nil {
 		h.failed(client, in, err.Error())

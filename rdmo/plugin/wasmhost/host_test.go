@@ -182,6 +182,40 @@ func TestModuleLoopStopped(t *testing.T) {
 	isolated(t, h, logs, testwasm.OpLoop, "time bound")
 }
 
+// inlineTarget is a Target whose batch the worker's loop runs (dpu's
+// answers RunsInline so).
+type inlineTarget struct{ *rdmotest.Target }
+
+func (inlineTarget) RunsInline() bool { return true }
+
+// A module that loops in a batch the worker's loop runs is stopped after
+// the inline time bound, not the batch time bound: the detail names the
+// bound that stopped it. The instance is replaced and the next batch,
+// inline too, is served.
+func TestModuleLoopStoppedInline(t *testing.T) {
+	h, logs := load(t, testPkg, wasmhost.LoadOptions{BatchTimeout: time.Hour, InlineTimeout: 50 * time.Millisecond})
+	tg := rdmotest.NewTarget(7)
+	mem := tg.AddRegion(3, 0x1000, 64)
+	run := func(reqs ...rdmo.Request) []rdmo.Result {
+		res := make([]rdmo.Result, len(reqs))
+		h.HandleBatch(inlineTarget{tg}, reqs, res)
+		tg.EndBatch()
+		return res
+	}
+	res := run(tg.UserReq(testwasm.OpPut, sub(3, 0x1000), []byte("a"), 0), tg.UserReq(testwasm.OpLoop, sub(3, 0x1000), nil, 0))
+	for i, r := range res {
+		if r.Status != rdmo.StatusHandlerFailed || !strings.Contains(r.Detail, "time bound (50ms)") {
+			t.Fatalf("request %d: %+v, want HandlerFailed after the inline bound", i, r)
+		}
+	}
+	if h.Failures() != 1 || logs.FilterMessageSnippet("instance failed").Len() != 1 {
+		t.Fatalf("failures %d, logs %v", h.Failures(), logs.All())
+	}
+	if res := run(tg.UserReq(testwasm.OpPut, sub(3, 0x1008), []byte("b"), 0)); res[0].Status != rdmo.StatusOK || mem[8] != 'b' {
+		t.Fatalf("after the failure: %+v", res[0])
+	}
+}
+
 // A forged pointer fails the call (OutOfBounds, nothing touched) without
 // killing the instance.
 func TestModuleForgedPointer(t *testing.T) {

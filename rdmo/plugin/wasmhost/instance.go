@@ -28,12 +28,15 @@ type instance struct {
 	fnWriteBack, fnRegionRemoved, fnClientRemoved, fnError api.Function
 	stack                                                  [4]uint64
 
-	// ctx is the context of every call into the instance: wazero stops
-	// the instance when its Done channel closes (WithCloseOnContextDone),
-	// which timer does when a call overruns BatchTimeout. It is made once
-	// per instance, so a call allocates no context or timer.
+	// ctx is the context of every call into the instance. A call that
+	// overruns its bound is stopped by timer: it sets stop, the global
+	// addStopCheck's check reads at every loop head (the module traps),
+	// or, for a module run without that check, closes ctx's Done channel
+	// (wazero's WithCloseOnContextDone). Both are made once per instance,
+	// so a call allocates no context or timer.
 	ctx   *callCtx
 	timer *time.Timer
+	stop  api.MutableGlobal
 
 	// The call in progress: its Target, its requests, the last failed
 	// Target call's detail, scratch for Sync.
@@ -73,11 +76,8 @@ func (h *Handler) newInstance(ctx context.Context) (*instance, error) {
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithSysWalltime().WithSysNanotime().WithRandSource(randReader).
 		WithStderr(&in.stderr).WithStdout(&in.stderr)
-	// _initialize (the Go runtime and package initializers) runs under
-	// the same time bound as a call.
-	ictx, cancel := context.WithTimeout(ctx, max(h.opts.BatchTimeout, 10*time.Second))
-	defer cancel()
-	mod, err := h.rt.InstantiateModule(ictx, h.cm, cfg)
+	// Instantiation runs no code of the module (no start functions).
+	mod, err := h.rt.InstantiateModule(ctx, h.cm, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
@@ -86,9 +86,28 @@ func (h *Handler) newInstance(ctx context.Context) (*instance, error) {
 		mod.Close(context.Background())
 		return nil, errors.New("module has no memory")
 	}
-	if _, err := mod.ExportedFunction("_initialize").Call(ictx); err != nil {
-		mod.Close(context.Background())
-		return nil, fmt.Errorf("_initialize: %w%s", err, in.stderrSuffix())
+	if h.stopCheck {
+		g, ok := mod.ExportedGlobal(stopGlobal).(api.MutableGlobal)
+		if !ok {
+			mod.Close(context.Background())
+			return nil, errors.New("module lost its stop check")
+		}
+		in.stop = g
+	}
+	c := in.ctx
+	in.timer = time.AfterFunc(time.Hour, func() {
+		c.expired.Store(true)
+		if in.stop != nil {
+			in.stop.Set(1)
+		}
+		close(c.done)
+	})
+	in.timer.Stop()
+	// _initialize (the Go runtime and package initializers) runs under a
+	// time bound like a call.
+	if err := in.callWithin(mod.ExportedFunction("_initialize"), nil, max(h.opts.BatchTimeout, 10*time.Second)); err != nil {
+		in.close()
+		return nil, fmt.Errorf("_initialize: %w", err)
 	}
 	in.fnABI = mod.ExportedFunction(wasmabi.ExportABIVersion)
 	in.fnInfo = mod.ExportedFunction(wasmabi.ExportInfo)
@@ -98,12 +117,6 @@ func (h *Handler) newInstance(ctx context.Context) (*instance, error) {
 	in.fnRegionRemoved = mod.ExportedFunction(wasmabi.ExportRegionRemoved)
 	in.fnClientRemoved = mod.ExportedFunction(wasmabi.ExportClientRemoved)
 	in.fnError = mod.ExportedFunction(wasmabi.ExportError)
-	c := in.ctx
-	in.timer = time.AfterFunc(time.Hour, func() {
-		c.expired.Store(true)
-		close(c.done)
-	})
-	in.timer.Stop()
 	return in, nil
 }
 
@@ -121,25 +134,30 @@ func (e errTimeout) Error() string {
 	return fmt.Sprintf("stopped after the batch time bound (%v): the handler did not return", e.d)
 }
 
-// call runs fn with stack as its parameters and results, under the time
-// bound. A non-nil error means the instance is unusable (trap, exit,
+// call runs fn with stack as its parameters and results, under the batch
+// time bound. A non-nil error means the instance is unusable (trap, exit,
 // overrun): the caller retires it.
 func (in *instance) call(fn api.Function, stack []uint64) error {
+	return in.callWithin(fn, stack, in.h.opts.BatchTimeout)
+}
+
+// callWithin is call under the time bound d.
+func (in *instance) callWithin(fn api.Function, stack []uint64, d time.Duration) error {
 	if in.ctx.expired.Load() {
-		return errTimeout{in.h.opts.BatchTimeout}
+		return errTimeout{d}
 	}
-	in.timer.Reset(in.h.opts.BatchTimeout)
+	in.timer.Reset(d)
 	err := fn.CallWithStack(in.ctx, stack)
 	if !in.timer.Stop() {
 		// The timer fired (or is firing): the instance is closed or about
 		// to be, whatever the call returned.
-		return errTimeout{in.h.opts.BatchTimeout}
+		return errTimeout{d}
 	}
 	if err != nil {
 		var ee *sys.ExitError
 		if errors.As(err, &ee) {
 			if ee.ExitCode() == sys.ExitCodeDeadlineExceeded {
-				return errTimeout{in.h.opts.BatchTimeout}
+				return errTimeout{d}
 			}
 			return fmt.Errorf("module exited with code %d%s", ee.ExitCode(), in.stderrSuffix())
 		}

@@ -130,7 +130,14 @@ type Info struct {
 	NoCachedState bool
 	OpNames       []OpName
 	Statuses      []Status
+	// Inline is rdmo.HandlerInfo.Inline. It travels in a trailing flags
+	// word (InfoInline) that a handshake without it lacks, so a module
+	// built before it is read as not Inline and the ABI version stays.
+	Inline bool
 }
+
+// Bits of the handshake's trailing flags word.
+const InfoInline = 1
 
 // OpName names a user op.
 type OpName struct {
@@ -148,7 +155,7 @@ type Status struct {
 const MaxInfo = 1 << 20
 
 // EncodeInfo appends the handshake's encoding: strings as u32 length and
-// bytes, lists as u32 count and items.
+// bytes, lists as u32 count and items, then a u32 of flags (InfoInline).
 func EncodeInfo(dst []byte, in Info) []byte {
 	str := func(s string) {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
@@ -178,6 +185,11 @@ func EncodeInfo(dst []byte, in Info) []byte {
 		str(s.Name)
 		str(s.Text)
 	}
+	var flags uint32
+	if in.Inline {
+		flags |= InfoInline
+	}
+	u32(flags)
 	return dst
 }
 
@@ -229,6 +241,9 @@ func DecodeInfo(b []byte) (Info, error) {
 	}
 	for n := count(); n > 0 && err == nil; n-- {
 		in.Statuses = append(in.Statuses, Status{Code: u32(), Name: str(), Text: str()})
+	}
+	if err == nil && len(b) >= 4 {
+		in.Inline = u32()&InfoInline != 0
 	}
 	if err != nil {
 		return Info{}, err
