@@ -79,3 +79,32 @@ func TestStopCheckRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A module's bytes are untrusted: whatever they are, addStopCheck returns
+// an error or a binary (never panics), and a binary it returns for a
+// module wazero accepts is one wazero accepts too (the rewrite keeps a
+// valid module valid).
+func FuzzAddStopCheck(f *testing.F) {
+	f.Add(loopModule)
+	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
+	f.Add(loopModule[:len(loopModule)-3])
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	f.Cleanup(func() { rt.Close(ctx) })
+	f.Fuzz(func(t *testing.T, bin []byte) {
+		out, err := addStopCheck(bin)
+		if err != nil {
+			return
+		}
+		in, err := rt.CompileModule(ctx, bin)
+		if err != nil {
+			return // not a valid module to begin with
+		}
+		in.Close(ctx)
+		cm, err := rt.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatalf("a valid module no longer compiles after the rewrite: %v\nin:  %x\nout: %x", err, bin, out)
+		}
+		cm.Close(ctx)
+	})
+}
