@@ -374,14 +374,14 @@ func TestSplitArgs(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{ModeRawAM, ModeRDMOAppendOwned, ModeRDMOAppendCold, ModeRDMOAppendShared}; !slices.Equal(o.Modes, want) {
+	if want := []string{ModeRawAM, ModeRDMOAppendOwned, ModeRDMOAppendCold, ModeRDMOAppendDrive, ModeRDMOAppendShared}; !slices.Equal(o.Modes, want) {
 		t.Errorf("modes %v, want %v", o.Modes, want)
 	}
 }
 
 func TestExpandModes(t *testing.T) {
 	all, err := expandModes(nil, []int{1, 4, 16})
-	if err != nil || len(all) != 17 {
+	if err != nil || len(all) != 18 {
 		t.Fatalf("all modes: %v %v", all, err)
 	}
 	got, err := expandModes([]string{"scatter/2", "flush", "native-append/blocking"}, []int{1})
