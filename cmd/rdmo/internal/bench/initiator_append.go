@@ -73,32 +73,15 @@ func (p *initProc) rdmoAppendDrive(s roundSpec) (roundResult, error) {
 	p.acks.reset()
 	rec := make([]byte, s.Size)
 	q := s.Queue
-	b := newBudget(s, 64)
-	start := time.Now()
-	n := 0
-	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+flushTimeout)
-	defer cancel()
-	err := p.in.Drive(ctx, func(d *initiator.Driver) error {
-		acked := d.With(rdmo.FlagAck)
-		for ; !b.done(n); n++ {
+	return p.driveStream(s, driveStep{
+		record: func(_ *initiator.Driver, n int) ([]byte, error) {
 			fillRecord(rec, p.id, s.Round, uint32(n))
-			if n%s.Sample == 0 {
-				t0 := time.Now()
-				seq, err := acked.Append(q.Base, q.Region, q.Region, rec)
-				if err != nil {
-					return err
-				}
-				p.acks.sent(seq, t0)
-			} else if err := d.Append(q.Base, q.Region, q.Region, rec); err != nil {
-				return err
-			}
-		}
-		return nil
+			return rec, nil
+		},
+		send: func(ds initiator.DriverSender, _ int, rec []byte) (uint64, error) {
+			return ds.Append(q.Base, q.Region, q.Region, rec)
+		},
 	})
-	if err != nil {
-		return roundResult{}, err
-	}
-	return p.endStream(newCreditor(p.in, 0), start, n, s.Size)
 }
 
 // rdmoAppendLent is the stream of large records: lent from a ring of
@@ -110,34 +93,68 @@ func (p *initProc) rdmoAppendLent(s roundSpec) (roundResult, error) {
 	k := min(max(lentRingBytes/s.Size, 2), lentRing)
 	ring, lends := p.recordBuffers(k, s.Size), make([]initiator.Lend, k)
 	q := s.Queue
+	return p.driveStream(s, driveStep{
+		record: func(d *initiator.Driver, n int) ([]byte, error) {
+			if err := d.WaitLend(&lends[n%k]); err != nil {
+				return nil, err
+			}
+			fillRecord(ring[n%k], p.id, s.Round, uint32(n))
+			return ring[n%k], nil
+		},
+		send: func(ds initiator.DriverSender, n int, rec []byte) (uint64, error) {
+			return ds.AppendLent(q.Base, q.Region, q.Region, rec, &lends[n%k])
+		},
+		end: func(d *initiator.Driver) error {
+			for i := range lends {
+				if err := d.WaitLend(&lends[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+}
+
+// driveStep is what a stream inside one Drive does per record: make the
+// n-th record (record), send it (send, with rdmo.FlagAck on every Sample-th,
+// whose ack times the latency sample from the send on), and once after the
+// last (end, optional).
+type driveStep struct {
+	record func(d *initiator.Driver, n int) ([]byte, error)
+	send   func(ds initiator.DriverSender, n int, rec []byte) (uint64, error)
+	end    func(d *initiator.Driver) error
+}
+
+// driveStream runs the round's appends inside one initiator.Drive, then
+// flushes as every append row does (endStream).
+func (p *initProc) driveStream(s roundSpec, step driveStep) (roundResult, error) {
 	b := newBudget(s, 64)
 	start := time.Now()
 	n := 0
 	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+flushTimeout)
 	defer cancel()
 	err := p.in.Drive(ctx, func(d *initiator.Driver) error {
-		acked := d.With(rdmo.FlagAck)
+		plain, acked := d.With(0), d.With(rdmo.FlagAck)
 		for ; !b.done(n); n++ {
-			rec, l := ring[n%k], &lends[n%k]
-			if err := d.WaitLend(l); err != nil {
+			rec, err := step.record(d, n)
+			if err != nil {
 				return err
 			}
-			fillRecord(rec, p.id, s.Round, uint32(n))
-			if n%s.Sample == 0 {
-				t0 := time.Now()
-				seq, err := acked.AppendLent(q.Base, q.Region, q.Region, rec, l)
-				if err != nil {
+			if n%s.Sample != 0 {
+				if _, err := step.send(plain, n, rec); err != nil {
 					return err
 				}
-				p.acks.sent(seq, t0)
-			} else if err := d.AppendLent(q.Base, q.Region, q.Region, rec, l); err != nil {
+				continue
+			}
+			t0 := time.Now()
+			seq, err := step.send(acked, n, rec)
+			if err != nil {
 				return err
 			}
+			p.acks.sent(seq, t0)
 		}
-		for i := range lends {
-			if err := d.WaitLend(&lends[i]); err != nil {
-				return err
-			}
+		if step.end != nil {
+			return step.end(d)
 		}
 		return nil
 	})
