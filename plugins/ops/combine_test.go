@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -56,6 +57,58 @@ func TestAtomicBatchInOrder(t *testing.T) {
 					t.Fatalf("%d words, op %d: word %d is %#x, want %#x", words, op, w, got, model[w])
 				}
 			}
+		}
+	}
+}
+
+// One fetch-add handler serves batches of several clients at once (as the
+// worker's executors call it), keeping its working memory between
+// batches: every client's answers stay its own, whatever the batch sizes
+// (one past the kept bound included).
+func TestAtomicScratchShared(t *testing.T) {
+	h := ops.NewFetchAdd()
+	const region, at = 5, 0x4000
+	done := make(chan error)
+	for c := range 4 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 11))
+			tg := rdmotest.NewTarget(rdmo.ClientID(c + 1))
+			mem := tg.AddRegion(region, at, 8*8)
+			model := make([]uint64, 8)
+			for round := range 300 {
+				n := 1 + rng.IntN(40)
+				if round == 150 {
+					n = 1025
+				}
+				reqs := make([]rdmo.Request, n)
+				want := make([]uint64, n)
+				for i := range reqs {
+					w := rng.IntN(len(model))
+					r := ops.AtomicReq{Region: region, Addr: at + 8*uint64(w), Operand: rng.Uint64N(100)}
+					want[i] = model[w]
+					model[w] += r.Operand
+					reqs[i] = tg.UserReq(ops.OpFetchAdd, r.FetchAddSub(), nil, rdmo.FlagAck)
+				}
+				res := tg.RunBatch(h, reqs...)
+				for i := range res {
+					if res[i].Status != rdmo.StatusOK || res[i].Value != want[i] {
+						done <- fmt.Errorf("client %d, round %d, request %d of %d: %+v, want value %d", c, round, i, n, res[i], want[i])
+						return
+					}
+				}
+			}
+			for w := range model {
+				if got := binary.LittleEndian.Uint64(mem[8*w:]); got != model[w] {
+					done <- fmt.Errorf("client %d: word %d is %d, want %d", c, w, got, model[w])
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/openrdmo/rdmo/rdmo"
 )
@@ -75,22 +76,39 @@ func (getHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 // atomicHandler serves fetch-add or compare-swap.
 type atomicHandler struct {
 	rdmo.BaseHandler
-	op   uint32
-	name string
-	kind rdmo.RemoteOpKind
+	op      uint32
+	name    string
+	kind    rdmo.RemoteOpKind
+	scratch *atomic.Pointer[atomicScratch]
 }
+
+// atomicScratch is a batch's working memory, kept for the next batch: two
+// allocations per batch are a fifth of a one-request batch's cost built in,
+// and more in a WebAssembly module. Batches of different clients may run at
+// once, so a batch takes it (or makes its own) and gives it back.
+type atomicScratch struct {
+	// The next Sync's ops; per request in it, its index, its op and, for
+	// a combined fetch-add, the deltas added to the word before it.
+	ops []rdmo.RemoteOp
+	idx []atomicSlot
+	// The ops by word, once a Sync holds many.
+	byWord map[[2]uint64]int
+}
+
+// maxKeptScratch bounds what a handler keeps between batches.
+const maxKeptScratch = 1024
 
 // NewFetchAdd returns the fetch-add handler: add a delta to an aligned u64
 // and return the old value.
 func NewFetchAdd() rdmo.Handler {
-	return atomicHandler{op: OpFetchAdd, name: NameFetchAdd, kind: rdmo.RemoteFetchAdd}
+	return atomicHandler{op: OpFetchAdd, name: NameFetchAdd, kind: rdmo.RemoteFetchAdd, scratch: new(atomic.Pointer[atomicScratch])}
 }
 
 // NewCompareSwap returns the compare-swap handler: store the desired value
 // if the aligned u64 holds the expected one, and return the old value (the
 // swap happened iff it equals the expected one).
 func NewCompareSwap() rdmo.Handler {
-	return atomicHandler{op: OpCompareSwap, name: NameCompareSwap, kind: rdmo.RemoteCompareSwap}
+	return atomicHandler{op: OpCompareSwap, name: NameCompareSwap, kind: rdmo.RemoteCompareSwap, scratch: new(atomic.Pointer[atomicScratch])}
 }
 
 func (h atomicHandler) Info() rdmo.HandlerInfo {
@@ -106,32 +124,11 @@ func (h atomicHandler) Info() rdmo.HandlerInfo {
 // on a counter is one remote atomic, not one round trip each). A
 // compare-swap on a word already in the Sync starts a new one.
 func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
-	ops := make([]rdmo.RemoteOp, 0, len(reqs))
-	// Per request in the Sync: its index, its op and, for a combined
-	// fetch-add, the deltas added to the word before it.
-	idx := make([]atomicSlot, 0, len(reqs))
-	var byWord map[[2]uint64]int // the ops by word, once a Sync holds many
-	run := func() {
-		if len(ops) == 0 {
-			return
-		}
-		if err := t.Sync(ops); err != nil {
-			for _, s := range idx {
-				results[s.req] = rdmo.ResultOf(fmt.Errorf("%s: %w", h.name, err))
-			}
-		} else {
-			for _, s := range idx {
-				o := &ops[s.op]
-				if o.Status != rdmo.StatusOK {
-					results[s.req] = rdmo.Fail(o.Status, "%s at %#x", h.name, o.Addr)
-					continue
-				}
-				results[s.req] = rdmo.Result{Value: o.Result + s.before}
-			}
-		}
-		ops, idx = ops[:0], idx[:0]
-		clear(byWord)
+	sc := h.scratch.Swap(nil)
+	if sc == nil || cap(sc.ops) < len(reqs) {
+		sc = &atomicScratch{ops: make([]rdmo.RemoteOp, 0, len(reqs)), idx: make([]atomicSlot, 0, len(reqs))}
 	}
+	sc.ops, sc.idx, sc.byWord = sc.ops[:0], sc.idx[:0], nil
 	for i := range reqs {
 		r, err := DecodeAtomic(&reqs[i])
 		if err == nil {
@@ -141,28 +138,68 @@ func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results [
 			results[i] = rdmo.ResultOf(err)
 			continue
 		}
-		k := findWord(ops, byWord, r.Region, r.Addr)
+		k := sc.find(r.Region, r.Addr)
 		if k >= 0 && h.kind == rdmo.RemoteFetchAdd {
-			idx = append(idx, atomicSlot{req: i, op: k, before: ops[k].Operand})
-			ops[k].Operand += r.Operand
+			sc.idx = append(sc.idx, atomicSlot{req: i, op: k, before: sc.ops[k].Operand})
+			sc.ops[k].Operand += r.Operand
 			continue
 		}
 		if k >= 0 {
-			run()
+			h.run(t, sc, results)
 		}
-		ops = append(ops, rdmo.RemoteOp{Kind: h.kind, Region: r.Region, Addr: r.Addr, Operand: r.Operand, Compare: r.Compare})
-		idx = append(idx, atomicSlot{req: i, op: len(ops) - 1})
-		switch {
-		case byWord != nil:
-			byWord[[2]uint64{uint64(r.Region), r.Addr}] = len(ops) - 1
-		case len(ops) > linearWords:
-			byWord = make(map[[2]uint64]int, len(reqs))
-			for j := range ops {
-				byWord[[2]uint64{uint64(ops[j].Region), ops[j].Addr}] = j
+		sc.add(rdmo.RemoteOp{Kind: h.kind, Region: r.Region, Addr: r.Addr, Operand: r.Operand, Compare: r.Compare}, i, len(reqs))
+	}
+	h.run(t, sc, results)
+	if len(reqs) <= maxKeptScratch {
+		sc.byWord = nil
+		h.scratch.Store(sc)
+	}
+}
+
+// run makes the atomics of sc one Sync and answers their requests.
+func (h atomicHandler) run(t rdmo.Target, sc *atomicScratch, results []rdmo.Result) {
+	if len(sc.ops) == 0 {
+		return
+	}
+	if err := t.Sync(sc.ops); err != nil {
+		for _, s := range sc.idx {
+			results[s.req] = rdmo.ResultOf(fmt.Errorf("%s: %w", h.name, err))
+		}
+	} else {
+		for _, s := range sc.idx {
+			o := &sc.ops[s.op]
+			if o.Status != rdmo.StatusOK {
+				results[s.req] = rdmo.Fail(o.Status, "%s at %#x", h.name, o.Addr)
+				continue
 			}
+			results[s.req] = rdmo.Result{Value: o.Result + s.before}
 		}
 	}
-	run()
+	sc.ops, sc.idx = sc.ops[:0], sc.idx[:0]
+	if sc.byWord != nil {
+		clear(sc.byWord)
+	}
+}
+
+// add puts op, for request i, in the next Sync.
+func (sc *atomicScratch) add(op rdmo.RemoteOp, i, batch int) {
+	sc.ops = append(sc.ops, op)
+	sc.idx = append(sc.idx, atomicSlot{req: i, op: len(sc.ops) - 1})
+	switch {
+	case sc.byWord != nil:
+		sc.byWord[[2]uint64{uint64(op.Region), op.Addr}] = len(sc.ops) - 1
+	case len(sc.ops) > linearWords:
+		sc.byWord = make(map[[2]uint64]int, batch)
+		for j := range sc.ops {
+			sc.byWord[[2]uint64{uint64(sc.ops[j].Region), sc.ops[j].Addr}] = j
+		}
+	}
+}
+
+// find returns the index of the op on (region, addr) in the next Sync, -1
+// if none.
+func (sc *atomicScratch) find(region rdmo.RegionID, addr uint64) int {
+	return findWord(sc.ops, sc.byWord, region, addr)
 }
 
 // atomicSlot is a request of an atomic batch in a Sync: results[req] comes

@@ -89,52 +89,111 @@ func handleBatch(n int32, client int64) (code int32) {
 		results = make([]rdmo.Result, n)
 	}
 	reqs, results = reqs[:n], results[:n]
+	recs := records[reqRecord](0, int(n))
 	for i := range reqs {
-		reqs[i] = decodeRequest(batch[i*wasmabi.ReqSize:])
-		results[i] = rdmo.Result{}
+		decodeRequest(&reqs[i], &recs[i])
+		r := &results[i]
+		r.Status, r.Detail, r.Value, r.Data = 0, "", 0, nil
 	}
 	tgt.begin(rdmo.ClientID(client))
-	defer tgt.end()
-	defer func() {
-		if r := recover(); r != nil {
-			res := rdmo.Result{Status: rdmo.StatusHandlerFailed, Detail: fmt.Sprintf("handler panicked in HandleBatch: %v\n%s", r, debug.Stack())}
-			for i := range results {
-				results[i] = res
-			}
-			code = wasmabi.CodePanicked
-		}
-		writeResults()
-	}()
+	defer batchDone(&code)
 	handler.HandleBatch(&tgt, reqs, results)
 	return 0
 }
 
-func decodeRequest(r []byte) rdmo.Request {
-	q := rdmo.Request{
-		Seq:        le.Uint64(r[wasmabi.ReqSeq:]),
-		Client:     rdmo.ClientID(le.Uint64(r[wasmabi.ReqClient:])),
-		Op:         le.Uint32(r[wasmabi.ReqOp:]),
-		Flags:      le.Uint32(r[wasmabi.ReqFlags:]),
-		Length:     le.Uint64(r[wasmabi.ReqLength:]),
-		Rendezvous: le.Uint32(r[wasmabi.ReqRndv:]) == 1,
+// batchDone ends a batch call: a panic of the handler fails every request
+// of the batch (and tells the worker to replace the instance), and the
+// results go to the result records either way.
+func batchDone(code *int32) {
+	tgt.end()
+	if r := recover(); r != nil {
+		res := rdmo.Result{Status: rdmo.StatusHandlerFailed, Detail: fmt.Sprintf("handler panicked in HandleBatch: %v\n%s", r, debug.Stack())}
+		for i := range results {
+			results[i] = res
+		}
+		*code = wasmabi.CodePanicked
 	}
-	h0, h1, h2 := le.Uint64(r[wasmabi.ReqH0:]), le.Uint64(r[wasmabi.ReqH1:]), le.Uint64(r[wasmabi.ReqH2:])
+	writeResults()
+}
+
+// reqRecord, resRecord and opRecord are the ABI's records as Go structs,
+// read and written in place: the guest is little-endian like the ABI, and
+// field by field through encoding/binary costs several times more in a
+// module (every byte slice access is bounds-checked code the compiled
+// WebAssembly runs). The layout checks below fail the build if a field
+// moved.
+type reqRecord struct {
+	Seq, Client            uint64
+	Op, Flags              uint32
+	Length, H0, H1, H2     uint64
+	SubOff, SubLen         uint32
+	PayOff, PayLen         uint32
+	Rendezvous, HasPayload uint32
+}
+
+type resRecord struct {
+	Status, DataLen         uint32
+	Value                   uint64
+	DataPtr, DetPtr, DetLen uint32
+	_                       uint32
+}
+
+type opRecord struct {
+	Kind, Status                           uint32
+	Region, Addr, Operand, Compare, Result uint64
+	BufPtr, BufLen                         uint32
+}
+
+// Each pair fails to compile (a negative constant converted to uint) unless
+// the offsets are equal.
+const (
+	_ = uint(unsafe.Offsetof(reqRecord{}.HasPayload) - wasmabi.ReqHasPay)
+	_ = uint(wasmabi.ReqHasPay - unsafe.Offsetof(reqRecord{}.HasPayload))
+	_ = uint(unsafe.Offsetof(reqRecord{}.SubOff) - wasmabi.ReqSubOff)
+	_ = uint(wasmabi.ReqSubOff - unsafe.Offsetof(reqRecord{}.SubOff))
+	_ = uint(unsafe.Sizeof(reqRecord{}) - wasmabi.ReqSize)
+	_ = uint(wasmabi.ReqSize - unsafe.Sizeof(reqRecord{}))
+	_ = uint(unsafe.Offsetof(resRecord{}.DetLen) - wasmabi.ResDetLen)
+	_ = uint(wasmabi.ResDetLen - unsafe.Offsetof(resRecord{}.DetLen))
+	_ = uint(unsafe.Sizeof(resRecord{}) - wasmabi.ResSize)
+	_ = uint(wasmabi.ResSize - unsafe.Sizeof(resRecord{}))
+	_ = uint(unsafe.Offsetof(opRecord{}.BufLen) - wasmabi.OpBufLen)
+	_ = uint(wasmabi.OpBufLen - unsafe.Offsetof(opRecord{}.BufLen))
+	_ = uint(unsafe.Offsetof(opRecord{}.Result) - wasmabi.OpResult)
+	_ = uint(wasmabi.OpResult - unsafe.Offsetof(opRecord{}.Result))
+	_ = uint(unsafe.Sizeof(opRecord{}) - wasmabi.OpSize)
+	_ = uint(wasmabi.OpSize - unsafe.Sizeof(opRecord{}))
+)
+
+// records views n records of type T at byte offset off of the batch
+// buffer (its caller checked they fit; make aligns the buffer to 8).
+func records[T any](off, n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&batch[off])), n)
+}
+
+func decodeRequest(q *rdmo.Request, r *reqRecord) {
+	q.Seq, q.Client, q.Op, q.Flags = r.Seq, rdmo.ClientID(r.Client), r.Op, r.Flags
+	q.Length, q.Rendezvous = r.Length, r.Rendezvous == 1
+	q.Flush, q.Append, q.Scatter = rdmo.FlushHeader{}, rdmo.AppendHeader{}, rdmo.ScatterHeader{}
 	switch q.Op {
 	case rdmo.OpFlush:
-		q.Flush = rdmo.FlushHeader{FlushID: h0}
+		q.Flush.FlushID = r.H0
 	case rdmo.OpAppend:
-		q.Append = rdmo.AppendHeader{PtrAddr: h0, PtrRkey: rdmo.RegionID(h1), DataRkey: rdmo.RegionID(h2)}
+		q.Append = rdmo.AppendHeader{PtrAddr: r.H0, PtrRkey: rdmo.RegionID(r.H1), DataRkey: rdmo.RegionID(r.H2)}
 	case rdmo.OpScatter:
-		q.Scatter = rdmo.ScatterHeader{Count: h0}
+		q.Scatter.Count = r.H0
 	}
-	q.Sub = span(le.Uint32(r[wasmabi.ReqSubOff:]), le.Uint32(r[wasmabi.ReqSubLen:]))
-	if le.Uint32(r[wasmabi.ReqHasPay:]) == 1 {
-		q.Payload = span(le.Uint32(r[wasmabi.ReqPayOff:]), le.Uint32(r[wasmabi.ReqPayLen:]))
+	q.Sub = span(r.SubOff, r.SubLen)
+	q.Payload = nil
+	if r.HasPayload == 1 {
+		q.Payload = span(r.PayOff, r.PayLen)
 		if q.Payload == nil {
 			q.Payload = []byte{}
 		}
 	}
-	return q
 }
 
 // span is batch[off:off+n], empty if the worker's offsets were wrong
@@ -152,14 +211,12 @@ func span(off, n uint32) []byte {
 // worker copies them.
 func writeResults() {
 	base, _ := wasmabi.BatchLayout(len(reqs))
-	for i, res := range results {
-		r := batch[base+i*wasmabi.ResSize:]
-		le.PutUint32(r[wasmabi.ResStatus:], uint32(res.Status))
-		le.PutUint64(r[wasmabi.ResValue:], res.Value)
-		le.PutUint32(r[wasmabi.ResDataLen:], uint32(len(res.Data)))
-		le.PutUint32(r[wasmabi.ResDataPtr:], ptrOf(res.Data))
-		le.PutUint32(r[wasmabi.ResDetLen:], uint32(len(res.Detail)))
-		le.PutUint32(r[wasmabi.ResDetPtr:], uint32(uintptr(unsafe.Pointer(unsafe.StringData(res.Detail)))))
+	recs := records[resRecord](base, len(results))
+	for i := range results {
+		res, r := &results[i], &recs[i]
+		r.Status, r.Value = uint32(res.Status), res.Value
+		r.DataLen, r.DataPtr = uint32(len(res.Data)), ptrOf(res.Data)
+		r.DetLen, r.DetPtr = uint32(len(res.Detail)), uint32(uintptr(unsafe.Pointer(unsafe.StringData(res.Detail))))
 	}
 }
 

@@ -114,27 +114,17 @@ func (t *target) Sync(ops []rdmo.RemoteOp) error {
 	if cap(t.ops) < need {
 		t.ops = make([]byte, need)
 	}
-	rec := t.ops[:need]
+	rec := unsafe.Slice((*opRecord)(unsafe.Pointer(&t.ops[:1][0])), len(ops))
 	for i := range ops {
-		o := &ops[i]
-		r := rec[i*wasmabi.OpSize:]
-		le.PutUint32(r[wasmabi.OpKind:], uint32(o.Kind))
-		le.PutUint32(r[wasmabi.OpStatus:], 0)
-		le.PutUint64(r[wasmabi.OpRegion:], uint64(o.Region))
-		le.PutUint64(r[wasmabi.OpAddr:], o.Addr)
-		le.PutUint64(r[wasmabi.OpOperand:], o.Operand)
-		le.PutUint64(r[wasmabi.OpCompare:], o.Compare)
-		le.PutUint64(r[wasmabi.OpResult:], 0)
-		le.PutUint32(r[wasmabi.OpBufPtr:], ptrOf(o.Buf))
-		le.PutUint32(r[wasmabi.OpBufLen:], uint32(len(o.Buf)))
+		o, r := &ops[i], &rec[i]
+		*r = opRecord{Kind: uint32(o.Kind), Region: uint64(o.Region), Addr: o.Addr, Operand: o.Operand, Compare: o.Compare,
+			BufPtr: ptrOf(o.Buf), BufLen: uint32(len(o.Buf))}
 	}
 	if err := t.err(hostSync(unsafe.Pointer(&rec[0]), uint32(len(ops)))); err != nil {
 		return err
 	}
 	for i := range ops {
-		r := rec[i*wasmabi.OpSize:]
-		ops[i].Status = rdmo.Status(le.Uint32(r[wasmabi.OpStatus:]))
-		ops[i].Result = le.Uint64(r[wasmabi.OpResult:])
+		ops[i].Status, ops[i].Result = rdmo.Status(rec[i].Status), rec[i].Result
 	}
 	return nil
 }
