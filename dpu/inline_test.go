@@ -295,3 +295,101 @@ func TestFlushWriteBackInline(t *testing.T) {
 		flush(4, 7, true)
 	})
 }
+
+// opRndv is served by rndvHandler, which declares Inline and
+// InlineRendezvous. Sub-header: mode, region, addr.
+const opRndv = rdmo.OpUserBase + 42
+
+const (
+	rndvPlace = iota // Place the payload at addr; Value: its length
+	rndvFetch        // Fetch the payload (ruled out by InlineRendezvous)
+)
+
+type rndvHandler struct{ rdmo.BaseHandler }
+
+func (rndvHandler) Info() rdmo.HandlerInfo {
+	return rdmo.HandlerInfo{Name: "test-rndv", Version: "1", Ops: []uint32{opRndv}, NoCachedState: true, Inline: true, InlineRendezvous: true}
+}
+
+func (rndvHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	for i := range reqs {
+		r := &reqs[i]
+		region, addr := regionSub(r, 1), sub(r, 2)
+		var err error
+		switch sub(r, 0) {
+		case rndvPlace:
+			err = t.Place(r, region, addr)
+		case rndvFetch:
+			_, err = t.Fetch(r)
+		}
+		results[i] = rdmo.ResultOf(err)
+		results[i].Value = r.Length
+	}
+}
+
+// A handler that declares InlineRendezvous has its rendezvous payloads
+// placed from batches the loop runs (where every region is mapped), while
+// the earlier ones are still landing: every byte lands where it must. A
+// Fetch there, which it promised not to make, fails its request with
+// HandlerFailed instead of waiting for the loop, and the worker goes on
+// serving; on the executor (tcp) the same Fetch works.
+func TestInlineRendezvous(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{rndvHandler{}}})
+		const n, size = 24, 12000
+		s := e.newSetup(1, n*size, 0, n*size)
+		in := s.in
+		mapped := tr.Name == "shm"
+		st := e.w.Stats()
+		seqs := make([]uint64, n)
+		for i := range seqs {
+			seqs[i] = in.send(userReq(1, opRndv, rdmo.FlagAck, rndvPlace, s.region, s.base+uint64(i*size)), pattern(size, byte(i)), ucp.SendRendezvous)
+		}
+		for i, seq := range seqs {
+			if a := in.ack(seq); a.Status != rdmo.StatusOK || a.Value != size {
+				t.Fatalf("place %d: %+v, detail %q", i, a, in.details[seq])
+			}
+		}
+		if _, f := in.flush(1); f.Failed != 0 {
+			t.Fatalf("flush: %+v", f)
+		}
+		for i := range seqs {
+			if got := s.mem(s.base+uint64(i*size), size); !bytes.Equal(got, pattern(size, byte(i))) {
+				t.Fatalf("payload %d not in target memory", i)
+			}
+		}
+		st1 := e.w.Stats()
+		inline := st1.InlineBatches - st.InlineBatches
+		t.Logf("%s: %d of %d batches inline", tr.Name, inline, st1.Batches-st.Batches)
+		if mapped && inline == 0 || !mapped && inline != 0 {
+			t.Fatalf("%s: %d rendezvous batches inline", tr.Name, inline)
+		}
+
+		seq := in.send(userReq(1, opRndv, rdmo.FlagAck, rndvFetch, s.region, s.base), pattern(size, 99), ucp.SendRendezvous)
+		a := in.ack(seq)
+		switch {
+		case mapped && (a.Status != rdmo.StatusHandlerFailed || !strings.Contains(in.details[seq], "InlineRendezvous")):
+			t.Fatalf("Fetch on the loop: %+v, detail %q; want HandlerFailed naming InlineRendezvous", a, in.details[seq])
+		case !mapped && a.Status != rdmo.StatusOK:
+			t.Fatalf("Fetch on the executor: %+v, detail %q", a, in.details[seq])
+		}
+		// Still serving.
+		seq = in.send(userReq(1, opRndv, rdmo.FlagAck, rndvPlace, s.region, s.base), pattern(size, 7), ucp.SendRendezvous)
+		if a := in.ack(seq); a.Status != rdmo.StatusOK {
+			t.Fatalf("place after the Fetch: %+v, detail %q", a, in.details[seq])
+		}
+		if _, f := in.flush(2); f.Failed != boolInt(mapped) {
+			t.Fatalf("flush: %+v", f)
+		}
+		if got := s.mem(s.base, size); !bytes.Equal(got, pattern(size, 7)) {
+			t.Fatal("the last payload is not in target memory")
+		}
+	})
+}
+
+func boolInt(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -505,7 +505,7 @@ func (w *Worker) dispatch(c *client, q *rq) {
 	room := w.inlineBytes - len(first.payload) // payload bytes an inline batch may still take
 	for q.queued() > 0 && len(b.ents) < limit {
 		p := q.queue[q.head]
-		if p.h != b.h || p.fenced() || inline && (p.rndv || len(p.payload) > room) {
+		if p.h != b.h || p.fenced() || inline && (p.rndv && !b.h.info.InlineRendezvous || len(p.payload) > room) {
 			break
 		}
 		room -= len(p.payload)
@@ -561,7 +561,16 @@ const (
 // make), and its Flush has nothing to wait for. That is the FLUSH after a
 // stream of appends to queues whose tails the worker owns, which would
 // otherwise cost two hand-offs to write back one tail word.
+//
+// A handler that also declares InlineRendezvous never waits for the loop
+// in a batch (Place only queues the payload's receive; Fetch and Flush
+// fail on the loop, handlerView), so its batches run inline with
+// rendezvous payloads and while earlier Places are still landing.
 func (w *Worker) inlineOK(c *client, p *pending) bool {
+	if info := &p.h.info; info.Inline && info.InlineRendezvous {
+		return c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
+			!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && !c.hostFailed.Load()
+	}
 	return (p.h.info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) &&
 		!p.rndv && c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
 		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()

@@ -65,7 +65,20 @@ var (
 	// the loop runs itself. Worker.inlineOK rules that out; this keeps a
 	// mistake there from becoming a deadlock of the whole worker.
 	errInlineWait = &rdmo.WireError{Status: rdmo.StatusInternal, Detail: "a Target call would wait for the worker's loop in a batch run on it"}
+	// errInlineRendezvous fails Fetch and Flush of a handler that declared
+	// rdmo.HandlerInfo.InlineRendezvous (it promised not to call them) in
+	// a batch the loop runs.
+	errInlineRendezvous = &rdmo.WireError{Status: rdmo.StatusHandlerFailed, Detail: "InlineRendezvous handler called Target.Fetch or Target.Flush in a batch on the worker's loop (the declaration rules both out in HandleBatch)"}
 )
+
+// inlineWait is the error of a call that would wait for the loop in a
+// batch the loop runs.
+func (t *handlerView) inlineWait() error {
+	if t.b != nil && t.b.h.info.InlineRendezvous {
+		return errInlineRendezvous
+	}
+	return errInlineWait
+}
 
 func wireErr(s rdmo.Status, detail string) error { return &rdmo.WireError{Status: s, Detail: detail} }
 
@@ -332,7 +345,7 @@ func (t *handlerView) Fetch(req *rdmo.Request) ([]byte, error) {
 		return nil, err
 	}
 	if t.inline {
-		return nil, errInlineWait
+		return nil, t.inlineWait()
 	}
 	buf := t.Buffer(int(req.Length))
 	p.moved = true
@@ -360,7 +373,7 @@ func (t *handlerView) Flush() error {
 		return nil
 	}
 	if t.inline {
-		return errInlineWait
+		return t.inlineWait()
 	}
 	op := targetOp{kind: opFlush, g: &t.c.sync, c: t.c}
 	if t.c.dirtyUCX {

@@ -48,6 +48,19 @@ type HandlerInfo struct {
 	// under a short time bound instead of the batch time bound. The
 	// default (false) is the safe assumption.
 	Inline bool
+	// InlineRendezvous extends Inline to the batches Inline leaves to the
+	// executor because one of their Target calls could wait for the loop:
+	// batches that carry rendezvous payloads, and batches that start while
+	// the client's earlier Places are still landing. A handler that
+	// declares it moves rendezvous payloads only with Target.Place (which
+	// never waits: the worker completes the request once its payload has
+	// landed) and calls neither Target.Fetch nor Target.Flush from
+	// HandleBatch; in a batch on the loop those two fail with
+	// StatusHandlerFailed instead of waiting. It means nothing without
+	// Inline. The built-in append handler declares it, so a stream of
+	// large appends costs no thread hand-off per batch. The default
+	// (false) is the safe assumption.
+	InlineRendezvous bool
 }
 
 // Request is one RDMO request as the worker hands it to a handler. It is

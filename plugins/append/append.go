@@ -183,10 +183,12 @@ type client struct {
 }
 
 func (h *handler) Info() rdmo.HandlerInfo {
-	// Inline: with every region mapped and no rendezvous payload (what the
-	// worker checks before it runs a batch on its loop), an append's
-	// records are copies and its tail reads and fetch-adds the CPU's.
-	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpAppend}, Inline: true}
+	// Inline: with every region mapped (what the worker checks before it
+	// runs a batch on its loop), an append's records are copies and its
+	// tail reads and fetch-adds the CPU's. InlineRendezvous: a rendezvous
+	// record is moved with Place only, and HandleBatch never calls Fetch
+	// or Flush.
+	return rdmo.HandlerInfo{Name: Name, Version: Version, Ops: []uint32{rdmo.OpAppend}, Inline: true, InlineRendezvous: true}
 }
 
 func (h *handler) client(id rdmo.ClientID, create bool) *client {

@@ -45,7 +45,7 @@ func infoExport() int64 {
 		return 0
 	}
 	hi := handler.Info()
-	in := wasmabi.Info{Name: hi.Name, Version: hi.Version, Ops: hi.Ops, NoCachedState: hi.NoCachedState, Inline: hi.Inline}
+	in := wasmabi.Info{Name: hi.Name, Version: hi.Version, Ops: hi.Ops, NoCachedState: hi.NoCachedState, Inline: hi.Inline, InlineRendezvous: hi.InlineRendezvous}
 	for _, op := range hi.Ops {
 		if !rdmo.IsUserOp(op) {
 			continue

@@ -282,7 +282,7 @@ func (h *Handler) setup(ctx context.Context, code []byte) error {
 // checkInfo takes the handshake as pluginhost takes a process's Info: op
 // names checked, statuses registered, name and version pinned.
 func (h *Handler) checkInfo(wi wasmabi.Info) error {
-	info := rdmo.HandlerInfo{Name: wi.Name, Version: wi.Version, Ops: wi.Ops, NoCachedState: wi.NoCachedState, Inline: wi.Inline}
+	info := rdmo.HandlerInfo{Name: wi.Name, Version: wi.Version, Ops: wi.Ops, NoCachedState: wi.NoCachedState, Inline: wi.Inline, InlineRendezvous: wi.InlineRendezvous}
 	if info.Name == "" || len(info.Ops) == 0 {
 		return fmt.Errorf("handshake names no handler or no ops (%q, %v)", info.Name, info.Ops)
 	}

@@ -134,10 +134,16 @@ type Info struct {
 	// word (InfoInline) that a handshake without it lacks, so a module
 	// built before it is read as not Inline and the ABI version stays.
 	Inline bool
+	// InlineRendezvous is rdmo.HandlerInfo.InlineRendezvous, in the same
+	// word (InfoInlineRendezvous).
+	InlineRendezvous bool
 }
 
 // Bits of the handshake's trailing flags word.
-const InfoInline = 1
+const (
+	InfoInline           = 1
+	InfoInlineRendezvous = 2
+)
 
 // OpName names a user op.
 type OpName struct {
@@ -188,6 +194,9 @@ func EncodeInfo(dst []byte, in Info) []byte {
 	var flags uint32
 	if in.Inline {
 		flags |= InfoInline
+	}
+	if in.InlineRendezvous {
+		flags |= InfoInlineRendezvous
 	}
 	u32(flags)
 	return dst
@@ -243,7 +252,8 @@ func DecodeInfo(b []byte) (Info, error) {
 		in.Statuses = append(in.Statuses, Status{Code: u32(), Name: str(), Text: str()})
 	}
 	if err == nil && len(b) >= 4 {
-		in.Inline = u32()&InfoInline != 0
+		flags := u32()
+		in.Inline, in.InlineRendezvous = flags&InfoInline != 0, flags&InfoInlineRendezvous != 0
 	}
 	if err != nil {
 		return Info{}, err
