@@ -242,6 +242,25 @@ func TestBadPeersThenReference(t *testing.T) {
 		nc.Write(append(binary.LittleEndian.AppendUint64(nil, uint64(len(a))), a...))
 		nc.Close()
 	}
+	// The server takes peers as their handshakes end, not as they
+	// connected: wait until it has refused every one above, so that the
+	// reference initiator comes after them (else it may be served first,
+	// and the peers still in their handshake get "busy").
+	refused := func() bool {
+		return strings.Count(srv.Stderr(), "out-of-band handshake failed; still waiting for the initiator") >= len(bad) &&
+			strings.Count(srv.Stderr(), "reference initiator failed before its work began; still waiting for an initiator") >= len(abandoned)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !refused() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not refuse the %d bad and %d abandoned peers within 60s:\n%s", len(bad), len(abandoned), srv.Stderr())
+		}
+		select {
+		case <-srv.Done():
+			t.Fatalf("server exited: %s", srv.Stderr())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	client := start(t, "doca_client", tr, cClient, "127.0.0.1", port)
 	expectReferencePass(t, srv, client)
 	if n := strings.Count(srv.Stderr(), "out-of-band handshake failed; still waiting for the initiator"); n != len(bad) {
