@@ -567,13 +567,12 @@ const (
 // fail on the loop, handlerView), so its batches run inline with
 // rendezvous payloads and while earlier Places are still landing.
 func (w *Worker) inlineOK(c *client, p *pending) bool {
-	if info := &p.h.info; info.Inline && info.InlineRendezvous {
-		return c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
-			!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && !c.hostFailed.Load()
-	}
-	return (p.h.info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) &&
-		!p.rndv && c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
-		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && c.placesDone.Load() == c.placed && !c.hostFailed.Load()
+	info := &p.h.info
+	noWait := info.Inline && info.InlineRendezvous // Place only: nothing of the batch waits for the loop
+	return (info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) &&
+		(!p.rndv || noWait) && (noWait || c.placesDone.Load() == c.placed) &&
+		c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
+		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && !c.hostFailed.Load()
 }
 
 // runInline runs a batch on the loop as the client's executor would: the

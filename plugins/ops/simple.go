@@ -151,7 +151,6 @@ func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results [
 	}
 	h.run(t, sc, results)
 	if len(reqs) <= maxKeptScratch {
-		sc.byWord = nil
 		h.scratch.Store(sc)
 	}
 }
@@ -196,12 +195,6 @@ func (sc *atomicScratch) add(op rdmo.RemoteOp, i, batch int) {
 	}
 }
 
-// find returns the index of the op on (region, addr) in the next Sync, -1
-// if none.
-func (sc *atomicScratch) find(region rdmo.RegionID, addr uint64) int {
-	return findWord(sc.ops, sc.byWord, region, addr)
-}
-
 // atomicSlot is a request of an atomic batch in a Sync: results[req] comes
 // from ops[op], plus before for a combined fetch-add.
 type atomicSlot struct {
@@ -209,21 +202,22 @@ type atomicSlot struct {
 	before  uint64
 }
 
-// linearWords is how many ops of a Sync findWord scans before it keeps a
+// linearWords is how many ops of a Sync find scans before it keeps a
 // map: a batch mostly names a few words, and a map costs more to build and
 // hash than a short scan (much more in a WebAssembly module).
 const linearWords = 16
 
-// findWord returns the index of the op on (region, addr) in ops, -1 if none.
-func findWord(ops []rdmo.RemoteOp, byWord map[[2]uint64]int, region rdmo.RegionID, addr uint64) int {
-	if byWord != nil {
-		if k, ok := byWord[[2]uint64{uint64(region), addr}]; ok {
+// find returns the index of the op on (region, addr) in the next Sync, -1
+// if none.
+func (sc *atomicScratch) find(region rdmo.RegionID, addr uint64) int {
+	if sc.byWord != nil {
+		if k, ok := sc.byWord[[2]uint64{uint64(region), addr}]; ok {
 			return k
 		}
 		return -1
 	}
-	for k := len(ops) - 1; k >= 0; k-- {
-		if ops[k].Addr == addr && ops[k].Region == region {
+	for k := len(sc.ops) - 1; k >= 0; k-- {
+		if sc.ops[k].Addr == addr && sc.ops[k].Region == region {
 			return k
 		}
 	}

@@ -89,7 +89,7 @@ func handleBatch(n int32, client int64) (code int32) {
 		results = make([]rdmo.Result, n)
 	}
 	reqs, results = reqs[:n], results[:n]
-	recs := records[reqRecord](0, int(n))
+	recs := records[wasmabi.ReqRecord](0, int(n))
 	for i := range reqs {
 		decodeRequest(&reqs[i], &recs[i])
 		r := &results[i]
@@ -116,57 +116,11 @@ func batchDone(code *int32) {
 	writeResults()
 }
 
-// reqRecord, resRecord and opRecord are the ABI's records as Go structs,
-// read and written in place: the guest is little-endian like the ABI, and
-// field by field through encoding/binary costs several times more in a
-// module (every byte slice access is bounds-checked code the compiled
-// WebAssembly runs). The layout checks below fail the build if a field
-// moved.
-type reqRecord struct {
-	Seq, Client            uint64
-	Op, Flags              uint32
-	Length, H0, H1, H2     uint64
-	SubOff, SubLen         uint32
-	PayOff, PayLen         uint32
-	Rendezvous, HasPayload uint32
-}
-
-type resRecord struct {
-	Status, DataLen         uint32
-	Value                   uint64
-	DataPtr, DetPtr, DetLen uint32
-	_                       uint32
-}
-
-type opRecord struct {
-	Kind, Status                           uint32
-	Region, Addr, Operand, Compare, Result uint64
-	BufPtr, BufLen                         uint32
-}
-
-// Each pair fails to compile (a negative constant converted to uint) unless
-// the offsets are equal.
-const (
-	_ = uint(unsafe.Offsetof(reqRecord{}.HasPayload) - wasmabi.ReqHasPay)
-	_ = uint(wasmabi.ReqHasPay - unsafe.Offsetof(reqRecord{}.HasPayload))
-	_ = uint(unsafe.Offsetof(reqRecord{}.SubOff) - wasmabi.ReqSubOff)
-	_ = uint(wasmabi.ReqSubOff - unsafe.Offsetof(reqRecord{}.SubOff))
-	_ = uint(unsafe.Sizeof(reqRecord{}) - wasmabi.ReqSize)
-	_ = uint(wasmabi.ReqSize - unsafe.Sizeof(reqRecord{}))
-	_ = uint(unsafe.Offsetof(resRecord{}.DetLen) - wasmabi.ResDetLen)
-	_ = uint(wasmabi.ResDetLen - unsafe.Offsetof(resRecord{}.DetLen))
-	_ = uint(unsafe.Sizeof(resRecord{}) - wasmabi.ResSize)
-	_ = uint(wasmabi.ResSize - unsafe.Sizeof(resRecord{}))
-	_ = uint(unsafe.Offsetof(opRecord{}.BufLen) - wasmabi.OpBufLen)
-	_ = uint(wasmabi.OpBufLen - unsafe.Offsetof(opRecord{}.BufLen))
-	_ = uint(unsafe.Offsetof(opRecord{}.Result) - wasmabi.OpResult)
-	_ = uint(wasmabi.OpResult - unsafe.Offsetof(opRecord{}.Result))
-	_ = uint(unsafe.Sizeof(opRecord{}) - wasmabi.OpSize)
-	_ = uint(wasmabi.OpSize - unsafe.Sizeof(opRecord{}))
-)
-
 // records views n records of type T at byte offset off of the batch
-// buffer (its caller checked they fit; make aligns the buffer to 8).
+// buffer (its caller checked they fit; make aligns the buffer to 8). A
+// module is little-endian like the ABI, so it reads and writes the records
+// in place: field by field through encoding/binary costs several times more
+// in compiled WebAssembly.
 func records[T any](off, n int) []T {
 	if n == 0 {
 		return nil
@@ -174,7 +128,7 @@ func records[T any](off, n int) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(&batch[off])), n)
 }
 
-func decodeRequest(q *rdmo.Request, r *reqRecord) {
+func decodeRequest(q *rdmo.Request, r *wasmabi.ReqRecord) {
 	q.Seq, q.Client, q.Op, q.Flags = r.Seq, rdmo.ClientID(r.Client), r.Op, r.Flags
 	q.Length, q.Rendezvous = r.Length, r.Rendezvous == 1
 	q.Flush, q.Append, q.Scatter = rdmo.FlushHeader{}, rdmo.AppendHeader{}, rdmo.ScatterHeader{}
@@ -211,7 +165,7 @@ func span(off, n uint32) []byte {
 // worker copies them.
 func writeResults() {
 	base, _ := wasmabi.BatchLayout(len(reqs))
-	recs := records[resRecord](base, len(results))
+	recs := records[wasmabi.ResRecord](base, len(results))
 	for i := range results {
 		res, r := &results[i], &recs[i]
 		r.Status, r.Value = uint32(res.Status), res.Value

@@ -114,10 +114,10 @@ func (t *target) Sync(ops []rdmo.RemoteOp) error {
 	if cap(t.ops) < need {
 		t.ops = make([]byte, need)
 	}
-	rec := unsafe.Slice((*opRecord)(unsafe.Pointer(&t.ops[:1][0])), len(ops))
+	rec := unsafe.Slice((*wasmabi.OpRecord)(unsafe.Pointer(&t.ops[:1][0])), len(ops))
 	for i := range ops {
 		o, r := &ops[i], &rec[i]
-		*r = opRecord{Kind: uint32(o.Kind), Region: uint64(o.Region), Addr: o.Addr, Operand: o.Operand, Compare: o.Compare,
+		*r = wasmabi.OpRecord{Kind: uint32(o.Kind), Region: uint64(o.Region), Addr: o.Addr, Operand: o.Operand, Compare: o.Compare,
 			BufPtr: ptrOf(o.Buf), BufLen: uint32(len(o.Buf))}
 	}
 	if err := t.err(hostSync(unsafe.Pointer(&rec[0]), uint32(len(ops)))); err != nil {

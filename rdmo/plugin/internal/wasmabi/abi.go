@@ -115,6 +115,33 @@ const (
 	OpSize    = 56
 )
 
+// ReqRecord, ResRecord and OpRecord are the three records as Go structs
+// with the offsets above (TestRecordLayout), for a little-endian reader in
+// place, as a module is.
+type ReqRecord struct {
+	Seq, Client            uint64
+	Op, Flags              uint32
+	Length, H0, H1, H2     uint64
+	SubOff, SubLen         uint32
+	PayOff, PayLen         uint32
+	Rendezvous, HasPayload uint32
+}
+
+// ResRecord is a result record (Res*).
+type ResRecord struct {
+	Status, DataLen         uint32
+	Value                   uint64
+	DataPtr, DetPtr, DetLen uint32
+	_                       uint32
+}
+
+// OpRecord is a remote op record (Op*).
+type OpRecord struct {
+	Kind, Status                           uint32
+	Region, Addr, Operand, Compare, Result uint64
+	BufPtr, BufLen                         uint32
+}
+
 // BatchLayout returns the offsets of the result records and of the byte
 // area of a batch of n requests.
 func BatchLayout(n int) (results, bytes int) {
