@@ -569,10 +569,12 @@ const (
 func (w *Worker) inlineOK(c *client, p *pending) bool {
 	info := &p.h.info
 	noWait := info.Inline && info.InlineRendezvous // Place only: nothing of the batch waits for the loop
-	return (info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) &&
-		(!p.rndv || noWait) && (noWait || c.placesDone.Load() == c.placed) &&
+	// The executor's fields (dirtyUCX, placed) are read only once
+	// atExec == 0 says it is idle: the order of the terms matters.
+	return (info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) && (!p.rndv || noWait) &&
 		c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
-		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && !c.hostFailed.Load()
+		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && (noWait || c.placesDone.Load() == c.placed) &&
+		!c.hostFailed.Load()
 }
 
 // runInline runs a batch on the loop as the client's executor would: the
