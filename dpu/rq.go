@@ -34,6 +34,7 @@ type rq struct {
 	started  int          // requests dispatched and not completed
 	inflight atomic.Int64 // accepted and not completed
 	arena    payloadArena // copies of small payloads
+	pools    map[wire.PoolID]*lendPool
 	free     []*pending
 	boxes    []*heldBox // recycled
 
@@ -110,6 +111,8 @@ type pending struct {
 	consumed bool
 	// moved: executor-owned, Place or Fetch already used the payload.
 	moved bool
+	// pool: a FlagByRef request's payload is in this lend pool's mapping.
+	pool *lendPool
 	// arrived is when the request's message arrived (Worker.clock).
 	arrived int64
 }
@@ -334,10 +337,30 @@ func (w *Worker) request(q *rq, a *arrival) {
 			"header names client "+utoa(rh.Header.ClientID)+", the queue is client "+utoa(q.c.id))
 		return
 	}
+	if op == rdmo.OpLendPool {
+		w.lendPoolRequest(q, &k, hdr, a)
+		return
+	}
 	h := w.lookup(op)
 	if h == nil {
 		w.reject(q, &k, hdr, rdmo.StatusUnknownOp, "no handler serves the op")
 		return
+	}
+	data := a.data
+	var pool *lendPool
+	if k.flags&rdmo.FlagByRef != 0 {
+		if a.rndv {
+			w.reject(q, &k, hdr, rdmo.StatusRendezvousRefused, "a BYREF reference must be sent eager")
+			return
+		}
+		var st rdmo.Status
+		var detail string
+		if data, pool, st, detail = q.resolveRef(data); st != rdmo.StatusOK {
+			w.reject(q, &k, hdr, st, detail)
+			return
+		}
+		length = len(data)
+		w.stats.bytes.Add(uint64(length))
 	}
 	if !a.rndv && length > w.cfg.MaxEagerPayload {
 		// UCX has received it whole; refusing it here hands the buffer
@@ -350,7 +373,7 @@ func (w *Worker) request(q *rq, a *arrival) {
 			w.reject(q, &k, hdr, rdmo.StatusPayloadMismatch, "flush carries a rendezvous payload")
 			return
 		}
-	} else if err := rh.CheckPayload(a.data); err != nil {
+	} else if err := rh.CheckPayload(data); err != nil {
 		w.reject(q, &k, hdr, rdmo.StatusOf(err), err.Error())
 		return
 	}
@@ -370,8 +393,13 @@ func (w *Worker) request(q *rq, a *arrival) {
 		binary.LittleEndian.PutUint64(p.hdr[wire.HeaderClientIDOffset:], q.c.id)
 	}
 	p.length = uint64(length)
-	data := a.data
 	switch {
+	case pool != nil:
+		// Read in place by the handler: the pool stays mapped until the
+		// request completes.
+		p.pool = pool
+		pool.refs++
+		p.payload = data
 	case a.rndv:
 		p.rndv = true
 		p.held, p.hasHeld = a.m.Keep(), true
@@ -681,6 +709,9 @@ func (w *Worker) releasePayload(q *rq, p *pending) {
 			q.putBox(b)
 		}
 	}
+	if p.pool != nil {
+		w.unrefPool(p.pool)
+	}
 	q.inflight.Add(-1)
 }
 
@@ -878,6 +909,7 @@ func (w *Worker) closeRQ(q *rq) {
 		}
 	}
 	w.abandonReceives(q)
+	w.dropPools(q)
 	if w.rqAddr[q.addrKey] == q {
 		delete(w.rqAddr, q.addrKey)
 	}
@@ -975,9 +1007,11 @@ func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // Capabilities lists the wire extensions beyond the reference that this
 // worker implements, as capability strings: wire.CapabilityBatch (it
-// unpacks BATCH containers, docs/PROTOCOL.md section 11) and
+// unpacks BATCH containers, docs/PROTOCOL.md section 11),
 // wire.CapabilityResult (acks carry result data and failure details,
-// section 6.4). A target
+// section 6.4) and wire.CapabilityLend (lend pools, section 13). A target
 // passes them to its initiators out of band (host/oob.WorkerInfo), which
 // enable what they know (initiator.Options.Aggregate).
-func Capabilities() []string { return []string{wire.CapabilityBatch, wire.CapabilityResult} }
+func Capabilities() []string {
+	return []string{wire.CapabilityBatch, wire.CapabilityResult, wire.CapabilityLend}
+}

@@ -16,8 +16,15 @@ const (
 	// it: the worker unpacks it and hands over the inner requests.
 	OpBatch uint32 = 3
 
+	// OpLendPool (extension) registers memory of the initiator's, a lend
+	// pool, on its connection, or releases it, so that requests with
+	// FlagByRef name their payload in it instead of carrying it
+	// (docs/PROTOCOL.md section 13). Handlers never see it: the worker
+	// answers it itself.
+	OpLendPool uint32 = 4
+
 	// OpUserBase is the first op id for plugin-defined operations. Ids from
-	// 4 to OpUserBase-1 are reserved for future reference-style ops.
+	// 5 to OpUserBase-1 are reserved for future reference-style ops.
 	OpUserBase uint32 = 16
 )
 
@@ -30,6 +37,12 @@ const (
 	// FlagAck (extension): the worker answers this request with its own
 	// ack, carrying Result.Value, when it completes.
 	FlagAck uint32 = 1 << 1
+	// FlagByRef (extension): the payload is not the request's bytes but a
+	// reference to them in a lend pool the initiator registered on the
+	// connection (OpLendPool), which the worker reads in place. It needs
+	// FlagAck: the ack tells the initiator its bytes were read. A handler
+	// sees the bytes, as if they had come with the request.
+	FlagByRef uint32 = 1 << 2
 )
 
 // IsUserOp reports whether op belongs to the plugin-defined range.
@@ -77,6 +90,8 @@ func OpName(op uint32) string {
 		return "scatter"
 	case op == OpBatch:
 		return "batch"
+	case op == OpLendPool:
+		return "lend-pool"
 	case IsUserOp(op):
 		if n, ok := userOps.Load(op); ok {
 			return n.(string) + "(" + strconv.FormatUint(uint64(op), 10) + ")"

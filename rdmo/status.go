@@ -34,6 +34,8 @@ const (
 	StatusRegionGone        Status = 17
 	StatusInternal          Status = 18
 	StatusNoQueue           Status = 19
+	StatusUnknownPool       Status = 20
+	StatusPoolRefused       Status = 21
 )
 
 // Sentinel errors, one per non-OK status. Every error this package returns
@@ -59,6 +61,8 @@ var (
 	ErrRegionGone        = &WireError{Status: StatusRegionGone}
 	ErrInternal          = &WireError{Status: StatusInternal}
 	ErrNoQueue           = &WireError{Status: StatusNoQueue}
+	ErrUnknownPool       = &WireError{Status: StatusUnknownPool}
+	ErrPoolRefused       = &WireError{Status: StatusPoolRefused}
 )
 
 // StatusInfo is one row of the status catalogue.
@@ -81,7 +85,7 @@ var statusCatalog = [...]StatusInfo{
 	{StatusHeaderTooLong, "HeaderTooLong", "header longer than its operation allows",
 		"The AM header is longer than 64 bytes, or a reference op (FLUSH, APPEND, SCATTER) carries bytes after its sub-header.", ErrHeaderTooLong},
 	{StatusUnknownOp, "UnknownOp", "unknown or reserved operation id",
-		"The op id is reserved (4..15), or is a user op (>= 16) with no plugin registered for it, or is a BATCH container (3) inside a container (or sent to a worker older than batch support); also an unknown response id.", ErrUnknownOp},
+		"The op id is reserved (5..15), or is a user op (>= 16) with no plugin registered for it, or is a BATCH container (3) inside a container (or sent to a worker older than batch support); also an unknown response id.", ErrUnknownOp},
 	{StatusUnknownFlags, "UnknownFlags", "unknown flag bits set",
 		"A flag bit other than FENCE (bit 0) and ACK (bit 1) is set; any flag set on a BATCH container itself, or in a batch entry's `flags`.", ErrUnknownFlags},
 	{StatusPayloadMismatch, "PayloadMismatch", "payload does not match the header",
@@ -114,6 +118,10 @@ var statusCatalog = [...]StatusInfo{
 		"A worker bug or resource failure not covered by another code.", ErrInternal},
 	{StatusNoQueue, "NoQueue", "the worker serves no request queue on this endpoint",
 		"The request arrived on an endpoint that is not the one the worker connected for a request queue (RQ_CREATE): typically an initiator whose endpoint asked for another error-handling mode than the worker's (over shared memory, docs/SECURITY.md), or a sender with no queue. Nothing was run; the worker answers a FLUSH with it (rate-limited).", ErrNoQueue},
+	{StatusUnknownPool, "UnknownPool", "unknown lend pool, or a reference outside it",
+		"A request with FlagByRef names a lend pool not registered on its connection (or being released), or bytes outside the pool; or a LEND_POOL release names an unknown pool. Nothing was read.", ErrUnknownPool},
+	{StatusPoolRefused, "PoolRefused", "lend pool registration refused",
+		"A LEND_POOL registration the worker refuses: the pool id is registered already on the connection, the connection has as many pools as it may, the key cannot be unpacked, or the pool claims more bytes than the initiator's memory holds. (A pool the worker merely cannot map, as over TCP, is no failure: its ack says so with value 0.)", ErrPoolRefused},
 }
 
 // Statuses returns a copy of the status catalogue in code order.

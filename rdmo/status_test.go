@@ -39,6 +39,8 @@ var publishedCodes = []string{
 	17: "RegionGone",
 	18: "Internal",
 	19: "NoQueue",
+	20: "UnknownPool",
+	21: "PoolRefused",
 }
 
 func TestStatusCodesNeverRenumbered(t *testing.T) {
@@ -99,6 +101,8 @@ func TestSentinels(t *testing.T) {
 		"RegionGone":        rdmo.ErrRegionGone,
 		"Internal":          rdmo.ErrInternal,
 		"NoQueue":           rdmo.ErrNoQueue,
+		"UnknownPool":       rdmo.ErrUnknownPool,
+		"PoolRefused":       rdmo.ErrPoolRefused,
 	}
 	for _, s := range rdmo.Statuses() {
 		if s.Code == rdmo.StatusOK {

@@ -195,6 +195,21 @@ func (k *RemoteKey) Ptr(raddr uint64, n int) ([]byte, error) {
 	}
 }
 
+// Detach makes k outlive its endpoint: the endpoint's close no longer
+// destroys it, so memory mapped through it (Ptr) stays mapped until its
+// owner calls Close, on the worker's thread, while the worker lives. For a
+// mapping something may still read when the endpoint goes.
+func (k *RemoteKey) Detach() error {
+	if err := k.h.check(); err != nil {
+		return err
+	}
+	if err := k.ep.w.onThread("ucp.RemoteKey"); err != nil {
+		return err
+	}
+	delete(k.ep.rkeys, k)
+	return nil
+}
+
 // Close destroys the remote key.
 func (k *RemoteKey) Close() error {
 	if k.h.closed.Load() {

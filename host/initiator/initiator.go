@@ -92,6 +92,13 @@ type Options struct {
 	// ours fails them): set it only when the target said the worker has it
 	// (see AggregateSupported). Default false.
 	Aggregate bool
+	// Lend registers every LendPool with the worker, so that it reads
+	// AppendLent's payloads from the pool in place where it can map it
+	// (shared memory on one host). Only a worker that advertises
+	// wire.CapabilityLend knows the registration (a reference worker
+	// drops it unanswered): set it only when the target said the worker
+	// has it (see LendSupported). Default false.
+	Lend bool
 	// MaxAggregate bounds a container's size in bytes (its 24-byte header
 	// and its data). A request whose entry alone does not fit, and one that
 	// goes by rendezvous, is sent on its own. Containers are sent eager.
@@ -161,10 +168,16 @@ type Initiator struct {
 	done  chan struct{} // closed when the progress loop has exited
 
 	w      *ucp.Worker // for Wake only: the progress loop owns it
+	ctx    *ucp.Context
 	addr   []byte
 	detect bool
 
 	flushID atomic.Uint64
+
+	// Lend pools (pool.go): AppendLent finds its data's pool in pools.
+	poolSeq atomic.Uint64
+	poolMu  sync.Mutex // serialises the writers of pools
+	pools   atomic.Pointer[[]*LendPool]
 
 	closeOnce sync.Once
 	closeErr  error // set by the progress loop before done is closed
@@ -497,6 +510,13 @@ func (in *Initiator) PeerFailed(cause error) {
 // closes the endpoint, worker and (if it made it) context, and stops the
 // progress loop. Later calls return ErrClosed. Close is idempotent.
 //
+// isClosed reports whether Close was called.
+func (in *Initiator) isClosed() bool {
+	in.q.Lock()
+	defer in.q.Unlock()
+	return in.q.closed
+}
+
 // Inside a Drive's fn, Close only starts closing: the Driver's calls then
 // return ErrClosed, and the loop closes once fn has returned.
 func (in *Initiator) Close() error {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/openrdmo/rdmo/rdmo"
+	"github.com/openrdmo/rdmo/rdmo/wire"
 )
 
 // Lend is the loan of an AppendLent's payload: the initiator sends
@@ -26,6 +27,8 @@ type Lend struct {
 	// of loans whose callers poll Busy allocates nothing per append.
 	done     chan struct{}
 	returned bool // under mu, as done
+	// pool is the LendPool the buffer lies in, told of the return.
+	pool *LendPool
 }
 
 // ErrLendOutstanding is returned by AppendLent given a Lend whose buffer
@@ -86,13 +89,14 @@ func (l *Lend) Wait(ctx context.Context) error {
 	}
 }
 
-// take marks the buffer lent; false if it still is.
-func (l *Lend) take() bool {
+// take marks the buffer lent, from pool p (nil: not a pool's); false if
+// it still is.
+func (l *Lend) take(p *LendPool) bool {
 	if !l.lent.CompareAndSwap(false, true) {
 		return false
 	}
 	l.mu.Lock()
-	l.err, l.done, l.returned = nil, nil, false
+	l.err, l.done, l.returned, l.pool = nil, nil, false, p
 	l.mu.Unlock()
 	return true
 }
@@ -110,11 +114,16 @@ func (l *Lend) giveBack(err error) {
 	}
 	l.returned = true
 	l.err = err
+	p := l.pool
+	l.pool = nil
 	l.lent.Store(false)
 	if l.done != nil {
 		close(l.done)
 	}
 	l.mu.Unlock()
+	if p != nil {
+		p.returned()
+	}
 }
 
 // AppendLent is Append without the copy: data is lent to the initiator
@@ -140,7 +149,14 @@ func (s Sender) AppendLent(ptrAddr, ptrRkey, dataRkey uint64, data []byte, l *Le
 	if len(data) == 0 {
 		return 0, fmt.Errorf("initiator: append: %w", rdmo.ErrEmptyAppend)
 	}
-	if !l.take() {
+	pool, off := s.in.poolOf(data)
+	if pool != nil && !pool.lend() {
+		return 0, ErrPoolClosed
+	}
+	if !l.take(pool) {
+		if pool != nil {
+			pool.returned()
+		}
 		return 0, ErrLendOutstanding
 	}
 	r := request{
@@ -151,6 +167,12 @@ func (s Sender) AppendLent(ptrAddr, ptrRkey, dataRkey uint64, data []byte, l *Le
 		plen:  len(data),
 		lend:  l,
 		poll:  s.poll,
+	}
+	if pool != nil && pool.byRef {
+		// The worker reads the bytes in the pool: the ack says when.
+		r.byRef, r.ref = true, wire.PoolRef{Pool: pool.id, Offset: off, Len: uint64(len(data))}
+		r.flags |= rdmo.FlagAck | rdmo.FlagByRef
+		r.plen = wire.PoolRefLen
 	}
 	seq, err := s.in.enqueue(s.ctx, &r)
 	if err != nil {

@@ -72,6 +72,7 @@ type ackRec struct {
 	op   uint32
 	cost int
 	call *CallWait // nil for a request sent with FlagAck by Append, User, ...
+	lend *Lend     // a FlagByRef request's: returned by the ack, which says the worker read it
 }
 
 const (
@@ -161,7 +162,7 @@ func (in *Initiator) setup() (lp *loop, err error) {
 		return lp, fmt.Errorf("initiator: %w", err)
 	}
 	in.detect = lp.ep.PeerFailureDetection()
-	in.w = lp.w
+	in.w, in.ctx = lp.w, lp.ctx
 	in.q.Swap(lp.newBatch()) // batch 0 is the queue's first current batch
 	return lp, nil
 }
@@ -492,7 +493,11 @@ func (lp *loop) send(b *batch, i, n int) {
 				e.flush.sent = time.Now()
 			}
 		case e.flags&rdmo.FlagAck != 0:
-			lp.acks[e.seq] = ackRec{op: e.op, cost: e.cost, call: e.call}
+			r := ackRec{op: e.op, cost: e.cost, call: e.call}
+			if e.byRef {
+				r.lend = e.lend
+			}
+			lp.acks[e.seq] = r
 		}
 	}
 	if err := lp.ep.SendAM(amID, hdr, data, flags, lp, uint64(b.id)<<32|uint64(i)); err != nil {
@@ -550,7 +555,11 @@ func (lp *loop) Complete(c ucp.Completion) {
 			// space until their answer.
 			lp.release(e.cost)
 		}
-		e.lend.giveBack(c.Err)
+		if !e.byRef || c.Err != nil {
+			// A payload sent by reference is the worker's to read
+			// until its ack.
+			e.lend.giveBack(c.Err)
+		}
 	}
 	if b.pending--; b.pending == 0 {
 		lp.recycle(b)
@@ -718,6 +727,7 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 	}
 	delete(lp.acks, ack.Seq)
 	lp.release(rec.cost)
+	rec.lend.giveBack(nil)
 	in.stats.acks.Add(1)
 	var data, detail []byte
 	if m.Rendezvous {
@@ -801,6 +811,7 @@ func (lp *loop) fail(cause error) {
 		lp.release(rec.cost)
 		delete(lp.acks, seq)
 		rec.call.fail(pe)
+		rec.lend.giveBack(pe)
 	}
 }
 
@@ -873,6 +884,7 @@ func (lp *loop) shutdown() error {
 		lp.release(rec.cost)
 		delete(lp.acks, seq)
 		rec.call.fail(failErr)
+		rec.lend.giveBack(failErr)
 	}
 	var errs []error
 	var err error
@@ -894,6 +906,7 @@ func (lp *loop) shutdown() error {
 	if err := lp.w.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("initiator: close worker: %w", err))
 	}
+	in.closePools()
 	lp.settle()
 	if lp.ownCtx {
 		if err := lp.ctx.Close(); err != nil {

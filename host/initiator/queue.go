@@ -125,6 +125,7 @@ type entry struct {
 	dataLen        int
 	own            *[]byte // the payload, when it has its own buffer
 	lend           *Lend   // AppendLent: the payload is ext, the caller's, until the send completed
+	byRef          bool    // AppendLent from a LendPool: the payload is a wire.PoolRef in data; lend returns at the ack
 	ext            []byte
 	seq            uint64
 	cost           int // window bytes
@@ -144,7 +145,7 @@ func (b *batch) payload(e *entry) []byte {
 	if e.own != nil {
 		return *e.own
 	}
-	if e.lend != nil {
+	if e.lend != nil && !e.byRef {
 		return e.ext
 	}
 	return b.data[e.dataOff : e.dataOff+e.dataLen : e.dataOff+e.dataLen]
@@ -191,6 +192,11 @@ type request struct {
 	flush  *FlushWait
 	call   *CallWait
 	lend   *Lend // AppendLent: data is sent from where it is
+	// byRef: AppendLent of a LendPool's memory the worker maps; the
+	// payload on the wire is ref (flags has rdmo.FlagByRef and FlagAck).
+	byRef bool
+	ref   wire.PoolRef
+	pool  wire.LendPoolHeader // LEND_POOL
 	// poll, when set, is a Driver's: the caller is the loop itself, so
 	// instead of waiting for window space or credits (which only the
 	// loop frees) it runs a loop round and tries again.
@@ -210,12 +216,17 @@ func (r *request) headerLen() int {
 		return wire.AppendHeaderLen
 	case rdmo.OpScatter:
 		return wire.ScatterHeaderLen
+	case rdmo.OpLendPool:
+		return wire.LendPoolHeaderLen
 	}
 	return wire.HeaderLen + len(r.sub)
 }
 
 // writePayload appends the request's wire payload to dst.
 func (r *request) writePayload(dst []byte) []byte {
+	if r.byRef {
+		return wire.AppendPoolRef(dst, r.ref)
+	}
 	if r.op != rdmo.OpScatter {
 		return append(dst, r.data...)
 	}
@@ -357,12 +368,15 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 		b.hdr = wire.AppendAppendRequest(b.hdr, h, r.app)
 	case rdmo.OpScatter:
 		b.hdr = wire.AppendScatterRequest(b.hdr, h, rdmo.ScatterHeader{Count: uint64(len(r.iovs))})
+	case rdmo.OpLendPool:
+		b.hdr = wire.AppendLendPoolRequest(b.hdr, h, r.pool)
 	default:
 		// Checked by the caller: a user op with a short enough sub-header.
 		b.hdr, _ = wire.AppendUserRequest(b.hdr, h, r.sub)
 	}
 	e.hdrLen = uint32(len(b.hdr)) - e.hdrOff
-	if r.lend != nil {
+	e.byRef = r.byRef
+	if r.lend != nil && !r.byRef {
 		e.ext = r.data
 	} else if own == nil && r.plen > 0 {
 		e.dataOff = len(b.data)

@@ -96,7 +96,7 @@ const (
 )
 
 // knownFlags are the request flags a worker accepts.
-const knownFlags = rdmo.FlagFence | rdmo.FlagAck
+const knownFlags = rdmo.FlagFence | rdmo.FlagAck | rdmo.FlagByRef
 
 // DefaultMaxInFlightPerRQ is how many requests of one request queue our
 // worker accepts before they complete, unless configured otherwise
@@ -158,6 +158,7 @@ type RequestHeader struct {
 	Append  rdmo.AppendHeader
 	Scatter rdmo.ScatterHeader
 	Batch   BatchHeader
+	Pool    LendPoolHeader // LEND_POOL
 	// User is the opaque sub-header of a plugin op: the header bytes after
 	// offset 16 (possibly empty). It aliases the slice given to ParseRequest.
 	User []byte
@@ -165,7 +166,7 @@ type RequestHeader struct {
 
 // ParseHeader decodes and validates the common request header. Checks run
 // in this order, and the first failure is returned: ShortHeader (< 16
-// bytes), HeaderTooLong (> 64 bytes), UnknownOp (4..15), UnknownFlags.
+// bytes), HeaderTooLong (> 64 bytes), UnknownOp (5..15), UnknownFlags.
 // Whenever the first 16 bytes are present the decoded Header is returned,
 // even with an error, so a worker can report which op and client failed.
 func ParseHeader(b []byte) (Header, error) {
@@ -182,7 +183,7 @@ func ParseHeader(b []byte) (Header, error) {
 		return h, wireErr(rdmo.StatusHeaderTooLong,
 			"request header is "+itoa(len(b))+" bytes, at most 64 allowed")
 	}
-	if h.Op > rdmo.OpBatch && !rdmo.IsUserOp(h.Op) {
+	if h.Op > rdmo.OpLendPool && !rdmo.IsUserOp(h.Op) {
 		return h, wireErr(rdmo.StatusUnknownOp, "op id "+utoa(uint64(h.Op))+" is reserved")
 	}
 	if unknown := h.Flags &^ knownFlags; unknown != 0 {
@@ -224,9 +225,11 @@ func ParseRequestInto(r *RequestHeader, b []byte) error {
 		want = ScatterHeaderLen
 	case rdmo.OpBatch:
 		want = BatchHeaderLen
+	case rdmo.OpLendPool:
+		want = LendPoolHeaderLen
 	default:
 		r.User = b[SubHeaderOffset:len(b):len(b)]
-		return nil
+		return checkByRef(h)
 	}
 	if len(b) != want {
 		s := rdmo.StatusShortHeader
@@ -252,8 +255,14 @@ func ParseRequestInto(r *RequestHeader, b []byte) error {
 			return wireErr(rdmo.StatusUnknownFlags, "a batch container carries no flags of its own (flags "+
 				hex32(h.Flags)+"); FENCE and ACK go on its inner requests")
 		}
+	case rdmo.OpLendPool:
+		r.Pool = LendPoolHeader{
+			Pool: PoolID(le.Uint64(b[LendPoolIDOffset:])),
+			VA:   le.Uint64(b[LendPoolVAOffset:]),
+			Len:  le.Uint64(b[LendPoolLenOffset:]),
+		}
 	}
-	return nil
+	return checkByRef(h)
 }
 
 // CheckPayload validates the AM data that came with r: a FLUSH has none, an
@@ -281,6 +290,13 @@ func (r *RequestHeader) CheckPayload(payload []byte) error {
 		return it.Err()
 	case rdmo.OpBatch:
 		return CheckBatchPayload(payload, r.Batch.Count)
+	case rdmo.OpLendPool:
+		switch {
+		case r.Pool.Len > 0 && len(payload) == 0:
+			return wireErr(rdmo.StatusPayloadMismatch, "a LEND_POOL registration carries the pool's packed remote key, none came")
+		case r.Pool.Len == 0 && len(payload) != 0:
+			return wireErr(rdmo.StatusPayloadMismatch, "a LEND_POOL release carries no payload, "+itoa(len(payload))+" bytes came")
+		}
 	}
 	return nil
 }

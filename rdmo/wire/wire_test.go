@@ -254,10 +254,17 @@ func TestParseRequestErrors(t *testing.T) {
 		{"batch acked", rawHeader(24, 0, rdmo.OpBatch, rdmo.FlagAck), rdmo.StatusUnknownFlags},
 		{"batch unknown flag", rawHeader(24, 0, rdmo.OpBatch, 1<<9), rdmo.StatusUnknownFlags},
 		{"ok batch", rawHeader(24, 0, rdmo.OpBatch, 0), rdmo.StatusOK},
-		{"op 4 reserved", rawHeader(24, 0, 4, 0), rdmo.StatusUnknownOp},
+		{"op 5 reserved", rawHeader(24, 0, 5, 0), rdmo.StatusUnknownOp},
+		{"ok lend pool", rawHeader(40, 0, rdmo.OpLendPool, rdmo.FlagAck), rdmo.StatusOK},
+		{"lend pool short", rawHeader(24, 0, rdmo.OpLendPool, 0), rdmo.StatusShortHeader},
+		{"lend pool byref", rawHeader(40, 0, rdmo.OpLendPool, rdmo.FlagAck|rdmo.FlagByRef), rdmo.StatusPayloadMismatch},
+		{"ok append byref", rawHeader(40, 0, rdmo.OpAppend, rdmo.FlagAck|rdmo.FlagByRef), rdmo.StatusOK},
+		{"ok user byref", rawHeader(16, 0, user, rdmo.FlagAck|rdmo.FlagByRef), rdmo.StatusOK},
+		{"append byref without ack", rawHeader(40, 0, rdmo.OpAppend, rdmo.FlagByRef), rdmo.StatusPayloadMismatch},
+		{"flush byref", rawHeader(24, 0, rdmo.OpFlush, rdmo.FlagAck|rdmo.FlagByRef), rdmo.StatusPayloadMismatch},
 		{"op 15 reserved", rawHeader(24, 0, 15, 0), rdmo.StatusUnknownOp},
 		{"reserved op wins over bad flags", rawHeader(24, 0, 5, 1<<7), rdmo.StatusUnknownOp},
-		{"flag bit 2", rawHeader(24, 0, rdmo.OpFlush, 1<<2), rdmo.StatusUnknownFlags},
+		{"flag bit 3", rawHeader(24, 0, rdmo.OpFlush, 1<<3), rdmo.StatusUnknownFlags},
 		{"flag bit 31", rawHeader(40, 0, rdmo.OpAppend, rdmo.FlagFence|1<<31), rdmo.StatusUnknownFlags},
 		{"user op unknown flag", rawHeader(16, 0, user, 1<<3), rdmo.StatusUnknownFlags},
 		{"flush header only", rawHeader(16, 0, rdmo.OpFlush, 0), rdmo.StatusShortHeader},
@@ -297,13 +304,13 @@ func TestParseRequestErrors(t *testing.T) {
 }
 
 func TestParseHeaderReturnsFieldsOnError(t *testing.T) {
-	h, err := wire.ParseHeader(rawHeader(16, 42, 4, 0))
+	h, err := wire.ParseHeader(rawHeader(16, 42, 5, 0))
 	wantStatus(t, err, rdmo.StatusUnknownOp)
-	if h.ClientID != 42 || h.Op != 4 {
+	if h.ClientID != 42 || h.Op != 5 {
 		t.Fatalf("got %+v", h)
 	}
 	if !strings.Contains(err.Error(), "reserved") {
-		t.Errorf("error %q does not say op 4 is reserved", err)
+		t.Errorf("error %q does not say op 5 is reserved", err)
 	}
 }
 
@@ -508,7 +515,7 @@ func TestIOVEnd(t *testing.T) {
 func TestOpNames(t *testing.T) {
 	for op, want := range map[uint32]string{
 		rdmo.OpFlush: "flush", rdmo.OpAppend: "append", rdmo.OpScatter: "scatter",
-		rdmo.OpBatch: "batch", 4: "reserved(4)", 15: "reserved(15)", 16: "user(16)",
+		rdmo.OpBatch: "batch", rdmo.OpLendPool: "lend-pool", 5: "reserved(5)", 15: "reserved(15)", 16: "user(16)",
 		math.MaxUint32: "user(4294967295)",
 	} {
 		if got := rdmo.OpName(op); got != want {
@@ -1081,4 +1088,39 @@ func FuzzAckResult(f *testing.F) {
 			t.Fatalf("split %d+%d bytes for lengths %d+%d", len(data), len(detail), a.DataLen, a.DetailLen)
 		}
 	})
+}
+
+func TestLendPoolAndPoolRef(t *testing.T) {
+	p := wire.LendPoolHeader{Pool: 0x0102030405060708, VA: 0x1112131415161718, Len: 0x2122232425262728}
+	b := wire.AppendLendPoolRequest(nil, wire.Header{ClientID: 7, Flags: rdmo.FlagAck}, p)
+	if len(b) != wire.LendPoolHeaderLen {
+		t.Fatalf("LEND_POOL header is %d bytes, want %d", len(b), wire.LendPoolHeaderLen)
+	}
+	rh, err := wire.ParseRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rh.Header.Op != rdmo.OpLendPool || rh.Header.ClientID != 7 || rh.Pool != p {
+		t.Fatalf("decoded %+v", rh)
+	}
+	wantStatus(t, rh.CheckPayload(nil), rdmo.StatusPayloadMismatch) // a registration needs its key
+	if err := rh.CheckPayload([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := wire.ParseRequest(wire.AppendLendPoolRequest(nil, wire.Header{}, wire.LendPoolHeader{Pool: 3}))
+	wantStatus(t, rel.CheckPayload([]byte{1}), rdmo.StatusPayloadMismatch) // a release carries nothing
+	if err := rel.CheckPayload(nil); err != nil {
+		t.Fatal(err)
+	}
+
+	ref := wire.PoolRef{Pool: 9, Offset: 0x0A0B0C0D, Len: 1 << 20}
+	rb := wire.AppendPoolRef(nil, ref)
+	got, err := wire.ParsePoolRef(rb)
+	if err != nil || got != ref {
+		t.Fatalf("ParsePoolRef = %+v, %v; want %+v", got, err, ref)
+	}
+	_, err = wire.ParsePoolRef(rb[:23])
+	wantStatus(t, err, rdmo.StatusPayloadMismatch)
+	_, err = wire.ParsePoolRef(wire.AppendPoolRef(nil, wire.PoolRef{Pool: 9}))
+	wantStatus(t, err, rdmo.StatusPayloadMismatch)
 }

@@ -67,6 +67,50 @@ type initProc struct {
 	in   *initiator.Initiator            // the current round's
 	acks ackTracker
 	bufs map[int][][]byte // recordBuffers' buffers by size, kept from round to round
+	// pool is the lend pool of poolIn (lentBuffers), kept from round to
+	// round while the initiator stays.
+	pool   *initiator.LendPool
+	poolIn *initiator.Initiator
+	lends  map[*initiator.Initiator]bool // made with Options.Lend
+}
+
+// lentBuffers returns n buffers of size bytes for a round's lent records:
+// from the initiator's lend pool when the worker maps lend pools (the
+// worker then reads them in place), else recordBuffers'.
+func (p *initProc) lentBuffers(n, size int) ([][]byte, error) {
+	if !p.lends[p.in] || (p.poolIn == p.in && p.pool == nil) {
+		return p.recordBuffers(n, size), nil
+	}
+	if p.poolIn != p.in || len(p.pool.Bytes()) < n*size {
+		if p.pool != nil && p.poolIn == p.in {
+			if err := p.pool.Close(context.Background()); err != nil {
+				return nil, err
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pool, err := p.in.NewLendPool(ctx, max(n*size, lentRingBytes))
+		if err != nil {
+			return nil, err
+		}
+		p.pool, p.poolIn = pool, p.in
+		if !pool.ByReference() {
+			// Lent from Go memory as without a pool, so the row stays
+			// the same where the worker cannot map it.
+			p.log.Info("lend pool not mapped by the worker: records lent from Go memory", zap.Error(pool.Unmapped()))
+			p.pool = nil
+			if err := pool.Close(ctx); err != nil {
+				return nil, err
+			}
+			return p.recordBuffers(n, size), nil
+		}
+	}
+	mem := p.pool.Bytes()
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = mem[i*size : (i+1)*size : (i+1)*size]
+	}
+	return bufs, nil
 }
 
 // recordBuffersMax bounds the memory recordBuffers keeps across sizes.
@@ -155,12 +199,14 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 		if old := p.ins[req.Strategy]; old != nil {
 			old.Close()
 			delete(p.ins, req.Strategy)
+			delete(p.lends, old)
 		}
 		in, err := initiator.New(initiator.Options{
 			WorkerAddress: req.Addr,
 			ClientID:      req.Client,
 			Window:        req.Window,
 			Aggregate:     req.Aggregate,
+			Lend:          req.Lend,
 			ErrorHandling: errorHandling(req.NoDetect),
 			OnAck:         p.acks.onAck,
 			Name:          "bench-initiator-" + strconv.Itoa(p.id) + "-" + req.Strategy,
@@ -170,6 +216,12 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 			return err
 		}
 		p.ins[req.Strategy] = in
+		if req.Lend {
+			if p.lends == nil {
+				p.lends = map[*initiator.Initiator]bool{}
+			}
+			p.lends[in] = true
+		}
 		ls.reply("ADDR", map[string]any{"addr": in.Address()})
 	case "rdmo-close":
 		var req rdmoReq
@@ -178,6 +230,7 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 		}
 		if in := p.ins[req.Strategy]; in != nil {
 			delete(p.ins, req.Strategy)
+			delete(p.lends, in)
 			if err := in.Close(); err != nil {
 				return err
 			}
@@ -336,6 +389,7 @@ type rdmoReq struct {
 	Client    uint64 `json:"client,omitempty"`
 	Window    int    `json:"window,omitempty"`
 	Aggregate bool   `json:"aggregate,omitempty"`
+	Lend      bool   `json:"lend,omitempty"`
 	NoDetect  bool   `json:"no_detect,omitempty"`
 }
 

@@ -91,7 +91,11 @@ func (p *initProc) rdmoAppendDrive(s roundSpec) (roundResult, error) {
 // plain path.
 func (p *initProc) rdmoAppendLent(s roundSpec) (roundResult, error) {
 	k := min(max(lentRingBytes/s.Size, 2), lentRing)
-	ring, lends := p.recordBuffers(k, s.Size), make([]initiator.Lend, k)
+	ring, err := p.lentBuffers(k, s.Size)
+	if err != nil {
+		return roundResult{}, err
+	}
+	lends := make([]initiator.Lend, k)
 	q := s.Queue
 	return p.driveStream(s, driveStep{
 		record: func(d *initiator.Driver, n int) ([]byte, error) {
