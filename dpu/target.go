@@ -29,7 +29,7 @@ type region struct {
 }
 
 func (r *region) view() rdmo.Region {
-	return rdmo.Region{ID: rdmo.RegionID(r.id), Base: r.base, Len: r.length}
+	return rdmo.Region{ID: rdmo.RegionID(r.id), Base: r.base, Len: r.length, Local: r.mapping != nil}
 }
 
 // handlerView is what a handler sees of its client's target: dpu's

@@ -169,6 +169,13 @@ type Region struct {
 	ID   RegionID // the id requests name it by (the wire's "rkey")
 	Base uint64   // target virtual address of its first byte
 	Len  uint64
+	// Local reports that the worker reaches the region as memory of its
+	// own (mapped through shared memory), so a Put into it is a memory
+	// copy done when Put returns: staging several payloads into one Put
+	// saves no network operation, only adds a copy. False where Puts go
+	// through UCX, and wherever a handler's host does not say (plugin
+	// processes, WebAssembly modules).
+	Local bool
 }
 
 // Contains reports whether [addr, addr+n) lies inside the region, without

@@ -20,6 +20,11 @@ const (
 // DefaultMaxCoalesce is the default cap on the bytes staged for one Put.
 const DefaultMaxCoalesce = 64 << 10
 
+// localPutMin is the smallest eager append Put on its own, unstaged, into
+// a region the worker maps (rdmo.Region.Local): below it one Put call per
+// append costs more than the staging copy it saves.
+const localPutMin = 1 << 10
+
 // maxIdleQueues bounds the queue states a client keeps in Shared mode.
 const maxIdleQueues = 1024
 
@@ -310,6 +315,15 @@ func (h *handler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 		if reqs[i].Rendezvous {
 			h.closeRun(t, c, q, reqs, results)
 			if err := t.Place(&reqs[i], it.data.ID, addr); err != nil {
+				results[i] = rdmo.ResultOf(err)
+			}
+			continue
+		}
+		if it.data.Local && it.n >= localPutMin {
+			// Staged, it would be copied twice by this thread for
+			// nothing: a Put into a local region is a copy anyway.
+			h.closeRun(t, c, q, reqs, results)
+			if err := t.Put(it.data.ID, addr, reqs[i].Payload); err != nil {
 				results[i] = rdmo.ResultOf(err)
 			}
 			continue

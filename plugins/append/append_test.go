@@ -711,3 +711,38 @@ func ExampleNew() {
 	fmt.Printf("%#x %#x %q tail=%#x puts=%d\n", res[0].Value, res[1].Value, q[8:18], le.Uint64(q), tg.Stats().Puts)
 	// Output: 0x1008 0x100d "helloworld" tail=0x1012 puts=2
 }
+
+// Into a region the worker maps (rdmo.Region.Local), appends of 1 KiB and
+// more are Put each from its own payload, small ones still staged: a
+// staged large payload would be copied twice for nothing.
+func TestLocalRegionPutsLargeAppendsDirectly(t *testing.T) {
+	for _, s := range strategies {
+		t.Run(s.String(), func(t *testing.T) {
+			f := newFixture(t, s)
+			f.tg.LocalRegions = true
+			sizes := []int{100, 200, 4 << 10, 300, 1 << 10, 2 << 10, 50, 60}
+			reqs := make([]rdmo.Request, len(sizes))
+			var want []byte
+			for i, n := range sizes {
+				p := pattern(n, byte(i))
+				want = append(want, p...)
+				reqs[i] = f.tg.AppendReq(qhdr, p)
+			}
+			before := f.tg.Stats()
+			res := f.tg.RunBatch(f.h, reqs...)
+			for i := range res {
+				if res[i].Status != rdmo.StatusOK {
+					t.Fatalf("req %d: %+v", i, res[i])
+				}
+			}
+			// Runs: [100 200] put, 4K put, [300] put, 1K put, 2K put, [50 60] put.
+			if puts := f.tg.Stats().Puts - before.Puts; puts != 6 {
+				t.Errorf("%d puts, want 6 (three staged runs and three large appends)", puts)
+			}
+			if !bytes.Equal(f.q[8:8+len(want)], want) {
+				t.Fatal("queue contents differ")
+			}
+			checkGuards(t, f.tg)
+		})
+	}
+}

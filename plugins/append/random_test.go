@@ -35,6 +35,7 @@ const (
 type simConfig struct {
 	strategy  appendh.Strategy
 	deferPuts bool
+	local     bool // regions the worker maps (rdmo.Region.Local)
 	// safe sequences never fail after a tail is reserved (no overflow, no
 	// misplaced tails, nobody else moves a tail), so Owned and Shared must
 	// give the same results and memory.
@@ -66,6 +67,7 @@ func newSim(t testing.TB, cfg simConfig, seed uint64) *sim {
 	s := &sim{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), failures: map[rdmo.Status]int{}}
 	tg := rdmotest.NewTarget(cl)
 	tg.DeferPuts = cfg.deferPuts
+	tg.LocalRegions = cfg.local
 	tg.FetchLimit = simFetchLimit
 	s.tg = tg
 	sizeS, sizeD1, sizeD2 := 48<<10, 64<<10, 4<<10
@@ -348,11 +350,11 @@ func simSteps() int {
 
 func TestRandomAgainstModel(t *testing.T) {
 	for _, strat := range strategies {
-		for _, deferPuts := range []bool{false, true} {
-			name := fmt.Sprintf("%s/defer=%v", strat, deferPuts)
+		for _, mode := range []struct{ deferPuts, local bool }{{false, false}, {true, false}, {false, true}} {
+			name := fmt.Sprintf("%s/defer=%v/local=%v", strat, mode.deferPuts, mode.local)
 			t.Run(name, func(t *testing.T) {
 				for seed := uint64(1); seed <= 2; seed++ {
-					s := newSim(t, simConfig{strategy: strat, deferPuts: deferPuts}, seed)
+					s := newSim(t, simConfig{strategy: strat, deferPuts: mode.deferPuts, local: mode.local}, seed)
 					for i := 0; i < simSteps(); i++ {
 						s.step(i)
 					}

@@ -139,6 +139,10 @@ type Target struct {
 	// after handing it to Put (instead of staging it in Buffer) is caught.
 	// Remote reads (Sync) do not see deferred writes, as on a network.
 	DeferPuts bool
+	// LocalRegions makes Region report Local, as a worker that maps
+	// target memory does (Put copies at once; ignored with DeferPuts,
+	// whose Puts do not).
+	LocalRegions bool
 	// Record makes the Target log every successful access (see Accesses).
 	Record bool
 	// Faults injects failures.
@@ -281,7 +285,7 @@ func (t *Target) Region(id rdmo.RegionID) (rdmo.Region, error) {
 	if err != nil {
 		return rdmo.Region{}, err
 	}
-	return rdmo.Region{ID: r.id, Base: r.base, Len: uint64(len(r.data))}, nil
+	return rdmo.Region{ID: r.id, Base: r.base, Len: uint64(len(r.data)), Local: t.LocalRegions && !t.DeferPuts}, nil
 }
 
 // lookup resolves a region for this client; t.mem.mu is held.

@@ -169,23 +169,25 @@ func TestShortSHM(t *testing.T) {
 // TestShortLargeAppends runs the append rows at sizes that go lent and by
 // rendezvous, steady and cold, on both topologies (the DPU one also without
 // peer-failure detection, and over shared memory with the queues' pages
-// populated at registration), so every byte of those rows is checked; the
-// queue rows say which pages backed the queue.
+// populated at registration, there with the records lent from Go buffers
+// instead of a lend pool the worker reads in place), so every byte of
+// those rows is checked; the queue rows say which pages backed the queue.
 func TestShortLargeAppends(t *testing.T) {
 	for _, c := range []struct {
 		topo             Topology
 		detect, populate bool
 	}{{TopologySHM, true, false}, {TopologySHM, true, true}, {TopologyDPU, true, false}, {TopologyDPU, false, false}} {
-		t.Run(fmt.Sprintf("%s/detect=%v/populate=%v", c.topo, c.detect, c.populate), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/detect=%v/populate=%v/lend-pool=%v", c.topo, c.detect, c.populate, !c.populate), func(t *testing.T) {
 			o := DefaultOptions()
 			o.Topology = c.topo
 			o.Sizes = []int{64 << 10, 1 << 20}
 			o.Modes = []string{"rdmo-append", ModeNativeOwned}
 			o.NoPeerDetection = !c.detect
 			o.Populate = c.populate
+			o.LendPool = !c.populate
 			rep := runShort(t, o)
-			if rep.NoPeerDetection == c.detect || rep.Populate != c.populate {
-				t.Errorf("report says no peer detection %v, populate %v", rep.NoPeerDetection, rep.Populate)
+			if rep.NoPeerDetection == c.detect || rep.Populate != c.populate || rep.NoLendPool != c.populate {
+				t.Errorf("report says no peer detection %v, populate %v, no lend pool %v", rep.NoPeerDetection, rep.Populate, rep.NoLendPool)
 			}
 			for _, row := range rep.Rows {
 				if row.Pages == "" || row.Pages == "unknown" {

@@ -36,7 +36,10 @@
 //     registered and each round takes a fresh tail word, so a round writes
 //     memory earlier rounds wrote (queue.go). Records of 4 KiB and more are
 //     lent (initiator.AppendLent, no copy) from a ring of buffers inside
-//     initiator.Drive (initiator_append.go).
+//     initiator.Drive (initiator_append.go); the ring lies in a
+//     initiator.LendPool where the worker maps one (shared memory, and
+//     --lend-pool, on by default), so the worker reads each record in
+//     place and the initiator sends only a reference.
 //   - rdmo-append/owned/cold: the same with a fresh registration before
 //     every round: each append writes pages freshly mapped into the worker
 //     and pays their first touch.
@@ -108,7 +111,9 @@
 // application. --credit N adds the older application-level pacing on top
 // (a FlushAsync every N/4 requests, never more than N past the last
 // answered flush), to compare the two. --aggregate lets
-// the initiator pack queued requests into BATCH messages.
+// the initiator pack queued requests into BATCH messages; --lend-pool=false
+// lends the large records from Go buffers, which then travel through the
+// transport (one more copy over shared memory), to compare.
 // --no-peer-detection makes the RDMO endpoints without peer-failure
 // detection, which UCX 1.13 pays for with its zero-copy rendezvous lanes
 // (docs/SECURITY.md); the report says so, and which pages backed the

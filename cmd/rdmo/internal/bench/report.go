@@ -26,6 +26,9 @@ type Report struct {
 	NoPeerDetection bool `json:"no_peer_detection,omitempty"`
 	// Populate: queues registered with their pages populated.
 	Populate bool `json:"populate,omitempty"`
+	// NoLendPool: the rdmo-append rows lent large records from Go
+	// buffers, not from a lend pool the worker reads in place.
+	NoLendPool bool `json:"no_lend_pool,omitempty"`
 
 	Duration   time.Duration `json:"duration_ns"`
 	Interval   time.Duration `json:"interval_ns"`
@@ -156,7 +159,8 @@ func newReport(o Options) *Report {
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
 		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate, NoPeerDetection: o.NoPeerDetection, Populate: o.Populate,
-		Wide: o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
+		NoLendPool: !o.LendPool,
+		Wide:       o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
 }
@@ -310,6 +314,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.Populate {
 		fmt.Fprintf(w, "queues registered with their pages populated (--populate)\n")
+	}
+	if r.NoLendPool {
+		fmt.Fprintf(w, "rdmo-append rows lend records of 4 KiB and more from Go buffers (--lend-pool=false)\n")
 	}
 	for _, row := range r.Rows {
 		if row.Error != "" {
