@@ -155,9 +155,10 @@ func TestLendPoolRequests(t *testing.T) {
 }
 
 // An Initiator with Options.Lend appends records from a LendPool: over
-// shared memory it sends only references and each Lend comes back when
-// the worker's ack says the bytes were read (not when the 24-byte send
-// completed); over TCP the pool lends by value. Either way every record
+// shared memory it sends references for the records above the rendezvous
+// threshold, and their Lend comes back when the worker's ack says the
+// bytes were read (not when the 24-byte send completed); smaller records,
+// and every record over TCP, are lent by value. Either way every record
 // lands byte for byte, although the caller overwrites each buffer as soon
 // as it is returned.
 func TestLendPoolAppends(t *testing.T) {
@@ -193,7 +194,8 @@ func TestLendPoolAppends(t *testing.T) {
 		if err := in.User(opSlow, le.AppendUint64(le.AppendUint64(nil, s.region), s.base+8), []byte("slow")); err != nil {
 			t.Fatal(err)
 		}
-		first := buf[:1000]
+		const firstLen = 20 << 10
+		first := buf[:firstLen]
 		fill(first, 1)
 		var l rdmoinit.Lend
 		before := e.w.Stats().Requests[rdmo.OpAppend]
@@ -210,10 +212,10 @@ func TestLendPoolAppends(t *testing.T) {
 		}
 		fill(first, 0xEE)
 
-		want := append([]byte(nil), pattern(1000, 1)...)
+		want := append([]byte(nil), pattern(firstLen, 1)...)
 		sizes := []int{100, 4 << 10, 64 << 10, 300 << 10}
 		lends := make([]rdmoinit.Lend, len(sizes))
-		off := 1000
+		off := firstLen
 		for i, n := range sizes {
 			rec := buf[off : off+n]
 			fill(rec, byte(i+2))
@@ -228,7 +230,7 @@ func TestLendPoolAppends(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		fill(buf[1000:off], 0xEE) // the caller's again
+		fill(buf[firstLen:off], 0xEE) // the caller's again
 		if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
 			t.Fatalf("flush: %+v, %v", rsp, err)
 		}
@@ -240,13 +242,14 @@ func TestLendPoolAppends(t *testing.T) {
 		}
 		st := in.Stats()
 		if tr.Name == "shm" {
-			// Only references went out: 24 bytes per append, besides the
-			// slow op's 4 and the pool's key.
-			if st.Acks < uint64(len(sizes)+1) {
-				t.Errorf("%d acks for %d by-reference appends", st.Acks, len(sizes)+1)
+			// The records above the rendezvous threshold went as 24-byte
+			// references, each acked; the 100 and 4096 bytes by value,
+			// besides the slow op's 4 and the pool's key.
+			if st.Acks < 3 {
+				t.Errorf("%d acks for 3 by-reference appends", st.Acks)
 			}
-			if st.PayloadBytes > 4096 {
-				t.Errorf("%d payload bytes sent for %d by-reference appends", st.PayloadBytes, len(sizes)+1)
+			if st.PayloadBytes > 100+4096+4096 {
+				t.Errorf("%d payload bytes sent, more than the by-value records, the references and the key", st.PayloadBytes)
 			}
 		} else if st.PayloadBytes < uint64(len(want)) {
 			t.Errorf("%d payload bytes sent, the records alone are %d", st.PayloadBytes, len(want))

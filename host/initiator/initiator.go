@@ -94,7 +94,10 @@ type Options struct {
 	Aggregate bool
 	// Lend registers every LendPool with the worker, so that it reads
 	// AppendLent's payloads from the pool in place where it can map it
-	// (shared memory on one host). Only a worker that advertises
+	// (shared memory on one host): those that would go by rendezvous
+	// (longer than RendezvousThreshold, or than its default when it is
+	// negative). Shorter ones are sent by value, eager, where one copy
+	// into the transport costs less than the ack a reference needs. Only a worker that advertises
 	// wire.CapabilityLend knows the registration (a reference worker
 	// drops it unanswered): set it only when the target said the worker
 	// has it (see LendSupported). Default false.
@@ -174,10 +177,12 @@ type Initiator struct {
 
 	flushID atomic.Uint64
 
-	// Lend pools (pool.go): AppendLent finds its data's pool in pools.
-	poolSeq atomic.Uint64
-	poolMu  sync.Mutex // serialises the writers of pools
-	pools   atomic.Pointer[[]*LendPool]
+	// Lend pools (pool.go): AppendLent finds its data's pool in pools,
+	// and sends by reference a payload longer than byRefMin.
+	byRefMin int
+	poolSeq  atomic.Uint64
+	poolMu   sync.Mutex // serialises the writers of pools
+	pools    atomic.Pointer[[]*LendPool]
 
 	closeOnce sync.Once
 	closeErr  error // set by the progress loop before done is closed
@@ -209,6 +214,10 @@ func New(opts Options) (*Initiator, error) {
 	if opts.RendezvousThreshold == 0 {
 		opts.RendezvousThreshold = DefaultRendezvousThreshold
 	}
+	byRefMin := opts.RendezvousThreshold
+	if byRefMin < 0 {
+		byRefMin = DefaultRendezvousThreshold
+	}
 	if opts.ErrorBuffer <= 0 {
 		opts.ErrorBuffer = DefaultErrorBuffer
 	}
@@ -230,6 +239,8 @@ func New(opts Options) (*Initiator, error) {
 		log:  opts.Logger.With(zap.String("initiator", opts.Name), zap.Uint64("client", opts.ClientID)),
 		errs: make(chan error, opts.ErrorBuffer),
 		done: make(chan struct{}),
+
+		byRefMin: byRefMin,
 	}
 	if opts.Ack {
 		in.defFlags = rdmo.FlagAck

@@ -168,7 +168,7 @@ func (s Sender) AppendLent(ptrAddr, ptrRkey, dataRkey uint64, data []byte, l *Le
 		lend:  l,
 		poll:  s.poll,
 	}
-	if pool != nil && pool.byRef {
+	if pool != nil && pool.byRef && len(data) > s.in.byRefMin {
 		// The worker reads the bytes in the pool: the ack says when.
 		r.byRef, r.ref = true, wire.PoolRef{Pool: pool.id, Offset: off, Len: uint64(len(data))}
 		r.flags |= rdmo.FlagAck | rdmo.FlagByRef

@@ -17,8 +17,9 @@ import (
 // place (docs/PROTOCOL.md section 13). UCX allocates it, so that a worker
 // on the same host maps it through shared memory; the Initiator registers
 // it on its connection when Options.Lend is set. An AppendLent whose data
-// lies in a pool the worker mapped then sends a 24-byte reference instead
-// of the bytes, and the worker's handler copies them once, from here into
+// lies in a pool the worker mapped, and which is longer than
+// Options.RendezvousThreshold, then sends a 24-byte reference instead of
+// the bytes, and the worker's handler copies them once, from here into
 // target memory: no copy by the initiator, none through the transport.
 // The Lend is returned when the worker's ack says it has read them.
 // Where the worker cannot map the pool (over TCP, on another host, a
