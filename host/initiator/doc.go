@@ -23,9 +23,10 @@
 // AppendLent sends from the caller's buffer without copying it; its Lend
 // says when the buffer is the caller's again. With Options.Lend (only
 // against a worker that advertises wire.CapabilityLend), a buffer inside a
-// LendPool (NewLendPool: memory UCX allocates) is not even sent where the
-// worker maps the pool, as over shared memory on one host: the request
-// carries a 24-byte reference, the worker's handler copies the bytes once
+// LendPool (NewLendPool: memory UCX allocates) and longer than
+// Options.RendezvousThreshold is not even sent where the worker maps the
+// pool, as over shared memory on one host: the request carries a 24-byte
+// reference, the worker's handler copies the bytes once
 // from the pool into target memory, and the Lend returns with the worker's
 // ack. Where the worker cannot map the pool (TCP, another host) the same
 // calls lend by value. docs/PROTOCOL.md section 13.
