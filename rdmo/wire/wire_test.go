@@ -881,6 +881,9 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add(rawHeader(24, 0, rdmo.OpFlush, 1<<5), []byte{0})
 	f.Add(rawHeader(65, 0, rdmo.OpUserBase, 0), []byte(nil))
 	f.Add([]byte{1, 2, 3}, []byte(nil))
+	f.Add(wire.AppendLendPoolRequest(nil, wire.Header{ClientID: 3, Flags: rdmo.FlagAck}, wire.LendPoolHeader{Pool: 1, VA: 0x7f00_0000_0000, Len: 1 << 20}), []byte("packed rkey"))
+	f.Add(wire.AppendAppendRequest(nil, wire.Header{Flags: rdmo.FlagAck | rdmo.FlagByRef}, rdmo.AppendHeader{PtrAddr: 8, PtrRkey: 1, DataRkey: 1}),
+		wire.AppendPoolRef(nil, wire.PoolRef{Pool: 1, Offset: 64, Len: 4096}))
 
 	f.Fuzz(func(t *testing.T, b, payload []byte) {
 		r, err := wire.ParseRequest(b)
@@ -899,6 +902,8 @@ func FuzzParseRequest(f *testing.F) {
 			enc = wire.AppendScatterRequest(nil, r.Header, r.Scatter)
 		case rdmo.OpBatch:
 			enc = wire.AppendBatchRequest(nil, r.Header, r.Batch)
+		case rdmo.OpLendPool:
+			enc = wire.AppendLendPoolRequest(nil, r.Header, r.Pool)
 		default:
 			if !rdmo.IsUserOp(r.Header.Op) {
 				t.Fatalf("accepted op %d", r.Header.Op)
@@ -915,6 +920,14 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if err := r.CheckPayload(payload); err != nil {
 			checkDecodeError(t, err)
+		}
+		if r.Header.Flags&rdmo.FlagByRef != 0 {
+			ref, err := wire.ParsePoolRef(payload)
+			if err != nil {
+				checkDecodeError(t, err)
+			} else if !bytes.Equal(wire.AppendPoolRef(nil, ref), payload) {
+				t.Fatalf("reference %+v re-encodes differently from %x", ref, payload)
+			}
 		}
 	})
 }
