@@ -281,3 +281,58 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func fill(b []byte, seed byte) {
 	copy(b, pattern(len(b), seed))
 }
+
+// UserLent lends a plugin op's payload as AppendLent does: from a pool the
+// worker maps, above the rendezvous threshold, the handler reads it in
+// place as its Request.Payload; below it, and over TCP, it travels.
+func TestLendPoolUserOps(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		e := newEnv(t, tr, dpu.Config{Handlers: allHandlers()})
+		s := e.newSetup(1, 1<<20, 0, 1<<20)
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		in, err := rdmoinit.New(rdmoinit.Options{WorkerAddress: s.waddr, ClientID: s.client, Context: e.ctx,
+			Lend: rdmoinit.LendSupported(dpu.Capabilities()), Logger: nopLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		e.do(dpu.RQCreate{Client: s.client, Addr: in.Address()})
+		pool, err := in.NewLendPool(ctx, 256<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := pool.Bytes()
+		big, small := buf[:100<<10], buf[100<<10:100<<10+500]
+		fill(big, 3)
+		fill(small, 4)
+		var lb, ls rdmoinit.Lend
+		put := func(addr uint64) []byte { return le.AppendUint64(le.AppendUint64(nil, s.region), addr) }
+		if err := in.UserLent(opPut, put(s.base), big, &lb); err != nil {
+			t.Fatal(err)
+		}
+		if err := in.UserLent(opPut, put(s.base+200<<10), small, &ls); err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
+			t.Fatalf("flush: %+v, %v", rsp, err)
+		}
+		if !bytes.Equal(s.mem(s.base, len(big)), pattern(len(big), 3)) || !bytes.Equal(s.mem(s.base+200<<10, len(small)), pattern(len(small), 4)) {
+			t.Fatal("the region does not hold the lent payloads")
+		}
+		// On shm the 100 KiB went as a reference: far fewer payload bytes
+		// than it travelled.
+		if st := in.Stats(); (tr.Name == "shm") != (st.PayloadBytes < 64<<10) {
+			t.Errorf("%d payload bytes over %s for a 100 KiB and a 500-byte payload", st.PayloadBytes, tr.Name)
+		}
+		if err := in.UserLent(rdmo.OpAppend, nil, small, &ls); !errors.Is(err, rdmo.ErrUnknownOp) {
+			t.Errorf("UserLent of a reference op: %v", err)
+		}
+	})
+}

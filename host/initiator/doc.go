@@ -20,8 +20,9 @@
 //
 // # Large payloads: lent, and read in place
 //
-// AppendLent sends from the caller's buffer without copying it; its Lend
-// says when the buffer is the caller's again. With Options.Lend (only
+// AppendLent (and UserLent, for a plugin op) sends from the caller's
+// buffer without copying it; its Lend says when the buffer is the caller's
+// again. With Options.Lend (only
 // against a worker that advertises wire.CapabilityLend), a buffer inside a
 // LendPool (NewLendPool: memory UCX allocates) and longer than
 // Options.RendezvousThreshold is not even sent where the worker maps the

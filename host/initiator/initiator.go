@@ -401,15 +401,23 @@ func (s Sender) user(op uint32, sub, payload []byte, call *CallWait) (uint64, er
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	if !rdmo.IsUserOp(op) {
-		return 0, fmt.Errorf("initiator: op %d is not a user op (>= %d): %w", op, rdmo.OpUserBase, rdmo.ErrUnknownOp)
-	}
-	if wire.HeaderLen+len(sub) > wire.MaxHeaderLen {
-		return 0, fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
-			len(sub), wire.MaxHeaderLen-wire.HeaderLen, rdmo.ErrHeaderTooLong)
+	if err := checkUser(op, sub); err != nil {
+		return 0, err
 	}
 	r := request{op: op, flags: s.flags, sub: sub, data: payload, plen: len(payload), call: call, poll: s.poll}
 	return s.in.enqueue(s.ctx, &r)
+}
+
+// checkUser checks a user op's id and sub-header as the worker would.
+func checkUser(op uint32, sub []byte) error {
+	if !rdmo.IsUserOp(op) {
+		return fmt.Errorf("initiator: op %d is not a user op (>= %d): %w", op, rdmo.OpUserBase, rdmo.ErrUnknownOp)
+	}
+	if wire.HeaderLen+len(sub) > wire.MaxHeaderLen {
+		return fmt.Errorf("initiator: user sub-header is %d bytes, at most %d: %w",
+			len(sub), wire.MaxHeaderLen-wire.HeaderLen, rdmo.ErrHeaderTooLong)
+	}
+	return nil
 }
 
 // FlushWait is an outstanding flush.

@@ -149,6 +149,56 @@ func (s Sender) AppendLent(ptrAddr, ptrRkey, dataRkey uint64, data []byte, l *Le
 	if len(data) == 0 {
 		return 0, fmt.Errorf("initiator: append: %w", rdmo.ErrEmptyAppend)
 	}
+	return s.lent(&request{
+		op:    rdmo.OpAppend,
+		flags: s.flags,
+		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)},
+	}, data, l)
+}
+
+// UserLent is User without the copy: payload is lent to the initiator
+// until l says it was returned, exactly as for AppendLent (a payload in a
+// LendPool the worker maps, above the rendezvous threshold, is read by
+// the worker in place, and the handler sees it as its Request.Payload).
+// For plugin ops that carry large payloads.
+func (in *Initiator) UserLent(op uint32, sub, payload []byte, l *Lend) error {
+	_, err := Sender{in: in, flags: in.defFlags}.UserLent(op, sub, payload, l)
+	return err
+}
+
+// UserLent is Initiator.UserLent with the Sender's flags and context. It
+// returns the request's sequence number, which its ack carries. sub is
+// copied.
+func (s Sender) UserLent(op uint32, sub, payload []byte, l *Lend) (uint64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if l == nil {
+		return 0, errors.New("initiator: UserLent without a Lend")
+	}
+	if err := checkUser(op, sub); err != nil {
+		return 0, err
+	}
+	if len(payload) == 0 {
+		return s.user(op, sub, nil, nil) // nothing to lend
+	}
+	return s.lent(&request{op: op, flags: s.flags, sub: sub}, payload, l)
+}
+
+// UserLent is Initiator.UserLent from inside fn (see Driver.AppendLent).
+func (s DriverSender) UserLent(op uint32, sub, payload []byte, l *Lend) (uint64, error) {
+	d := s.d
+	if err := d.usable(); err != nil {
+		return 0, err
+	}
+	return Sender{in: d.lp.in, ctx: d.ctx, flags: s.flags, poll: d.pollFn}.UserLent(op, sub, payload, l)
+}
+
+// lent queues r with the lent payload data: by reference when data lies in
+// a LendPool the worker maps and is longer than the rendezvous threshold,
+// else from where it is. l is returned when the worker's ack says it read
+// the bytes, or the send completed.
+func (s Sender) lent(r *request, data []byte, l *Lend) (uint64, error) {
 	pool, off := s.in.poolOf(data)
 	if pool != nil && !pool.lend() {
 		return 0, ErrPoolClosed
@@ -159,22 +209,14 @@ func (s Sender) AppendLent(ptrAddr, ptrRkey, dataRkey uint64, data []byte, l *Le
 		}
 		return 0, ErrLendOutstanding
 	}
-	r := request{
-		op:    rdmo.OpAppend,
-		flags: s.flags,
-		app:   rdmo.AppendHeader{PtrAddr: ptrAddr, PtrRkey: rdmo.RegionID(ptrRkey), DataRkey: rdmo.RegionID(dataRkey)},
-		data:  data,
-		plen:  len(data),
-		lend:  l,
-		poll:  s.poll,
-	}
+	r.data, r.plen, r.lend, r.poll = data, len(data), l, s.poll
 	if pool != nil && pool.byRef && len(data) > s.in.byRefMin {
 		// The worker reads the bytes in the pool: the ack says when.
 		r.byRef, r.ref = true, wire.PoolRef{Pool: pool.id, Offset: off, Len: uint64(len(data))}
 		r.flags |= rdmo.FlagAck | rdmo.FlagByRef
 		r.plen = wire.PoolRefLen
 	}
-	seq, err := s.in.enqueue(s.ctx, &r)
+	seq, err := s.in.enqueue(s.ctx, r)
 	if err != nil {
 		// Never queued: the buffer was not taken.
 		l.giveBack(err)
