@@ -54,7 +54,10 @@
 //     generator): records of 8 B to 64 KiB, scatters of 1 to 8 chunks, a
 //     pipelined flush every 128 operations, each initiator from its own
 //     seed (--seed); the target checks every byte with the demo server's
-//     verifier. It reports size "mix"; its latency is its flushes'.
+//     verifier. Records above the rendezvous threshold are lent from a
+//     ring in a lend pool the worker reads in place, as the demo client
+//     does (demo.RecordRing; with --lend-pool, where the worker maps it).
+//     It reports size "mix"; its latency is its flushes'.
 //   - Only when asked for (--modes ops): chase/D, kv-lookup and fetch-add,
 //     one call of the operation pack at a time inside initiator.Drive (and
 //     their /call twins, with Initiator.Call), against native-chase/D,

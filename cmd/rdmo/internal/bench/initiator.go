@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/demo"
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -72,6 +73,9 @@ type initProc struct {
 	pool   *initiator.LendPool
 	poolIn *initiator.Initiator
 	lends  map[*initiator.Initiator]bool // made with Options.Lend
+	// ring is the workload row's ring of large records (recordRing).
+	ring   *demo.RecordRing
+	ringIn *initiator.Initiator
 }
 
 // lentBuffers returns n buffers of size bytes for a round's lent records:

@@ -44,6 +44,12 @@ func (p *initProc) workload(s roundSpec) (roundResult, error) {
 	iovs := make([]wire.IOV, 0, demo.MaxScatterIOV)
 	chunks := make([][]byte, 0, demo.MaxScatterIOV)
 	fl := newFlushes(demo.PendingFlushes(w.FlushEvery))
+	ring, err := p.recordRing()
+	if err != nil {
+		return roundResult{}, err
+	}
+	ctx := context.Background()
+	send := p.in.With(nil, 0)
 	b := newBudget(s, 64)
 	start := time.Now()
 	var n int
@@ -63,7 +69,11 @@ func (p *initProc) workload(s roundSpec) (roundResult, error) {
 			}
 			err = p.in.Scatter(iovs, chunks)
 		} else {
-			err = p.in.Append(q.Base, q.Region, q.Region, demo.FillWorkloadRecord(rec, seed, op.Seq, op.Size))
+			if ring.Lends(op.Size) {
+				err = ring.Append(ctx, send, q.Base, q.Region, seed, op.Seq, op.Size)
+			} else {
+				err = p.in.Append(q.Base, q.Region, q.Region, demo.FillWorkloadRecord(rec, seed, op.Seq, op.Size))
+			}
 			bytes += uint64(op.Size)
 		}
 		if err != nil {
@@ -76,7 +86,7 @@ func (p *initProc) workload(s roundSpec) (roundResult, error) {
 		}
 	}
 	t0 := time.Now()
-	err := p.flush()
+	err = p.flush()
 	fl.add(time.Since(t0))
 	el := time.Since(start)
 	if werr := fl.wait(); err == nil {
@@ -86,6 +96,25 @@ func (p *initProc) workload(s roundSpec) (roundResult, error) {
 		return roundResult{}, err
 	}
 	return roundResult{Ops: uint64(n), Bytes: bytes, Elapsed: el, Lat: fl.hist}, nil
+}
+
+// recordRing is the round's initiator's ring for the workload's large
+// records, as the demo client makes it (demo.RecordRing), kept from round
+// to round; nil without --lend-pool or where the worker cannot map it.
+func (p *initProc) recordRing() (*demo.RecordRing, error) {
+	if !p.lends[p.in] {
+		return nil, nil
+	}
+	if p.ringIn != p.in {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := demo.NewRecordRing(ctx, p.in)
+		if err != nil {
+			return nil, err
+		}
+		p.ring, p.ringIn = r, p.in
+	}
+	return p.ring, nil
 }
 
 // flushes are a workload's pipelined flushes, as the demo client makes

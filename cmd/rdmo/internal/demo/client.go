@@ -187,6 +187,9 @@ func (c *client) run(ctx context.Context) error {
 		// Pack requests queued while earlier ones are in flight into one
 		// message, when the worker says it understands batch containers.
 		Aggregate: initiator.AggregateSupported(wi.Capabilities),
+		// Large records lent from a pool the worker reads in place, when
+		// it says it maps lend pools (RecordRing).
+		Lend: initiator.LendSupported(wi.Capabilities),
 		// A flush not answered in time fails every request at once.
 		FlushTimeout: c.flushTimeout,
 	})
@@ -517,6 +520,11 @@ func (c *client) workload(ctx context.Context, wl oob.Workload) error {
 	sem := make(chan struct{}, pendingFlushes(wl.FlushEvery))
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ring, err := NewRecordRing(ctx, c.in)
+	if err != nil {
+		return fmt.Errorf("lend pool for the large records: %w", err)
+	}
+	defer ring.Close(ctx)
 	s := c.in.With(ctx, 0)
 	for i := uint64(0); i < wl.Ops; i++ {
 		if err := c.fatalErr(); err != nil {
@@ -536,7 +544,11 @@ func (c *client) workload(ctx context.Context, wl oob.Workload) error {
 			c.scatters.Add(1)
 			c.bytes.Add(n)
 		} else {
-			_, err = s.Append(c.queue.Base, c.queue.ID, c.queue.ID, fillRecord(rec, wl.Seed, op.seq, op.size))
+			if ring.Lends(op.size) {
+				err = ring.Append(ctx, s, c.queue.Base, c.queue.ID, wl.Seed, op.seq, op.size)
+			} else {
+				_, err = s.Append(c.queue.Base, c.queue.ID, c.queue.ID, fillRecord(rec, wl.Seed, op.seq, op.size))
+			}
 			c.appends.Add(1)
 			c.bytes.Add(uint64(op.size))
 		}

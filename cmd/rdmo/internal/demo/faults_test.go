@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/cli"
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/demo"
 	"github.com/openrdmo/rdmo/host/oob"
 	"github.com/openrdmo/rdmo/internal/testutil"
 )
@@ -181,7 +182,9 @@ func TestHostileBeforeAuth(t *testing.T) {
 func TestSecondClientBusy(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
-	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "100000")
+	// A run long enough for the second client to start while it goes on
+	// (about 1.5 s on a quiet machine).
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "1000000")
 	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	waitOutput(t, server, "request queue created")
 	second := r.start("second client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
@@ -310,8 +313,9 @@ func cpuSeconds(pid int) float64 {
 func TestWorkerStoppedForGood(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
-	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "400000")
-	client := r.start("client", []string{"RDMO_FLUSH_TIMEOUT=3s"}, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	// A run long enough to be caught under way (see midRun).
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "1000000")
+	client := r.start("client", []string{"RDMO_FLUSH_TIMEOUT=3s", demo.ProgressIntervalEnv + "=20ms"}, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	m := waitOutput(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`)
 	pid, _ := strconv.Atoi(m[1])
 	waitOutput(t, client, `rdmo client: [1-9]\d*/\d+ ops`)

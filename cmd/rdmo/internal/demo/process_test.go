@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrdmo/rdmo/cmd/rdmo/internal/demo"
 	"github.com/openrdmo/rdmo/internal/testproc"
 	"github.com/openrdmo/rdmo/internal/testutil"
 )
@@ -237,16 +238,19 @@ func TestClientBeforeServer(t *testing.T) {
 }
 
 // midRun starts a run long enough to be interrupted and waits until the
-// workload is under way.
+// workload is under way: a million operations (about 1.5 s on a quiet
+// 2-core machine, longer under load), whose client reports its progress
+// every 20 ms, so the test sees the workload under way long before it
+// ends.
 func midRun(t *testing.T, r *run) (server, client *testproc.Proc, workerPID int) {
 	port := freePort(t)
-	server = r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "400000")
-	client = r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	server = r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "1000000")
+	client = r.start("client", []string{demo.ProgressIntervalEnv + "=20ms"}, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	m := waitOutput(t, server, `RDMO worker started  \{"worker": \d+, "pid": (\d+)`)
 	workerPID, _ = strconv.Atoi(m[1])
 	waitOutput(t, server, "seed append verified")
 	// Into the workload: the client reports operations done (its progress
-	// line, about every second).
+	// line, every 20 ms here).
 	waitOutput(t, client, `rdmo client: [1-9]\d*/\d+ ops`)
 	return server, client, workerPID
 }

@@ -26,10 +26,15 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// ProgressIntervalEnv, when set (a Go duration, e.g. "100ms"), is how often
+// the client prints its progress line instead of every second (a few
+// times a second on a terminal).
+const ProgressIntervalEnv = "RDMO_PROGRESS_INTERVAL"
+
 // startProgress reports the client's progress while the workload runs: on
 // a terminal one line rewritten in place a few times a second, otherwise a
-// line about every second. The returned function stops it (and ends the
-// terminal line).
+// line about every second (ProgressIntervalEnv). The returned function
+// stops it (and ends the terminal line).
 func startProgress(c *client, total uint64, enabled bool) func() {
 	if !enabled {
 		return func() {}
@@ -39,6 +44,9 @@ func startProgress(c *client, total uint64, enabled bool) func() {
 	every := time.Second
 	if tty {
 		every = 200 * time.Millisecond
+	}
+	if d, err := time.ParseDuration(os.Getenv(ProgressIntervalEnv)); err == nil && d > 0 {
+		every = d
 	}
 	start := time.Now()
 	stop := make(chan struct{})
