@@ -182,11 +182,15 @@ func TestHostileBeforeAuth(t *testing.T) {
 func TestSecondClientBusy(t *testing.T) {
 	r := newRun(t)
 	port := freePort(t)
-	// A run long enough for the second client to start while it goes on
-	// (about 1.5 s on a quiet machine).
-	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "1000000")
-	client := r.start("client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
+	// The second client starts once the workload is under way (the first
+	// client's progress line, every 20 ms here): the server stays busy for
+	// the rest of it and its verification, about half a second on a quiet
+	// machine, and far longer under load (the whole run must also fit
+	// runTimeout there, with the race detector: 300 000 operations do).
+	server := r.start("server", nil, "rdmo", "-m", "server", "--oob-port", port, "--ops", "300000")
+	client := r.start("client", []string{demo.ProgressIntervalEnv + "=20ms"}, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	waitOutput(t, server, "request queue created")
+	waitOutput(t, client, `rdmo client: [1-9]\d*/\d+ ops`)
 	second := r.start("second client", nil, "rdmo", "-m", "client", "-s", "127.0.0.1", "--oob-port", port)
 	if code := second.Wait(t, runTimeout); code != 1 {
 		t.Errorf("second client exit %d, want 1", code)
