@@ -40,6 +40,26 @@ func (s *setup) lendPool(id wire.PoolID, n int, claim uint64) (*ucp.Memory, wire
 	return mem, s.in.ack(s.in.send(hdr, packed, ucp.SendEager))
 }
 
+// lendingInitiator connects an initiator.Initiator with Options.Lend (as
+// the worker's capabilities allow) to the setup's client, closed when the
+// test ends, and makes it a lend pool of n bytes.
+func (s *setup) lendingInitiator(ctx context.Context, n int) (*rdmoinit.Initiator, *rdmoinit.LendPool) {
+	t := s.e.t
+	t.Helper()
+	in, err := rdmoinit.New(rdmoinit.Options{WorkerAddress: s.waddr, ClientID: s.client, Context: s.e.ctx,
+		Lend: rdmoinit.LendSupported(dpu.Capabilities()), Logger: nopLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	s.e.do(dpu.RQCreate{Client: s.client, Addr: in.Address()})
+	pool, err := in.NewLendPool(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, pool
+}
+
 // byRef sends an acked opPut of the bytes ref names, to addr.
 func (s *setup) byRef(ref wire.PoolRef, addr uint64, flags uint32) uint64 {
 	return s.in.send(userReq(s.client, opPut, flags, s.region, addr), wire.AppendPoolRef(nil, ref), ucp.SendEager)
@@ -170,17 +190,7 @@ func TestLendPoolAppends(t *testing.T) {
 		le.PutUint64(tail, s.base+64)
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
-		in, err := rdmoinit.New(rdmoinit.Options{WorkerAddress: s.waddr, ClientID: s.client, Context: e.ctx,
-			Lend: rdmoinit.LendSupported(dpu.Capabilities()), Logger: nopLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer in.Close()
-		e.do(dpu.RQCreate{Client: s.client, Addr: in.Address()})
-		pool, err := in.NewLendPool(ctx, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in, pool := s.lendingInitiator(ctx, 1<<20)
 		if want := tr.Name == "shm"; pool.ByReference() != want {
 			t.Fatalf("ByReference %v over %s (%v)", pool.ByReference(), tr.Name, pool.Unmapped())
 		}
@@ -291,17 +301,7 @@ func TestLendPoolUserOps(t *testing.T) {
 		s := e.newSetup(1, 1<<20, 0, 1<<20)
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
-		in, err := rdmoinit.New(rdmoinit.Options{WorkerAddress: s.waddr, ClientID: s.client, Context: e.ctx,
-			Lend: rdmoinit.LendSupported(dpu.Capabilities()), Logger: nopLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer in.Close()
-		e.do(dpu.RQCreate{Client: s.client, Addr: in.Address()})
-		pool, err := in.NewLendPool(ctx, 256<<10)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in, pool := s.lendingInitiator(ctx, 256<<10)
 		buf := pool.Bytes()
 		big, small := buf[:100<<10], buf[100<<10:100<<10+500]
 		fill(big, 3)
