@@ -79,7 +79,8 @@ type Worker struct {
 	ctx *Context
 	uw  C.ucp_worker_h
 	sw  *C.shim_worker_t
-	tid int // the OS thread the worker was created on (see thread.go)
+	swh C.uintptr_t // sw as an integer: the data path's crossings (shim_progress_h)
+	tid int         // the OS thread the worker was created on (see thread.go)
 
 	opts  WorkerOptions
 	ops   []C.shim_op_t   // view of sw->ops (C memory)
@@ -157,6 +158,7 @@ func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, fmt.Errorf("ucp: create worker: %w", Status(st))
 	}
 	w.sw = C.shim_worker_new(w.uw, C.uint32_t(opts.MaxOutstanding), C.uint32_t(opts.MaxBatch))
+	w.swh = C.uintptr_t(uintptr(unsafe.Pointer(w.sw)))
 	if w.sw == nil {
 		C.ucp_worker_destroy(w.uw)
 		runtime.UnlockOSThread()
@@ -282,7 +284,7 @@ func (w *Worker) submit() error {
 	if w.nops == 0 {
 		return nil
 	}
-	C.shim_submit(w.sw, C.uint32_t(w.nops))
+	C.shim_submit_h(w.swh, C.uint32_t(w.nops))
 	if err := w.offThread(); err != nil {
 		return err
 	}
@@ -363,7 +365,7 @@ func (w *Worker) Progress() (int, error) {
 		rel = (*C.uintptr_t)(unsafe.Pointer(&w.release[0]))
 	}
 	nops := w.nops
-	C.shim_progress(w.sw, C.uint32_t(nops), rel, C.uint32_t(len(w.release)), C.uint32_t(w.opts.ProgressRounds))
+	C.shim_progress_h(w.swh, C.uint32_t(nops), rel, C.uint32_t(len(w.release)), C.uint32_t(w.opts.ProgressRounds))
 	if err := w.offThread(); err != nil {
 		return 0, err
 	}
@@ -698,7 +700,7 @@ func (w *Worker) Close() error {
 	}
 	C.ucp_worker_destroy(w.uw)
 	C.shim_worker_free(w.sw)
-	w.sw = nil
+	w.sw, w.swh = nil, 0
 	w.ctx.mu.Lock()
 	w.ctx.nw--
 	w.ctx.mu.Unlock()
