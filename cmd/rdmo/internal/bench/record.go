@@ -48,10 +48,7 @@ func fillRecord(b []byte, id, round int, seq uint32) {
 	body := b[8:]
 	first := body[:min(len(body), patternPeriod)]
 	x := mix(id, round, seq)
-	off := 0
-	for ; off+8 <= len(first); off += 8 {
-		binary.LittleEndian.PutUint64(first[off:], x+uint64(off+8))
-	}
+	off := fillWords(first, x)
 	if off < len(first) {
 		var w [8]byte
 		binary.LittleEndian.PutUint64(w[:], x+uint64(off+8))
@@ -62,6 +59,32 @@ func fillRecord(b []byte, id, round int, seq uint32) {
 	for k := len(first); k < len(body); k *= 2 {
 		copy(body[k:], body[:k])
 	}
+}
+
+// fillWords writes the pattern's whole words into first (word k, at byte
+// 8k, is x+8(k+1)) and returns how many bytes it wrote. Four words a turn
+// on a shrinking slice: the compiler then drops the bounds checks, and the
+// loop runs about three times as fast as a store per indexed word. At
+// 4 KiB the first period is the whole record, and a slow fill made the
+// payload's generation, not the transport, the bound of every row there
+// (a native writer's most of all).
+func fillWords(first []byte, x uint64) int {
+	w := first[:len(first)&^7]
+	v := x + 8
+	for len(w) >= 32 {
+		binary.LittleEndian.PutUint64(w[0:8], v)
+		binary.LittleEndian.PutUint64(w[8:16], v+8)
+		binary.LittleEndian.PutUint64(w[16:24], v+16)
+		binary.LittleEndian.PutUint64(w[24:32], v+24)
+		v += 32
+		w = w[32:]
+	}
+	for len(w) >= 8 {
+		binary.LittleEndian.PutUint64(w[0:8], v)
+		v += 8
+		w = w[8:]
+	}
+	return len(first) &^ 7
 }
 
 // recordID reads the header of a record.
