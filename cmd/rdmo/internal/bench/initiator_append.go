@@ -19,18 +19,19 @@ import (
 // lentMin is the smallest record the rows lend; lentRingBytes bounds a
 // ring's memory (at most lentRing buffers, at least 2).
 //
-// A steady stream needs few buffers: one being filled, one or two being
-// read by the worker. Four keep the ring in the caches (4 MiB at 1 MiB
-// records, in a 32 MiB L3 that the queue's writes stream through), so the
-// fill and the worker's read of a slot meet in the cache rather than in
-// memory; sixteen did not: 1 MiB appends ran at 1.08-1.15 of native-owned
-// with sixteen, 1.35-1.60 with four, and waited 3.3-3.7 ms (p50) against
-// 0.8 ms (docs/benchmarks/large-payloads.md, "A lend ring the caches
-// hold"). A bursty producer needs more (the demo's RecordRing).
+// A ring of 4 MiB stays in the caches (512 KiB of L2 per core and a 32 MiB
+// L3 that the queue's writes stream through), so the initiator's fill and
+// the worker's read of a slot meet there rather than in memory: 1 MiB
+// appends ran at 1.08-1.15 of native-owned from sixteen slots (16 MiB),
+// 1.35-1.60 from four, and waited 0.8 ms (p50) instead of 3.3-3.7 ms. At
+// 64 KiB four slots instead of sixteen cost CPU (+24% per append,
+// make bench-compare): the stream then waits for its buffers. So the
+// ring is bounded by bytes, and smaller records keep sixteen slots
+// (docs/benchmarks/large-payloads.md, "A lend ring the caches hold").
 const (
 	lentMin       = 4 << 10
-	lentRingBytes = 16 << 20
-	lentRing      = 4
+	lentRingBytes = 4 << 20
+	lentRing      = 16
 )
 
 // rdmoAppend streams APPENDs of records to the queue, then flushes: when
