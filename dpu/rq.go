@@ -557,13 +557,18 @@ func (w *Worker) dispatch(c *client, q *rq) {
 // maxInline bounds the requests of a batch the loop runs itself, and
 // inlineBudget and inlineBytes those of all batches it runs itself in one
 // round and their payload bytes: with handlers of well under a microsecond
-// per request (rdmo.HandlerInfo.Inline) and copies of at most 256 KiB the
-// loop is away from UCX and the other clients for some hundreds of
-// microseconds at most. What the budget leaves goes to the executors.
+// per request (rdmo.HandlerInfo.Inline) and copies of at most 1 MiB (about
+// 130 µs at this machine's 8 GB/s into target memory) the loop is away
+// from UCX and the other clients for some hundreds of microseconds at
+// most. What the budget leaves goes to the executors. The bytes' bound was
+// 256 KiB: a stream of 64 KiB appends then sent all but four a round to
+// the executor, and the hand-offs between the two (futex wake-ups, the
+// runtime's thread hand-over) were a fifth of the worker's samples
+// (docs/benchmarks/large-payloads.md, "The loop's inline budget").
 const (
 	maxInline    = 256
 	inlineBudget = 1024
-	inlineBytes  = 256 << 10
+	inlineBytes  = 1 << 20
 )
 
 // inlineOK reports whether the batch that p leads may run on the loop
