@@ -184,7 +184,7 @@ void shim_set_thread_check(int on);
  * asserts that requests were released); their late callbacks are ignored. */
 void shim_abandon_pending(shim_worker_t *w);
 
-/* The data path's three crossings, taking the worker as an integer. cgo
+/* The data path's two crossings, taking the worker as an integer. cgo
  * checks at run time every pointer argument whose C type holds pointers
  * (cgocheck: a lookup in Go's heap per argument), and shim_worker_t holds
  * some; the worker is C memory, so a check can never find it in Go's
