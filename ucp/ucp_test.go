@@ -475,3 +475,73 @@ func TestWaitAndWake(t *testing.T) {
 		t.Fatal("wait never returned")
 	}
 }
+
+// TestSendAMCopiesHeader checks SendAM's contract for headers: a header
+// that fits the slot's inline bytes is copied at once, whatever the
+// payload's size, so the caller may reuse the header's buffer as soon as
+// SendAM returns, before the send is issued (the next Progress). The
+// payloads here are too large to be copied with it, eager and rendezvous.
+func TestSendAMCopiesHeader(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		p := newPair(t, tr)
+		type got struct {
+			hdr, data []byte
+		}
+		var recv []got
+		p.b.SetHandler(1, ucp.MessageHandlerFunc(func(w *ucp.Worker, msgs []ucp.Message) {
+			for i := range msgs {
+				m := &msgs[i]
+				hdr := append([]byte(nil), m.Header...)
+				if !m.Rendezvous {
+					recv = append(recv, got{hdr, append([]byte(nil), m.Data...)})
+					continue
+				}
+				buf := make([]byte, m.Length)
+				if err := m.Receive(buf, ucp.CompleterFunc(func(c ucp.Completion) {
+					if c.Err != nil {
+						t.Errorf("receive: %v", c.Err)
+					}
+					recv = append(recv, got{hdr, buf})
+				}), 0); err != nil {
+					t.Error(err)
+				}
+			}
+		}))
+		sends := []struct {
+			size  int
+			flags ucp.SendFlags
+		}{{4 << 10, ucp.SendEager}, {64 << 10, ucp.SendRendezvous}}
+		hdr := make([]byte, 48)
+		var sent done
+		for i, s := range sends {
+			want := pattern(len(hdr), byte(0x40+i))
+			copy(hdr, want)
+			if err := p.ab.SendAM(1, hdr, pattern(s.size, byte(i)), s.flags, &sent, uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+			// The send is only queued; overwrite the header's buffer
+			// before anything is issued.
+			for k := range hdr {
+				hdr[k] = 0xEE
+			}
+		}
+		p.progress(func() bool { return len(recv) == len(sends) && sent.n == len(sends) })
+		if len(sent.errs) > 0 {
+			t.Fatal(sent.errs)
+		}
+		for _, r := range recv {
+			i := -1
+			for k := range sends {
+				if bytes.Equal(r.hdr, pattern(len(hdr), byte(0x40+k))) {
+					i = k
+				}
+			}
+			if i < 0 {
+				t.Fatalf("header arrived as %x, not as sent", r.hdr)
+			}
+			if !bytes.Equal(r.data, pattern(sends[i].size, byte(i))) {
+				t.Errorf("payload %d (%d bytes) corrupted", i, sends[i].size)
+			}
+		}
+	})
+}
