@@ -520,11 +520,16 @@ func (c *client) workload(ctx context.Context, wl oob.Workload) error {
 	sem := make(chan struct{}, pendingFlushes(wl.FlushEvery))
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ring, err := NewRecordRing(ctx, c.in)
-	if err != nil {
-		// Not needed to run: the records then go by Append, copied.
-		c.log.Warn("no lend pool for the large records; they are copied", zap.Error(err))
-		ring = nil
+	var ring *RecordRing // nil: the large records go by Append, copied
+	if initiator.LendSupported(c.wi.Capabilities) {
+		// As Options.Lend was set: a worker without lend pools gets no
+		// pool to allocate and free.
+		r, err := NewRecordRing(ctx, c.in)
+		if err != nil {
+			// Not needed to run.
+			c.log.Warn("no lend pool for the large records; they are copied", zap.Error(err))
+		}
+		ring = r
 	}
 	defer ring.Close(ctx)
 	s := c.in.With(ctx, 0)

@@ -27,8 +27,9 @@ type RecordRing struct {
 }
 
 // NewRecordRing allocates the ring from in's lend pool; nil (and no error)
-// when the worker would not read it in place (no Options.Lend, TCP): the
-// records then go by Append, copied.
+// when the worker would not read it in place (TCP): the records then go by
+// Append, copied. Without Options.Lend there is nothing to ask the worker:
+// callers skip it (the pool would be allocated only to be freed).
 func NewRecordRing(ctx context.Context, in *initiator.Initiator) (*RecordRing, error) {
 	pool, err := in.NewLendPool(ctx, ringSlots*maxRecord)
 	if err != nil {
