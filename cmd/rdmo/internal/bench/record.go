@@ -48,7 +48,7 @@ func fillRecord(b []byte, id, round int, seq uint32) {
 	body := b[8:]
 	first := body[:min(len(body), patternPeriod)]
 	x := mix(id, round, seq)
-	off := fillWords(first, x)
+	off := patternWords(first, x)
 	if off < len(first) {
 		var w [8]byte
 		binary.LittleEndian.PutUint64(w[:], x+uint64(off+8))
@@ -61,14 +61,14 @@ func fillRecord(b []byte, id, round int, seq uint32) {
 	}
 }
 
-// fillWords writes the pattern's whole words into first (word k, at byte
+// patternWords writes the pattern's whole words into first (word k, at byte
 // 8k, is x+8(k+1)) and returns how many bytes it wrote. Four words a turn
 // on a shrinking slice: the compiler then drops the bounds checks, and the
 // loop runs about three times as fast as a store per indexed word. At
 // 4 KiB the first period is the whole record, and a slow fill made the
 // payload's generation, not the transport, the bound of every row there
 // (a native writer's most of all).
-func fillWords(first []byte, x uint64) int {
+func patternWords(first []byte, x uint64) int {
 	w := first[:len(first)&^7]
 	v := x + 8
 	for len(w) >= 32 {
