@@ -22,12 +22,14 @@
  *    holds what UCX writes asynchronously (atomic operand and result), so no
  *    Go memory moves under UCX and no cgo.Handle is allocated per operation.
  *
- * Threading: every worker is created UCS_THREAD_MODE_SINGLE and used only
- * from the OS thread that created it (Go locks that goroutine to its thread).
- * With the owner-thread check on (ucp.CheckThreads, RDMO_UCP_CHECK_THREADS)
+ * Threading: a worker is created UCS_THREAD_MODE_SINGLE and used only from
+ * the OS thread that created it (Go locks that goroutine to its thread), or
+ * UCS_THREAD_MODE_SERIALIZED (w->serialized) and used by one thread at a
+ * time, in an order Go establishes. With the owner-thread check on (ucp.CheckThreads, RDMO_UCP_CHECK_THREADS)
  * the entry points that reach UCX on the data path (shim_progress,
  * shim_submit, shim_wait) refuse a call from another thread instead of
- * letting UCX misbehave (1.13) or abort (1.18). See docs/ARCHITECTURE.md,
+ * letting UCX misbehave (1.13) or abort (1.18); a serialized worker has no
+ * owner to check. See docs/ARCHITECTURE.md,
  * "ucp: crossing cgo once per batch, not once per message".
  *
  * The structures are declared and explained in shim.h.
@@ -111,7 +113,7 @@ void shim_set_thread_check(int on)
  * not the worker's thread. */
 static inline int off_thread(shim_worker_t *w)
 {
-    if (!__atomic_load_n(&shim_thread_check, __ATOMIC_RELAXED) ||
+    if (!__atomic_load_n(&shim_thread_check, __ATOMIC_RELAXED) || w->serialized ||
         pthread_equal(pthread_self(), w->owner)) {
         return 0;
     }

@@ -157,6 +157,7 @@ struct shim_worker {
     uint32_t      ops_cap;
     int           efd;
     pthread_t     owner;        /* the thread that created the worker */
+    int           serialized;   /* UCS_THREAD_MODE_SERIALIZED: no owner */
     int32_t       wrong_tid;    /* set when the thread check failed   */
 };
 

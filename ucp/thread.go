@@ -23,11 +23,15 @@ import (
 // first time another thread touches the worker (ucs_async_check_owner_thread
 // in ucp_worker_progress, ucp_worker_arm, ucp_am_send_nbx, ...).
 //
-// Serialized mode (UCS_THREAD_MODE_SERIALIZED) would lift the check but is not
-// free: on mlx5 devices it selects a doorbell mode with extra barriers
-// (BF_POST_MT instead of BF_POST) on every post. A locked thread costs the
-// data path nothing.
-//
+// Serialized mode (UCS_THREAD_MODE_SERIALIZED, WorkerOptions.Serialized)
+// lets any thread use the worker, one at a time, the caller ordering the
+// uses (a hand-over through an atomic, a mutex): UCX then checks no owner,
+// and neither does the check below. It is not free everywhere: on mlx5
+// devices it selects a doorbell mode with extra barriers (BF_POST_MT
+// instead of BF_POST) on every post. The initiator uses it so that a caller
+// waiting for an answer can run the progress loop itself (host/initiator,
+// borrow.go); a locked thread alone costs the data path nothing.
+
 // The check below makes the rule visible on every UCX version: when it is on,
 // each call of a Worker (or of an Endpoint, Listener or RemoteKey made from
 // it) that reaches UCX compares the calling thread with the worker's and
@@ -95,9 +99,19 @@ func lockThread() int {
 	return syscall.Gettid()
 }
 
-// onThread is the owner-thread check: nil when the check is off or the
-// caller is on the worker's thread.
+// onThread is the owner-thread check: nil when the check is off, the
+// worker is serialized (any thread may use it) or the caller is on the
+// worker's thread.
 func (w *Worker) onThread(kind string) error {
+	if w.opts.Serialized {
+		return nil
+	}
+	return w.onOwnerThread(kind)
+}
+
+// onOwnerThread is the check for what only the creating goroutine may do,
+// serialized or not: Close, which unlocks that goroutine from its thread.
+func (w *Worker) onOwnerThread(kind string) error {
 	if !checkThreads.Load() {
 		return nil
 	}

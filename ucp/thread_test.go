@@ -150,3 +150,76 @@ func TestThreadCheckCatchesWorkerUsedOffItsThread(t *testing.T) {
 		})
 	}
 }
+
+// A serialized worker (WorkerOptions.Serialized) is used from another
+// thread with the check on: it connects, sends and progresses there, and
+// the message arrives; only Close stays with the goroutine that created it
+// (NewWorker locked that goroutine to its thread).
+func TestSerializedWorkerUsedFromAnotherThread(t *testing.T) {
+	ucptest.CheckLeaks(t)
+	for _, tr := range ucptest.Transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			ctx := ucptest.NewContext(t, tr)
+			a, err := ctx.NewWorker(ucp.WorkerOptions{Serialized: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := ctx.NewWorker(ucp.WorkerOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			var got []byte
+			if err := b.SetHandler(7, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) {
+				for _, m := range msgs {
+					got = append(got, m.Data...)
+				}
+			})); err != nil {
+				t.Fatal(err)
+			}
+			addr, err := b.Address()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ep *ucp.Endpoint
+			onOtherThread(func(tid int) {
+				if tid == a.OwnerThread() {
+					t.Errorf("other goroutine on the worker's thread %d", tid)
+					return
+				}
+				if ep, err = a.Connect(addr, ucp.EndpointOptions{Name: "serialized"}); err != nil {
+					t.Errorf("Connect from thread %d: %v", tid, err)
+					return
+				}
+				if err := ep.SendAM(7, nil, []byte("from another thread"), 0, nil, 0); err != nil {
+					t.Errorf("SendAM: %v", err)
+				}
+				if _, err := a.Progress(); err != nil {
+					t.Errorf("Progress from thread %d: %v", tid, err)
+				}
+				if err := a.Close(); !errors.Is(err, ucp.ErrWrongThread) {
+					t.Errorf("Close from thread %d: %v, want ErrWrongThread", tid, err)
+				}
+			})
+			if t.Failed() {
+				return
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for string(got) != "from another thread" {
+				if _, err := a.Progress(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.Progress(); err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the message sent from another thread did not arrive: got %q", got)
+				}
+			}
+			if err := ep.CloseForce(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

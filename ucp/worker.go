@@ -31,6 +31,13 @@ type WorkerOptions struct {
 	// Progress at once, so the caller sees it one poll of the transports
 	// sooner.
 	ProgressRounds int
+	// Serialized creates the worker UCS_THREAD_MODE_SERIALIZED: any
+	// thread may then use it, one at a time, with the uses ordered by the
+	// caller (an atomic hand-over, a mutex), and the owner-thread check
+	// does not apply. NewWorker still locks the calling goroutine to its
+	// thread, and Close must come from that goroutine. See thread.go for
+	// what it costs.
+	Serialized bool
 }
 
 // Completion is the outcome of a non-blocking operation.
@@ -129,8 +136,9 @@ type readyCompletion struct {
 	status C.ucs_status_t
 }
 
-// NewWorker creates a single-threaded worker on the context, bound to the
-// calling goroutine's OS thread: it locks the goroutine to its thread
+// NewWorker creates a single-threaded worker (or a serialized one, see
+// WorkerOptions.Serialized) on the context, bound to the calling
+// goroutine's OS thread: it locks the goroutine to its thread
 // (runtime.LockOSThread) until Close, which must be called from the same
 // goroutine. Create the worker on the goroutine that will drive it.
 func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
@@ -149,6 +157,9 @@ func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 	var p C.ucp_worker_params_t
 	p.field_mask = C.UCP_WORKER_PARAM_FIELD_THREAD_MODE
 	p.thread_mode = C.UCS_THREAD_MODE_SINGLE
+	if opts.Serialized {
+		p.thread_mode = C.UCS_THREAD_MODE_SERIALIZED
+	}
 	w := &Worker{ctx: c, opts: opts, eps: map[C.ucp_ep_h]*Endpoint{}, lns: map[uint64]*Listener{}}
 	// UCX binds the worker to the first thread that uses it: create it on
 	// the thread it will live on.
@@ -159,6 +170,9 @@ func (c *Context) NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	w.sw = C.shim_worker_new(w.uw, C.uint32_t(opts.MaxOutstanding), C.uint32_t(opts.MaxBatch))
 	w.swh = C.uintptr_t(uintptr(unsafe.Pointer(w.sw)))
+	if w.sw != nil && opts.Serialized {
+		w.sw.serialized = 1
+	}
 	if w.sw == nil {
 		C.ucp_worker_destroy(w.uw)
 		runtime.UnlockOSThread()
@@ -651,7 +665,7 @@ func (w *Worker) Close() error {
 	if w.h.closed.Load() {
 		return nil
 	}
-	if err := w.onThread("ucp.Worker"); err != nil {
+	if err := w.onOwnerThread("ucp.Worker"); err != nil {
 		return err
 	}
 	if w.inProgress {
