@@ -100,6 +100,11 @@ func (c *CallWait) outstanding() bool { return c.in != nil && !c.once.Load() }
 // Inside a Drive's fn, use Driver.Wait: Wait then returns ErrInsideDrive
 // unless the answer is there.
 func (c *CallWait) Wait(ctx context.Context) (Result, error) {
+	return c.wait(ctx, nil)
+}
+
+// wait is Wait; br is as for FlushWait.wait (Call).
+func (c *CallWait) wait(ctx context.Context, br *borrower) (Result, error) {
 	if c.in == nil {
 		return Result{}, ErrNoCall
 	}
@@ -110,6 +115,9 @@ func (c *CallWait) Wait(ctx context.Context) (Result, error) {
 	var stop <-chan struct{}
 	if ctx != nil {
 		stop = ctx.Done()
+	}
+	if br != nil {
+		br.wait(done, stop)
 	}
 	spinFor(done, stop)
 	if ctx == nil {
@@ -174,11 +182,13 @@ func (in *Initiator) CallAsync(ctx context.Context, op uint32, sub, payload []by
 // Call is Initiator.Call with the Sender's flags (rdmo.FlagAck is always
 // added) and context.
 func (s Sender) Call(op uint32, sub, payload []byte) (Result, error) {
+	br := s.in.borrowBegin()
+	defer br.end(false)
 	c, err := s.CallAsync(op, sub, payload)
 	if err != nil {
 		return Result{}, err
 	}
-	return c.Wait(s.ctx)
+	return c.wait(s.ctx, br)
 }
 
 // CallAsync is Initiator.CallAsync with the Sender's flags (rdmo.FlagAck is

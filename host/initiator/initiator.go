@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/park"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -138,6 +139,15 @@ type Options struct {
 	// ErrorHandling selects peer-failure detection on the endpoint
 	// (ucp.ErrorHandlingPrefer by default: on where a transport can).
 	ErrorHandling ucp.ErrorHandling
+	// LoopThreadOnly keeps the UCP worker to the progress loop's thread
+	// (UCS_THREAD_MODE_SINGLE): Flush and Call then wait for the loop to
+	// deliver their answer instead of running its rounds on the caller's
+	// thread while the loop is parked (see docs/ARCHITECTURE.md, "Who
+	// runs the progress loop"). Set it on hosts whose UCX posts to mlx5
+	// devices, where a serialized worker pays extra barriers per post, if
+	// the data path matters more than a waiting caller's latency. Default
+	// false.
+	LoopThreadOnly bool
 
 	// FlushTimeout bounds how long a flush sent to the worker waits for
 	// its answer (0: no bound). When one is not answered in time the
@@ -191,6 +201,16 @@ type Initiator struct {
 	// it, else 0: a blocking call made there must fail, not wait for the
 	// loop it blocks.
 	driveTID atomic.Int32
+
+	// lp is the progress loop, run by the goroutine holding tok (see
+	// borrow.go); borrowers counts the callers that will wait for an
+	// answer, spinning those waiting to take tok; parked is set while the
+	// loop is parked on it.
+	lp        *loop
+	tok       park.Word
+	borrowers atomic.Int32
+	spinning  atomic.Int32
+	parked    atomic.Bool
 }
 
 // New creates the UCP context (unless Options.Context is set), worker and
@@ -443,12 +463,22 @@ func (f *FlushWait) Done() <-chan struct{} { return f.done }
 // matches the first failure's status), ctx.Err() when ctx ended first (the
 // flush stays outstanding), ErrClosed or a *PeerFailedError.
 func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
+	return f.wait(ctx, nil)
+}
+
+// wait is Wait; with br non-nil (Flush) the caller counted itself a
+// borrower, and wait runs the loop's rounds when the loop hands it the
+// token (borrow.go).
+func (f *FlushWait) wait(ctx context.Context, br *borrower) (wire.FlushResponse, error) {
 	if err := f.in.waitable(f.done); err != nil {
 		return wire.FlushResponse{}, err
 	}
 	var stop <-chan struct{}
 	if ctx != nil {
 		stop = ctx.Done()
+	}
+	if br != nil {
+		br.wait(f.done, stop)
 	}
 	spinFor(f.done, stop)
 	if ctx == nil {
@@ -495,11 +525,13 @@ func (in *Initiator) flushAsync(ctx context.Context, poll func() error) (*FlushW
 // Flush sends a FLUSH and waits for its response (see FlushWait.Wait for
 // the errors). ctx bounds the whole call.
 func (in *Initiator) Flush(ctx context.Context) (wire.FlushResponse, error) {
+	br := in.borrowBegin()
+	defer br.end(false)
 	fw, err := in.FlushAsync(ctx)
 	if err != nil {
 		return wire.FlushResponse{}, err
 	}
-	return fw.Wait(ctx)
+	return fw.wait(ctx, br)
 }
 
 // PeerFailed tells the Initiator that the RDMO worker is gone, where UCX
@@ -522,6 +554,7 @@ func (in *Initiator) PeerFailed(cause error) {
 	q.broadcast()
 	q.Unlock()
 	in.w.Wake()
+	in.resumeParked()
 }
 
 // Close sends what was queued, waits at most Options.CloseTimeout for the
@@ -547,6 +580,7 @@ func (in *Initiator) Close() error {
 		q.broadcast()
 		q.Unlock()
 		in.w.Wake()
+		in.resumeParked()
 	})
 	if in.onLoop() {
 		return nil

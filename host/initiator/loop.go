@@ -66,6 +66,8 @@ type loop struct {
 	// Drive's fn runs on it (see drive.go).
 	tid     int32
 	driving bool
+	// borrowed is set while a waiting caller runs rounds (borrow.go).
+	borrowed bool
 }
 
 type ackRec struct {
@@ -102,6 +104,7 @@ func (in *Initiator) run(ready chan<- error) {
 		return
 	}
 	lp.tid = int32(syscall.Gettid())
+	in.lp = lp
 	ready <- nil
 	lp.run()
 	in.closeErr = lp.shutdown()
@@ -133,7 +136,9 @@ func (in *Initiator) setup() (lp *loop, err error) {
 	}
 	// Operations UCX holds at once are sends not yet complete, which the
 	// window bounds, plus an endpoint close.
-	lp.w, err = lp.ctx.NewWorker(ucp.WorkerOptions{MaxOutstanding: in.opts.Window + 16})
+	// A serialized worker lets a waiting caller run the loop's rounds
+	// (borrow.go).
+	lp.w, err = lp.ctx.NewWorker(ucp.WorkerOptions{MaxOutstanding: in.opts.Window + 16, Serialized: !in.opts.LoopThreadOnly})
 	if err != nil {
 		return lp, fmt.Errorf("initiator: %w", err)
 	}
@@ -195,7 +200,7 @@ func (lp *loop) take() (b *batch, closing, failReq bool, dr *driveReq) {
 	q.Lock()
 	closing, failReq = q.closed, q.failReq
 	q.failReq = false
-	if len(q.drives) > 0 && !lp.driving && !closing {
+	if len(q.drives) > 0 && !lp.driving && !lp.borrowed && !closing {
 		dr = q.drives[0]
 		q.drives[0] = nil
 		q.drives = q.drives[1:]
@@ -220,6 +225,9 @@ func (lp *loop) run() {
 // Driver's wait runs rounds too (lp.driving is then set), so everything
 // the loop does for other goroutines goes on while a Drive runs.
 func (lp *loop) round() (closing bool) {
+	if !lp.driving && !lp.borrowed && lp.in.spinning.Load() > 0 {
+		lp.handOver()
+	}
 	b, closing, failReq, dr := lp.take()
 	if failReq {
 		lp.peerFailed()
@@ -249,7 +257,7 @@ func (lp *loop) round() (closing bool) {
 			lp.answered = false
 			// In a Drive the caller is this thread: nobody to hand the
 			// CPU to, and no conversation to wait for afterwards.
-			if !lp.driving {
+			if !lp.driving && !lp.borrowed {
 				lp.answeredAt = time.Now()
 				// The caller that has its answer now may be waiting
 				// for this very CPU (three polling threads, this loop,
@@ -261,6 +269,9 @@ func (lp *loop) round() (closing bool) {
 				}
 			}
 		}
+		return false
+	}
+	if lp.borrowed {
 		return false
 	}
 	lp.idle++

@@ -309,6 +309,9 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		}
 		*waiters++
 		q.Unlock()
+		// The loop frees the space; a caller counted as a borrower
+		// (Flush, Call) must not leave it parked meanwhile.
+		in.resumeParked()
 		select {
 		case <-space:
 		case <-done:
@@ -338,6 +341,7 @@ func (in *Initiator) wake() {
 		in.stats.wakes.Add(1)
 		in.w.Wake()
 	}
+	in.wakeParked()
 }
 
 // put takes window space and a sequence number for r and encodes it into

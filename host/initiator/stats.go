@@ -45,6 +45,11 @@ type Stats struct {
 	Wakes         uint64 // ucp.Worker.Wake calls made by producers
 	Sleeps        uint64 // times the progress loop slept in ucp.Worker.Wait
 	Drives        uint64 // Drives whose fn ran on the progress loop
+	// Borrows counts the Flushes and Calls whose caller ran the progress
+	// loop's rounds itself while it waited (borrow.go); HandOvers the
+	// times the loop parked for a waiting caller.
+	Borrows   uint64
+	HandOvers uint64
 }
 
 type counters struct {
@@ -56,6 +61,7 @@ type counters struct {
 	unknownResponses, malformed, sendErrors atomic.Uint64
 	windowWaits, batches, wakes, sleeps     atomic.Uint64
 	creditWaits, creditFlushes, drives      atomic.Uint64
+	borrows, handOvers                      atomic.Uint64
 }
 
 // batchCounts accumulates per-batch counts on the progress loop, so a
@@ -125,5 +131,7 @@ func (c *counters) snapshot() Stats {
 		Wakes:              c.wakes.Load(),
 		Sleeps:             c.sleeps.Load(),
 		Drives:             c.drives.Load(),
+		Borrows:            c.borrows.Load(),
+		HandOvers:          c.handOvers.Load(),
 	}
 }

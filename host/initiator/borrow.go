@@ -1,0 +1,203 @@
+package initiator
+
+import (
+	"syscall"
+	"time"
+)
+
+// A caller waiting in Flush or Call for its answer runs the progress loop's
+// rounds itself while the loop is parked, so that a round trip crosses two
+// threads (the caller's and the worker's), as inside a Drive, instead of
+// three: on a machine with few cores, the caller, the loop and the worker
+// polling at once take turns on the CPUs, and each turn costs a context
+// switch. The loop owns the UCP worker only while it holds the token; the
+// worker is created UCS_THREAD_MODE_SERIALIZED so that another thread may
+// use it while it does not.
+//
+// The token (Initiator.tok) is held by the loop (tokLoop), by nobody
+// (tokFree: the loop is parked and a waiting caller may take it) or by a
+// caller (tokCaller). A caller counts itself in Initiator.borrowers before
+// it queues its request; the loop, at the top of a round (not inside a
+// Drive), sees the count, frees the token and parks. The caller takes it,
+// runs rounds until its answer is there (or answerSpin passed), and frees it
+// again: when the loop has nothing left to do (nothing queued, nothing
+// outstanding), the loop stays parked, so a caller's next request finds the
+// token free at once; otherwise the caller hands the token back and wakes
+// the loop. A producer that queues a request while the loop is parked and no
+// caller waits wakes it (Initiator.wake), and a loop parked for parkLimit
+// with nobody waiting takes the token back for its own sleep, which is armed
+// for the worker's events.
+
+// Progress token states (Initiator.tok).
+const (
+	tokLoop   int32 = iota // the progress loop runs rounds
+	tokFree                // the loop is parked; a waiting caller may take the token
+	tokCaller              // a waiting caller runs rounds
+)
+
+// parkLimit bounds how long the loop stays parked on a free token with
+// nobody waiting before it takes the token back, so that an initiator
+// whose caller went quiet sleeps armed for the worker's events again.
+const parkLimit = time.Millisecond
+
+// busy reports whether a borrower leaves the loop work: requests queued,
+// Close or a peer failure to act on, sends, flushes or acks outstanding.
+// Called by the token's holder.
+func (lp *loop) busy() bool {
+	q := &lp.in.q
+	return q.Queued() || q.attn.Load() || lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal
+}
+
+// handOver frees the token for the callers that wait for it and parks the
+// loop until the token is handed back (or is free, nobody waits and
+// parkLimit passed).
+func (lp *loop) handOver() {
+	in := lp.in
+	in.tok.Store(tokFree)
+	in.parked.Store(true)
+	defer in.parked.Store(false)
+	lp.in.stats.handOvers.Add(1)
+	start := time.Now()
+	for {
+		v := in.tok.Load()
+		if v == tokLoop {
+			return
+		}
+		in.tok.Wait(v, parkLimit)
+		if in.tok.Load() == tokFree && in.spinning.Load() == 0 && time.Since(start) >= parkLimit &&
+			in.tok.CompareAndSwap(tokFree, tokLoop) {
+			return
+		}
+	}
+}
+
+// borrower is a caller counted in Initiator.borrowers (borrowBegin) until
+// it stops waiting to take the token (end).
+type borrower struct {
+	in    *Initiator
+	ended bool
+}
+
+// borrowBegin counts a caller that is about to queue a request and wait
+// for its answer, so that the loop hands it the token and a producer's
+// wake-up leaves the parked loop alone. The caller waits with wait, and
+// defers end for the paths that return before.
+// With Options.LoopThreadOnly it returns nil: the caller waits for the
+// loop.
+func (in *Initiator) borrowBegin() *borrower {
+	if in.opts.LoopThreadOnly {
+		return nil
+	}
+	in.borrowers.Add(1)
+	return &borrower{in: in}
+}
+
+// wait waits for done or stop as borrowWait does, then ends the borrow: a
+// caller that no longer waits to take the token must not be counted, or
+// the loop would park for it.
+func (b *borrower) wait(done, stop <-chan struct{}) {
+	b.end(b.in.borrowWait(done, stop))
+}
+
+// end uncounts the caller, once. Unless the caller freed the token itself
+// (held), the loop may be parked on a free token that no caller takes now:
+// it is woken unless another caller is about to take the token.
+func (b *borrower) end(held bool) {
+	if b == nil || b.ended {
+		return
+	}
+	b.ended = true
+	b.in.borrowers.Add(-1)
+	if !held && b.in.spinning.Load() == 0 {
+		b.in.resumeParked()
+	}
+}
+
+// wakeParked resumes a loop parked on a free token for a producer's
+// request, unless a caller counted in borrowers will run the rounds.
+func (in *Initiator) wakeParked() {
+	if in.borrowers.Load() == 0 {
+		in.resumeParked()
+	}
+}
+
+// resumeParked resumes a loop parked on a free token.
+func (in *Initiator) resumeParked() {
+	if in.parked.Load() && in.tok.CompareAndSwap(tokFree, tokLoop) {
+		in.tok.Wake()
+	}
+}
+
+// giveBack ends a caller's turn with the token: back to the loop when it
+// has work, free otherwise. A producer that queued a request meanwhile saw
+// the token held (and did not wake the loop); the check after the store
+// sees its request.
+func (in *Initiator) giveBack(lp *loop) {
+	if lp.busy() {
+		in.tok.Store(tokLoop)
+		in.tok.Wake()
+		return
+	}
+	in.tok.Store(tokFree)
+	q := &in.q
+	if (q.Queued() || q.attn.Load()) && in.tok.CompareAndSwap(tokFree, tokLoop) {
+		in.tok.Wake()
+	}
+}
+
+// borrowWait waits for done or stop, running the loop's rounds on the
+// caller's thread once the loop hands it the token, for up to answerSpin;
+// the caller then waits as it would have. It reports whether the caller
+// held the token (and so left it as it should be).
+func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
+	in.spinning.Add(1)
+	defer in.spinning.Add(-1)
+	lp := in.lp
+	var start time.Time
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			return false
+		case <-stop:
+			return false
+		default:
+		}
+		if i%spinCheckEvery == 0 {
+			if i == 0 {
+				start = time.Now()
+			} else if time.Since(start) >= answerSpin {
+				return false
+			}
+		}
+		if in.tok.CompareAndSwap(tokFree, tokCaller) {
+			in.stats.borrows.Add(1)
+			lp.borrowed = true
+			lp.runBorrowed(done, stop, start)
+			lp.borrowed = false
+			in.giveBack(lp)
+			return true
+		}
+		// The loop frees the token at its next round.
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
+
+// runBorrowed runs rounds until done or stop is closed, Close was called or
+// answerSpin passed since start.
+func (lp *loop) runBorrowed(done, stop <-chan struct{}, start time.Time) {
+	for j := 1; ; j++ {
+		select {
+		case <-done:
+			return
+		case <-stop:
+			return
+		default:
+		}
+		if lp.round() {
+			return
+		}
+		if j%spinCheckEvery == 0 && time.Since(start) >= answerSpin {
+			return
+		}
+	}
+}
