@@ -1,6 +1,7 @@
 package initiator
 
 import (
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -35,6 +36,16 @@ const (
 	tokCaller              // a waiting caller runs rounds
 )
 
+// quietRounds is how many rounds must pass after the loop issued an
+// APPEND or a SCATTER before it hands over to a waiting caller. A parked
+// loop gives up its P (the futex is a system call), and a process whose
+// goroutines keep every P busy (a producer streaming, the caller) would
+// leave the loop without one when it is handed back, until the scheduler
+// preempts somebody, milliseconds later; a stream also keeps the loop
+// busy, so the hand-over would buy nothing. Rounds of an idle loop take
+// well under a microsecond; a stream's producer queues far more often.
+const quietRounds = 256
+
 // parkLimit bounds how long the loop stays parked on a free token with
 // nobody waiting before it takes the token back, so that an initiator
 // whose caller went quiet sleeps armed for the worker's events again.
@@ -53,9 +64,11 @@ func (lp *loop) busy() bool {
 // parkLimit passed).
 func (lp *loop) handOver() {
 	in := lp.in
-	in.tok.Store(tokFree)
+	// parked first: whoever finds the token free must find the loop
+	// parked, or its resumeParked would miss it for parkLimit.
 	in.parked.Store(true)
 	defer in.parked.Store(false)
+	in.tok.Store(tokFree)
 	lp.in.stats.handOvers.Add(1)
 	start := time.Now()
 	for {
@@ -101,15 +114,21 @@ func (b *borrower) wait(done, stop <-chan struct{}) {
 
 // end uncounts the caller, once. Unless the caller freed the token itself
 // (held), the loop may be parked on a free token that no caller takes now:
-// it is woken unless another caller is about to take the token.
+// it is woken unless another caller is about to take the token. It is
+// woken too when a request is queued.
 func (b *borrower) end(held bool) {
 	if b == nil || b.ended {
 		return
 	}
 	b.ended = true
-	b.in.borrowers.Add(-1)
-	if !held && b.in.spinning.Load() == 0 {
-		b.in.resumeParked()
+	in := b.in
+	in.borrowers.Add(-1)
+	// A producer that queued a request while this caller was counted
+	// did not wake the parked loop (wakeParked): either it sees the
+	// count without this caller, or this sees its request.
+	q := &in.q
+	if !held && in.spinning.Load() == 0 || q.Queued() || q.attn.Load() {
+		in.resumeParked()
 	}
 }
 
@@ -129,11 +148,13 @@ func (in *Initiator) resumeParked() {
 }
 
 // giveBack ends a caller's turn with the token: back to the loop when it
-// has work, free otherwise. A producer that queued a request meanwhile saw
+// has work or a stream ran lately, free otherwise. A producer that queued a request meanwhile saw
 // the token held (and did not wake the loop); the check after the store
 // sees its request.
 func (in *Initiator) giveBack(lp *loop) {
-	if lp.busy() {
+	if lp.busy() || lp.quiet < quietRounds {
+		// Work is left, or a stream runs (whose requests the loop
+		// takes better than callers between their calls).
 		in.tok.Store(tokLoop)
 		in.tok.Wake()
 		return
@@ -146,9 +167,10 @@ func (in *Initiator) giveBack(lp *loop) {
 }
 
 // borrowWait waits for done or stop, running the loop's rounds on the
-// caller's thread once the loop hands it the token, for up to answerSpin;
-// the caller then waits as it would have. It reports whether the caller
-// held the token (and so left it as it should be).
+// caller's thread once the loop hands it the token, for up to answerSpin
+// (it polls, as spinFor does, while the loop has not); the caller then
+// parks as it would have. It reports whether the caller held the token
+// (and so left it as it should be).
 func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
 	in.spinning.Add(1)
 	defer in.spinning.Add(-1)
@@ -177,7 +199,15 @@ func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
 			in.giveBack(lp)
 			return true
 		}
-		// The loop frees the token at its next round.
+		// The loop frees the token at a round's top; meanwhile poll as
+		// spinFor does, which with one P it does not: the caller would
+		// hold the P the loop needs.
+		if i == 0 && runtime.GOMAXPROCS(0) < 2 {
+			return false
+		}
+		if i%spinCheckEvery == spinCheckEvery-1 {
+			runtime.Gosched()
+		}
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }

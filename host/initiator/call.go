@@ -118,8 +118,9 @@ func (c *CallWait) wait(ctx context.Context, br *borrower) (Result, error) {
 	}
 	if br != nil {
 		br.wait(done, stop)
+	} else {
+		spinFor(done, stop)
 	}
-	spinFor(done, stop)
 	if ctx == nil {
 		<-done
 		return c.res, c.err

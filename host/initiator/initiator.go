@@ -479,8 +479,9 @@ func (f *FlushWait) wait(ctx context.Context, br *borrower) (wire.FlushResponse,
 	}
 	if br != nil {
 		br.wait(f.done, stop)
+	} else {
+		spinFor(f.done, stop)
 	}
-	spinFor(f.done, stop)
 	if ctx == nil {
 		<-f.done
 		return f.rsp, f.err

@@ -68,6 +68,10 @@ type loop struct {
 	driving bool
 	// borrowed is set while a waiting caller runs rounds (borrow.go).
 	borrowed bool
+	// quiet counts the rounds since the loop last issued an APPEND or a
+	// SCATTER, up to quietRounds: only then does it hand over to a
+	// waiting caller.
+	quiet int
 }
 
 type ackRec struct {
@@ -225,7 +229,11 @@ func (lp *loop) run() {
 // Driver's wait runs rounds too (lp.driving is then set), so everything
 // the loop does for other goroutines goes on while a Drive runs.
 func (lp *loop) round() (closing bool) {
-	if !lp.driving && !lp.borrowed && lp.in.spinning.Load() > 0 {
+	if lp.quiet < quietRounds {
+		lp.quiet++
+	} else if lp.in.spinning.Load() > 0 && !lp.driving && !lp.borrowed && lp.sendsOut == 0 && !lp.in.q.Queued() {
+		// A caller waits for its answer, nothing else is on its way
+		// and no stream ran lately: let it run the rounds (borrow.go).
 		lp.handOver()
 	}
 	b, closing, failReq, dr := lp.take()
@@ -411,6 +419,9 @@ func (lp *loop) issue(b *batch) {
 		n := max(1, b.ents[i].span)
 		lp.send(b, i, n)
 		i += n
+	}
+	if lp.counts.appends+lp.counts.scatters > 0 {
+		lp.quiet = 0
 	}
 	in.stats.add(&lp.counts)
 	if b.pending == 0 {

@@ -36,15 +36,21 @@ func (w *Word) Store(v int32) { w.v.Store(v) }
 func (w *Word) CompareAndSwap(old, new int32) bool { return w.v.CompareAndSwap(old, new) }
 
 // Wait sleeps while the value is val, at most d, or until Wake (or a
-// spurious wake-up): the caller checks the value again. It blocks the
-// calling thread in a system call, which the Go runtime sees as such.
+// spurious wake-up, a signal): the caller checks the value again. The
+// runtime does not see the system call (RawSyscall6), so the caller keeps
+// its P while it sleeps, as a goroutine locked to its thread that must run
+// the moment it is woken wants: a thread that gave its P up must win one
+// back first, which in a process whose other goroutines keep every P busy
+// waits until the scheduler preempts one of them (milliseconds). The cost
+// is that P, idle for the others meanwhile: sleep briefly (d), and only on
+// a thread that has the work the waker hands it.
 func (w *Word) Wait(val int32, d time.Duration) {
 	ts := syscall.NsecToTimespec(int64(d))
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&w.v)), futexWaitPrivate,
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&w.v)), futexWaitPrivate,
 		uintptr(uint32(val)), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // Wake wakes one thread waiting on the word. Change the value first.
 func (w *Word) Wake() {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&w.v)), futexWakePrivate, 1, 0, 0, 0)
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&w.v)), futexWakePrivate, 1, 0, 0, 0)
 }
