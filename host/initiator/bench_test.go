@@ -168,6 +168,24 @@ func BenchmarkCall(b *testing.B) {
 	}
 }
 
+// BenchmarkCallParallel is Calls from several goroutines at once on one
+// Initiator (b.RunParallel, -cpu sets how many): each waits for its own
+// answer, so they take turns running the loop's rounds (borrow.go).
+func BenchmarkCallParallel(b *testing.B) {
+	in, ctx := startRoundTrips(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		sub := make([]byte, 16)
+		for pb.Next() {
+			if _, err := in.Call(ctx, benchCallOp, sub, nil); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 // BenchmarkDriveCall is BenchmarkCall made from inside one Drive: every
 // Call runs on the progress loop's thread, no hand-off. 0 allocs/op: a
 // Driver reuses its Call's state (a Call with result data allocates the

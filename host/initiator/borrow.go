@@ -147,21 +147,23 @@ func (in *Initiator) resumeParked() {
 	}
 }
 
-// giveBack ends a caller's turn with the token: back to the loop when it
-// has work or a stream ran lately, free otherwise. A producer that queued a request meanwhile saw
-// the token held (and did not wake the loop); the check after the store
-// sees its request.
+// giveBack ends a caller's turn with the token. It goes back to the loop
+// while a stream ran lately (its requests are the loop's to take), and
+// when work is left (requests queued, answers outstanding) that no other
+// waiting caller takes over; otherwise it is left free, for such a caller
+// or, with the loop parked, for the next one. A producer that queued a
+// request meanwhile saw the token held (and did not wake the loop); the
+// check after the store sees its request. A caller that stops waiting
+// without taking the token resumes the loop (borrower.end).
 func (in *Initiator) giveBack(lp *loop) {
-	if lp.busy() || lp.quiet < quietRounds {
-		// Work is left, or a stream runs (whose requests the loop
-		// takes better than callers between their calls).
+	if lp.quiet < quietRounds || lp.busy() && in.spinning.Load() == 0 {
 		in.tok.Store(tokLoop)
 		in.tok.Wake()
 		return
 	}
 	in.tok.Store(tokFree)
 	q := &in.q
-	if (q.Queued() || q.attn.Load()) && in.tok.CompareAndSwap(tokFree, tokLoop) {
+	if (q.Queued() || q.attn.Load()) && in.spinning.Load() == 0 && in.tok.CompareAndSwap(tokFree, tokLoop) {
 		in.tok.Wake()
 	}
 }
@@ -172,8 +174,15 @@ func (in *Initiator) giveBack(lp *loop) {
 // parks as it would have. It reports whether the caller held the token
 // (and so left it as it should be).
 func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
+	// spinning counts the caller while it waits to take the token, not
+	// while it holds it (giveBack asks whether another caller waits).
 	in.spinning.Add(1)
-	defer in.spinning.Add(-1)
+	counted := true
+	defer func() {
+		if counted {
+			in.spinning.Add(-1)
+		}
+	}()
 	lp := in.lp
 	var start time.Time
 	for i := 0; ; i++ {
@@ -192,6 +201,8 @@ func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
 			}
 		}
 		if in.tok.CompareAndSwap(tokFree, tokCaller) {
+			in.spinning.Add(-1)
+			counted = false
 			in.stats.borrows.Add(1)
 			lp.borrowed = true
 			lp.runBorrowed(done, stop, start)
