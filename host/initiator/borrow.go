@@ -18,16 +18,20 @@ import (
 // The token (Initiator.tok) is held by the loop (tokLoop), by nobody
 // (tokFree: the loop is parked and a waiting caller may take it) or by a
 // caller (tokCaller). A caller counts itself in Initiator.borrowers before
-// it queues its request; the loop, at the top of a round (not inside a
-// Drive), sees the count, frees the token and parks. The caller takes it,
-// runs rounds until its answer is there (or answerSpin passed), and frees it
-// again: when the loop has nothing left to do (nothing queued, nothing
-// outstanding), the loop stays parked, so a caller's next request finds the
-// token free at once; otherwise the caller hands the token back and wakes
-// the loop. A producer that queues a request while the loop is parked and no
-// caller waits wakes it (Initiator.wake), and a loop parked for parkLimit
-// with nobody waiting takes the token back for its own sleep, which is armed
-// for the worker's events.
+// it queues its request, so that queueing it does not wake a parked loop
+// (the caller will run the rounds), and in Initiator.spinning while it
+// waits to take the token. The loop, at the top of a round (not inside a
+// Drive, not while a stream runs), sees a waiting caller, frees the token
+// and parks on it, keeping its P (park.Word.Wait). The caller takes it,
+// runs rounds until its answer is there (or answerSpin passed), and frees
+// it again (giveBack): to another waiting caller, or, with nothing left to
+// do, to nobody, the loop staying parked, so that the caller's next request
+// finds the token free at once; otherwise back to the loop, woken. A
+// producer that queues a request while the loop is parked and no caller is
+// counted resumes it (Initiator.wake), as do Close, PeerFailed and a
+// caller that must wait for window space or credits; a loop parked for
+// parkLimit with no caller waiting takes the token back for its own sleep,
+// which is armed for the worker's events.
 
 // Progress token states (Initiator.tok).
 const (
@@ -37,13 +41,13 @@ const (
 )
 
 // quietRounds is how many rounds must pass after the loop issued an
-// APPEND or a SCATTER before it hands over to a waiting caller. A parked
-// loop gives up its P (the futex is a system call), and a process whose
-// goroutines keep every P busy (a producer streaming, the caller) would
-// leave the loop without one when it is handed back, until the scheduler
-// preempts somebody, milliseconds later; a stream also keeps the loop
-// busy, so the hand-over would buy nothing. Rounds of an idle loop take
-// well under a microsecond; a stream's producer queues far more often.
+// APPEND or a SCATTER before it hands over to a waiting caller: a stream's
+// requests are the loop's to take (a caller runs rounds only until its own
+// answer, and the token would go back and forth with every flush of a
+// streaming initiator), and a loop parked holding its P leaves the
+// stream's producer and the caller one P to share. Rounds of an idle loop
+// take well under a microsecond; a stream's producer queues far more
+// often.
 const quietRounds = 256
 
 // parkLimit bounds how long the loop stays parked on a free token with
@@ -95,20 +99,24 @@ type borrower struct {
 // for its answer, so that the loop hands it the token and a producer's
 // wake-up leaves the parked loop alone. The caller waits with wait, and
 // defers end for the paths that return before.
-// With Options.LoopThreadOnly it returns nil: the caller waits for the
-// loop.
-func (in *Initiator) borrowBegin() *borrower {
+// With Options.LoopThreadOnly it returns an ended borrower: the caller
+// waits for the loop.
+func (in *Initiator) borrowBegin() borrower {
 	if in.opts.LoopThreadOnly {
-		return nil
+		return borrower{ended: true}
 	}
 	in.borrowers.Add(1)
-	return &borrower{in: in}
+	return borrower{in: in}
 }
 
 // wait waits for done or stop as borrowWait does, then ends the borrow: a
 // caller that no longer waits to take the token must not be counted, or
 // the loop would park for it.
 func (b *borrower) wait(done, stop <-chan struct{}) {
+	if b.ended {
+		spinFor(done, stop)
+		return
+	}
 	b.end(b.in.borrowWait(done, stop))
 }
 
@@ -117,7 +125,7 @@ func (b *borrower) wait(done, stop <-chan struct{}) {
 // it is woken unless another caller is about to take the token. It is
 // woken too when a request is queued.
 func (b *borrower) end(held bool) {
-	if b == nil || b.ended {
+	if b.ended {
 		return
 	}
 	b.ended = true

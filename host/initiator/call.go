@@ -189,7 +189,7 @@ func (s Sender) Call(op uint32, sub, payload []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return c.wait(s.ctx, br)
+	return c.wait(s.ctx, &br)
 }
 
 // CallAsync is Initiator.CallAsync with the Sender's flags (rdmo.FlagAck is

@@ -532,7 +532,7 @@ func (in *Initiator) Flush(ctx context.Context) (wire.FlushResponse, error) {
 	if err != nil {
 		return wire.FlushResponse{}, err
 	}
-	return fw.wait(ctx, br)
+	return fw.wait(ctx, &br)
 }
 
 // PeerFailed tells the Initiator that the RDMO worker is gone, where UCX
