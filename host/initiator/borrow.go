@@ -156,15 +156,18 @@ func (in *Initiator) resumeParked() {
 }
 
 // giveBack ends a caller's turn with the token. It goes back to the loop
-// while a stream ran lately (its requests are the loop's to take), and
-// when work is left (requests queued, answers outstanding) that no other
+// while a stream ran lately (its requests are the loop's to take), when a
+// Drive waits or Close or a peer failure needs acting on, and when work is
+// left (requests queued, answers outstanding) that no other
 // waiting caller takes over; otherwise it is left free, for such a caller
 // or, with the loop parked, for the next one. A producer that queued a
 // request meanwhile saw the token held (and did not wake the loop); the
 // check after the store sees its request. A caller that stops waiting
 // without taking the token resumes the loop (borrower.end).
 func (in *Initiator) giveBack(lp *loop) {
-	if lp.quiet < quietRounds || lp.busy() && in.spinning.Load() == 0 {
+	// A Drive, Close or a peer failure (attn) is the loop's to act on:
+	// callers passing the token among themselves would keep it waiting.
+	if lp.quiet < quietRounds || in.q.attn.Load() || lp.busy() && in.spinning.Load() == 0 {
 		in.tok.Store(tokLoop)
 		in.tok.Wake()
 		return

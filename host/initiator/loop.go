@@ -231,9 +231,10 @@ func (lp *loop) run() {
 func (lp *loop) round() (closing bool) {
 	if lp.quiet < quietRounds {
 		lp.quiet++
-	} else if lp.in.spinning.Load() > 0 && !lp.driving && !lp.borrowed && lp.sendsOut == 0 && !lp.in.q.Queued() {
+	} else if lp.in.spinning.Load() > 0 && !lp.driving && !lp.borrowed && lp.sendsOut == 0 && !lp.in.q.Queued() && !lp.in.q.attn.Load() {
 		// A caller waits for its answer, nothing else is on its way
-		// and no stream ran lately: let it run the rounds (borrow.go).
+		// (no request, no Drive, no Close) and no stream ran lately:
+		// let it run the rounds (borrow.go).
 		lp.handOver()
 	}
 	b, closing, failReq, dr := lp.take()
