@@ -176,3 +176,52 @@ func TestLoopThreadOnly(t *testing.T) {
 		}
 	})
 }
+
+// A Drive made while callers keep calling runs: the callers, passing the
+// token among themselves, leave it to the loop once the Drive waits.
+func TestDriveAmongCallers(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		_, in := startResults(t, tr, initiator.Options{})
+		ctx := timeout(t, 2*time.Minute)
+		const callers = 3
+		stop := make(chan struct{})
+		errs := make(chan error, callers)
+		var wg sync.WaitGroup
+		for c := 0; c < callers; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						errs <- nil
+						return
+					default:
+					}
+					res, err := in.Call(ctx, opReverse, nil, []byte{byte(c), byte(i)})
+					if err != nil || !bytes.Equal(res.Data, []byte{byte(i), byte(c)}) {
+						errs <- fmt.Errorf("caller %d, call %d: %v %x", c, i, err, res.Data)
+						return
+					}
+				}
+			}()
+		}
+		testutil.WaitFor(t, "the callers to run the loop", func() bool { return in.Stats().Borrows >= 100 })
+		for d := 0; d < 5; d++ {
+			if err := in.Drive(ctx, func(dr *initiator.Driver) error {
+				_, err := dr.Flush()
+				return err
+			}); err != nil {
+				t.Fatalf("drive %d among callers: %v", d, err)
+			}
+		}
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
