@@ -21,7 +21,8 @@ import (
 // it queues its request, so that queueing it does not wake a parked loop
 // (the caller will run the rounds), and in Initiator.spinning while it
 // waits to take the token. The loop, at the top of a round (not inside a
-// Drive, not while a stream runs), sees a waiting caller, frees the token
+// Drive, not while a stream runs, nor while a Drive, Close or a peer
+// failure waits for it), sees a waiting caller, frees the token
 // and parks on it, keeping its P (park.Word.Wait). The caller takes it,
 // runs rounds until its answer is there (or answerSpin passed), and frees
 // it again (giveBack): to another waiting caller, or, with nothing left to
