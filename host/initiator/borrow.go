@@ -1,8 +1,8 @@
 package initiator
 
 import (
+	"context"
 	"runtime"
-	"syscall"
 	"time"
 )
 
@@ -110,15 +110,15 @@ func (in *Initiator) borrowBegin() borrower {
 	return borrower{in: in}
 }
 
-// wait waits for done or stop as borrowWait does, then ends the borrow: a
+// wait waits for l or ctx as borrowWait does, then ends the borrow: a
 // caller that no longer waits to take the token must not be counted, or
 // the loop would park for it.
-func (b *borrower) wait(done, stop <-chan struct{}) {
+func (b *borrower) wait(l *latch, ctx context.Context) {
 	if b.ended {
-		spinFor(done, stop)
+		spinFor(l, ctx)
 		return
 	}
-	b.end(b.in.borrowWait(done, stop))
+	b.end(b.in.borrowWait(l, ctx))
 }
 
 // end uncounts the caller, once. Unless the caller freed the token itself
@@ -180,12 +180,12 @@ func (in *Initiator) giveBack(lp *loop) {
 	}
 }
 
-// borrowWait waits for done or stop, running the loop's rounds on the
-// caller's thread once the loop hands it the token, for up to answerSpin
-// (it polls, as spinFor does, while the loop has not); the caller then
-// parks as it would have. It reports whether the caller held the token
-// (and so left it as it should be).
-func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
+// borrowWait waits for l, or until ctx (nil: none) ends, running the
+// loop's rounds on the caller's thread once the loop hands it the token,
+// for up to answerSpin (it polls, paced as spinFor's polls, while the loop
+// has not); the caller then parks as it would have. It reports whether
+// the caller held the token (and so left it as it should be).
+func (in *Initiator) borrowWait(l *latch, ctx context.Context) (held bool) {
 	// spinning counts the caller while it waits to take the token, not
 	// while it holds it (giveBack asks whether another caller waits).
 	in.spinning.Add(1)
@@ -196,28 +196,17 @@ func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
 		}
 	}()
 	lp := in.lp
-	var start time.Time
-	for i := 0; ; i++ {
-		select {
-		case <-done:
+	p := pace{ctx: ctx}
+	for {
+		if l.isSet() || !p.more() {
 			return false
-		case <-stop:
-			return false
-		default:
-		}
-		if i%spinCheckEvery == 0 {
-			if i == 0 {
-				start = time.Now()
-			} else if time.Since(start) >= answerSpin {
-				return false
-			}
 		}
 		if in.tok.CompareAndSwap(tokFree, tokCaller) {
 			in.spinning.Add(-1)
 			counted = false
 			in.stats.borrows.Add(1)
 			lp.borrowed = true
-			lp.runBorrowed(done, stop, start)
+			lp.runBorrowed(l, &p)
 			lp.borrowed = false
 			in.giveBack(lp)
 			return true
@@ -225,31 +214,22 @@ func (in *Initiator) borrowWait(done, stop <-chan struct{}) (held bool) {
 		// The loop frees the token at a round's top; meanwhile poll as
 		// spinFor does, which with one P it does not: the caller would
 		// hold the P the loop needs.
-		if i == 0 && runtime.GOMAXPROCS(0) < 2 {
+		if p.polls == 0 && runtime.GOMAXPROCS(0) < 2 {
 			return false
 		}
-		if i%spinCheckEvery == spinCheckEvery-1 {
-			runtime.Gosched()
-		}
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		p.yield()
 	}
 }
 
-// runBorrowed runs rounds until done or stop is closed, Close was called or
-// answerSpin passed since start.
-func (lp *loop) runBorrowed(done, stop <-chan struct{}, start time.Time) {
-	for j := 1; ; j++ {
-		select {
-		case <-done:
-			return
-		case <-stop:
-			return
-		default:
-		}
+// runBorrowed runs rounds until l is set, Close was called, or p says to
+// stop polling (answerSpin passed, its context ended).
+func (lp *loop) runBorrowed(l *latch, p *pace) {
+	for !l.isSet() {
 		if lp.round() {
 			return
 		}
-		if j%spinCheckEvery == 0 && time.Since(start) >= answerSpin {
+		p.polls++
+		if !p.more() {
 			return
 		}
 	}

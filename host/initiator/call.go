@@ -3,7 +3,6 @@ package initiator
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/openrdmo/rdmo/rdmo"
@@ -43,44 +42,21 @@ type CallWait struct {
 	err error
 	// once is claimed by whichever of finish and fail settles the call.
 	once atomic.Bool
-	mu   sync.Mutex
-	// done is made on demand (Done, and Wait, which parks on it): a
-	// Driver's calls wait by running the loop, so a pipeline of
-	// Driver.Start calls allocates nothing per call.
-	done    chan struct{}
-	settled bool // res and err are final; under mu, as done
+	// sig is set once res and err are final. Its channel is made on
+	// demand (Done, and a Wait that parks): a Driver's calls wait by
+	// running the loop, so a pipeline of Driver.Start calls allocates
+	// nothing per call.
+	sig latch
 }
 
 // Done is closed when the call has its answer (or failed).
-func (c *CallWait) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.settled {
-			close(c.done)
-		}
-	}
-	return c.done
-}
-
-// settle publishes res and err to Done's channel, if anyone made it.
-func (c *CallWait) settle() {
-	c.mu.Lock()
-	c.settled = true
-	if c.done != nil {
-		close(c.done)
-	}
-	c.mu.Unlock()
-}
+func (c *CallWait) Done() <-chan struct{} { return c.sig.C() }
 
 // reset makes a settled (or never queued) CallWait ready for another call.
 func (c *CallWait) reset(in *Initiator) {
 	c.in, c.res, c.err = in, Result{}, nil
 	c.once.Store(false)
-	c.mu.Lock()
-	c.done, c.settled = nil, false
-	c.mu.Unlock()
+	c.sig.reset()
 }
 
 // ErrNoCall is returned by a Wait for a CallWait that holds no call (the
@@ -108,31 +84,27 @@ func (c *CallWait) wait(ctx context.Context, br *borrower) (Result, error) {
 	if c.in == nil {
 		return Result{}, ErrNoCall
 	}
-	done := c.Done()
-	if err := c.in.waitable(done); err != nil {
+	if err := c.in.waitable(&c.sig); err != nil {
 		return Result{}, err
 	}
-	var stop <-chan struct{}
-	if ctx != nil {
-		stop = ctx.Done()
-	}
 	if br != nil {
-		br.wait(done, stop)
+		br.wait(&c.sig, ctx)
 	} else {
-		spinFor(done, stop)
+		spinFor(&c.sig, ctx)
+	}
+	if c.sig.isSet() {
+		return c.res, c.err
 	}
 	if ctx == nil {
-		<-done
+		<-c.sig.C()
 		return c.res, c.err
 	}
 	select {
-	case <-done:
+	case <-c.sig.C():
 		return c.res, c.err
 	case <-ctx.Done():
-		select {
-		case <-done:
+		if c.sig.isSet() { // both ready: prefer the answer
 			return c.res, c.err
-		default:
 		}
 		return Result{}, ctx.Err()
 	}
@@ -149,7 +121,7 @@ func (c *CallWait) finish(a wire.AckResponse, data, detail []byte) {
 		c.res.Data = append([]byte(nil), data...)
 	}
 	c.err = c.res.Err()
-	c.settle()
+	c.sig.fire()
 }
 
 // fail ends a call that gets no answer.
@@ -158,7 +130,7 @@ func (c *CallWait) fail(err error) {
 		return
 	}
 	c.err = err
-	c.settle()
+	c.sig.fire()
 }
 
 // Call sends a plugin operation with rdmo.FlagAck and waits for its answer:

@@ -122,14 +122,9 @@ func (in *Initiator) onLoop() bool {
 
 // waitable returns ErrInsideDrive when the caller would wait for done
 // inside a Drive's fn, where nothing would close it.
-func (in *Initiator) waitable(done <-chan struct{}) error {
-	if in == nil || in.driveTID.Load() == 0 {
+func (in *Initiator) waitable(l *latch) error {
+	if in == nil || in.driveTID.Load() == 0 || l.isSet() {
 		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	default:
 	}
 	if in.onLoop() {
 		return ErrInsideDrive
@@ -238,10 +233,8 @@ func (d *Driver) Flush() (wire.FlushResponse, error) {
 		return wire.FlushResponse{}, err
 	}
 	for {
-		select {
-		case <-fw.done:
+		if fw.sig.isSet() {
 			return fw.rsp, fw.err
-		default:
 		}
 		if err := d.poll(); err != nil {
 			return wire.FlushResponse{}, err

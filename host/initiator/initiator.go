@@ -446,7 +446,7 @@ type FlushWait struct {
 	id   uint64
 	seq  uint64 // the FLUSH's arrival sequence number
 	auto bool   // queued by flow control: nobody waits, failures carry over
-	done chan struct{}
+	sig  latch  // set once rsp and err are final
 	rsp  wire.FlushResponse
 	err  error
 	sent time.Time // when the loop issued it (Options.FlushTimeout)
@@ -456,7 +456,7 @@ type FlushWait struct {
 func (f *FlushWait) ID() uint64 { return f.id }
 
 // Done is closed when the flush has its answer (or failed).
-func (f *FlushWait) Done() <-chan struct{} { return f.done }
+func (f *FlushWait) Done() <-chan struct{} { return f.sig.C() }
 
 // Wait waits for the flush response, ctx, Close or a peer failure. The
 // error is a *FlushError when the response reports failed requests (it
@@ -470,30 +470,27 @@ func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
 // borrower, and wait runs the loop's rounds when the loop hands it the
 // token (borrow.go).
 func (f *FlushWait) wait(ctx context.Context, br *borrower) (wire.FlushResponse, error) {
-	if err := f.in.waitable(f.done); err != nil {
+	if err := f.in.waitable(&f.sig); err != nil {
 		return wire.FlushResponse{}, err
 	}
-	var stop <-chan struct{}
-	if ctx != nil {
-		stop = ctx.Done()
-	}
 	if br != nil {
-		br.wait(f.done, stop)
+		br.wait(&f.sig, ctx)
 	} else {
-		spinFor(f.done, stop)
+		spinFor(&f.sig, ctx)
+	}
+	if f.sig.isSet() {
+		return f.rsp, f.err
 	}
 	if ctx == nil {
-		<-f.done
+		<-f.sig.C()
 		return f.rsp, f.err
 	}
 	select {
-	case <-f.done:
+	case <-f.sig.C():
 		return f.rsp, f.err
 	case <-ctx.Done():
-		select {
-		case <-f.done: // both ready: prefer the answer
+		if f.sig.isSet() { // both ready: prefer the answer
 			return f.rsp, f.err
-		default:
 		}
 		return wire.FlushResponse{}, ctx.Err()
 	}
@@ -502,7 +499,7 @@ func (f *FlushWait) wait(ctx context.Context, br *borrower) (wire.FlushResponse,
 // finish runs on the progress loop, once per flush.
 func (f *FlushWait) finish(rsp wire.FlushResponse, err error) {
 	f.rsp, f.err = rsp, err
-	close(f.done)
+	f.sig.fire()
 }
 
 // FlushAsync queues a FLUSH (with rdmo.FlagFence and a fresh flush id) and
@@ -515,7 +512,7 @@ func (in *Initiator) FlushAsync(ctx context.Context) (*FlushWait, error) {
 
 // flushAsync is FlushAsync; poll is a Driver's (see request.poll).
 func (in *Initiator) flushAsync(ctx context.Context, poll func() error) (*FlushWait, error) {
-	fw := &FlushWait{in: in, id: in.flushID.Add(1), done: make(chan struct{})}
+	fw := &FlushWait{in: in, id: in.flushID.Add(1)}
 	r := request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw, poll: poll}
 	if _, err := in.enqueue(ctx, &r); err != nil {
 		return nil, err

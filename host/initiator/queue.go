@@ -411,7 +411,7 @@ func (q *queue) credit(op uint32) (flushFirst, ok bool) {
 // current batch: its answer confirms every request before it, returning
 // their credits. Called with the mutex held.
 func (in *Initiator) queueCreditFlush() {
-	fw := &FlushWait{in: in, id: in.flushID.Add(1), auto: true, done: make(chan struct{})}
+	fw := &FlushWait{in: in, id: in.flushID.Add(1), auto: true}
 	in.put(&request{op: rdmo.OpFlush, flags: rdmo.FlagFence, flush: fw}, wire.FlushHeaderLen, nil)
 	in.stats.creditFlushes.Add(1)
 }

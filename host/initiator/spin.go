@@ -1,6 +1,7 @@
 package initiator
 
 import (
+	"context"
 	"runtime"
 	"syscall"
 	"time"
@@ -21,64 +22,67 @@ const answerSpin = 200 * time.Microsecond
 // spinCheckEvery is how many polls pass between clock readings.
 const spinCheckEvery = 8
 
-// spinFor polls done and stop (nil: none) for up to answerSpin, yielding
-// between polls the CPU (sched_yield: the threads that produce the answer,
-// the progress loop and on a small machine the worker process, may want
-// this core) and every spinCheckEvery polls the P (runtime.Gosched: a
-// goroutine of this process that produces the answer, such as a worker
-// running in the same process, may be waiting for one). It returns when
-// either is closed or the time is up; the caller then waits as it would
-// have (a select that finds a closed channel does not park). It does not
-// poll with one P: the caller would then hold the P the progress loop
-// needs.
-func spinFor(done, stop <-chan struct{}) {
+// pace paces a waiter's polls (spinFor, spinWhile, borrowWait): every
+// spinCheckEvery polls it reads the clock and looks at ctx (cheap: a
+// canceled context is one atomic load), and between polls it yields the
+// CPU (sched_yield: the threads that produce the answer, the progress loop
+// and on a small machine the worker process, may want this core) and every
+// spinCheckEvery polls the P (runtime.Gosched: a goroutine of this process
+// that produces the answer, such as a worker running in the same process,
+// may be waiting for one; not every poll, since a Gosched that finds an
+// idle P wakes a thread for it, a futex call, the cost this poll exists to
+// avoid).
+type pace struct {
+	ctx   context.Context // nil: none
+	polls int
+	start time.Time
+}
+
+// more reports whether to poll once more: false once answerSpin passed
+// since the first poll or ctx ended.
+func (p *pace) more() bool {
+	if p.polls%spinCheckEvery != 0 {
+		return true
+	}
+	if p.polls == 0 {
+		p.start = time.Now()
+	} else if time.Since(p.start) >= answerSpin {
+		return false
+	}
+	return p.ctx == nil || p.ctx.Err() == nil
+}
+
+// yield counts a poll and yields between it and the next.
+func (p *pace) yield() {
+	if p.polls%spinCheckEvery == spinCheckEvery-1 {
+		runtime.Gosched()
+	}
+	syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	p.polls++
+}
+
+// spinFor polls l for up to answerSpin, or until ctx (nil: none) ends,
+// pacing its polls with pace; the caller then waits as it would have. It
+// does not poll with one P: the caller would then hold the P the progress
+// loop needs.
+func spinFor(l *latch, ctx context.Context) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		return
 	}
-	var start time.Time
-	for i := 0; ; i++ {
-		select {
-		case <-done:
-			return
-		case <-stop:
-			return
-		default:
-		}
-		if i%spinCheckEvery == 0 {
-			if i == 0 {
-				start = time.Now()
-			} else if time.Since(start) >= answerSpin {
-				return
-			}
-		}
-		if i%spinCheckEvery == spinCheckEvery-1 {
-			// Not every poll: a Gosched that finds an idle P wakes
-			// a thread for it (a futex call), the cost this poll
-			// exists to avoid.
-			runtime.Gosched()
-		}
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	p := pace{ctx: ctx}
+	for !l.isSet() && p.more() {
+		p.yield()
 	}
 }
 
-// spinWhile polls cond for up to answerSpin, yielding as spinFor does,
-// and returns when it turned false or the time is up.
+// spinWhile polls cond for up to answerSpin, pacing its polls as spinFor
+// does, and returns when it turned false or the time is up.
 func spinWhile(cond func() bool) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		return
 	}
-	var start time.Time
-	for i := 0; cond(); i++ {
-		if i%spinCheckEvery == 0 {
-			if i == 0 {
-				start = time.Now()
-			} else if time.Since(start) >= answerSpin {
-				return
-			}
-		}
-		if i%spinCheckEvery == spinCheckEvery-1 {
-			runtime.Gosched() // now and then, as spinFor does
-		}
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	var p pace
+	for cond() && p.more() {
+		p.yield()
 	}
 }

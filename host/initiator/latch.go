@@ -1,0 +1,53 @@
+package initiator
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// latch is the one-shot event of an answer (a flush's, a call's), set by
+// the progress loop once the answer is written. A waiter that polls (the
+// wait for an answer mostly does) reads it with one atomic load; its
+// channel is made only for a waiter that parks or asks for it (Done), so
+// that waiting for an answer costs no allocation and no channel locks per
+// poll.
+type latch struct {
+	set atomic.Bool
+	mu  sync.Mutex
+	ch  chan struct{} // made on demand, closed once set; under mu
+}
+
+// isSet reports whether the event happened; what was written before fire
+// is then visible.
+func (l *latch) isSet() bool { return l.set.Load() }
+
+// fire sets the latch (once: the caller makes sure of that).
+func (l *latch) fire() {
+	l.mu.Lock()
+	l.set.Store(true)
+	if l.ch != nil {
+		close(l.ch)
+	}
+	l.mu.Unlock()
+}
+
+// C returns a channel that is closed once the latch is set.
+func (l *latch) C() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ch == nil {
+		l.ch = make(chan struct{})
+		if l.set.Load() {
+			close(l.ch)
+		}
+	}
+	return l.ch
+}
+
+// reset makes a latch that was set (or never used) ready for another event.
+func (l *latch) reset() {
+	l.mu.Lock()
+	l.set.Store(false)
+	l.ch = nil
+	l.mu.Unlock()
+}
