@@ -705,9 +705,19 @@ const (
 	spinMax     = 500 * time.Microsecond
 	spinPending = time.Millisecond
 	// spinCheck is how many empty rounds pass between clock readings
-	// (and yields of the CPU); one round is a Progress call, about half a
-	// microsecond.
+	// (and, while something is outstanding, yields of the CPU); one round
+	// is a Progress call, a few tenths of a microsecond.
 	spinCheck = 16
+	// yieldEvery spaces the yields of the CPU while nothing is
+	// outstanding: the loop waits for the next request, and a yield
+	// (sched_yield) costs about a microsecond on a small virtual machine
+	// even when nothing else wants the CPU, during which a request that
+	// arrives waits. Once per spinCheck rounds, in the few microseconds
+	// between two turns of a conversation, that was a yield in most gaps
+	// and a microsecond on most round trips. A thread that wants this CPU
+	// (the initiator's, on a machine with fewer cores than polling
+	// threads) waits at most this long for the loop to step aside.
+	yieldEvery = 20 * time.Microsecond
 	// quietRounds empty rounds (some 10 µs) make the loop quiet: work
 	// that comes after them is a turn of a conversation, not a stream.
 	quietRounds = 32
@@ -719,6 +729,7 @@ type spinner struct {
 	rounds    int           // empty rounds since the last work
 	since     time.Time     // when the first of them started
 	spun      time.Duration // how long the last spin lasted (accounting)
+	yieldAt   time.Duration // spin time of the next yield while nothing is outstanding
 	timedOut  bool          // the last sleep ran its full IdleWait
 	sleptAt   time.Time     // when the idle period that slept began
 	sleptOnce bool          // the current idle period included a sleep
@@ -756,6 +767,7 @@ func (s *spinner) idle(outstanding bool) bool {
 			return true
 		}
 		s.since = time.Now()
+		s.yieldAt = yieldEvery
 		return false
 	}
 	if s.rounds%spinCheck != 0 {
@@ -768,9 +780,12 @@ func (s *spinner) idle(outstanding bool) bool {
 	if s.spun = time.Since(s.since); s.spun < limit {
 		// Poll politely: let the threads that want this CPU (an
 		// executor's, a peer process on a small machine, the initiator
-		// of this very conversation) run first (a no-op when the CPU is
-		// ours).
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		// of this very conversation) run first; while nothing is
+		// outstanding, every yieldEvery.
+		if outstanding || s.spun >= s.yieldAt {
+			s.yieldAt = s.spun + yieldEvery
+			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		}
 		return false
 	}
 	return true
