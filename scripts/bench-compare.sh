@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-compare.sh compares the working tree with a base revision on the rows
 # a data-path change must not slow down (docs/benchmarks/compare.md): it
-# builds both `rdmo` binaries, runs them alternately (A B A B ...) on the
+# builds both `rdmo` binaries, runs them alternately (A B B A A B ...) on the
 # workload row, 64 B and 64 KiB appends (rdmo-append/owned), flush/idle and
 # chase/4, and prints the comparison with benchstat.
 #
@@ -109,8 +109,12 @@ demo_run() {
 }
 
 echo "bench-compare: $COUNT alternated runs of each build, topology $TOPOLOGY, $DURATION per row; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# Which build runs first alternates too: the second run of a pair can be
+# slower whatever it runs (docs/benchmarks/compare.md).
 for i in $(seq 1 "$COUNT"); do
-  for name in A B; do
+  order="A B"
+  [ $((i % 2)) = 0 ] && order="B A"
+  for name in $order; do
     echo "  run $i/$COUNT: $name"
     bench_rows "$tmp/rdmo-$name" "$name"
     [ -n "$demo_pair" ] && demo_run "$tmp/rdmo-$name" "$name"
