@@ -716,8 +716,10 @@ const (
 	// between two turns of a conversation, that was a yield in most gaps
 	// and a microsecond on most round trips. A thread that wants this CPU
 	// (the initiator's, on a machine with fewer cores than polling
-	// threads) waits at most this long for the loop to step aside.
-	yieldEvery = 20 * time.Microsecond
+	// threads) waits at most this long for the loop to step aside: 8 µs
+	// rather than 20, under which 64 KiB appends on shared memory leaned
+	// 6% slower (docs/benchmarks/idle-policy.md).
+	yieldEvery = 8 * time.Microsecond
 	// quietRounds empty rounds (some 10 µs) make the loop quiet: work
 	// that comes after them is a turn of a conversation, not a stream.
 	quietRounds = 32
