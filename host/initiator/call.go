@@ -84,30 +84,10 @@ func (c *CallWait) wait(ctx context.Context, br *borrower) (Result, error) {
 	if c.in == nil {
 		return Result{}, ErrNoCall
 	}
-	if err := c.in.waitable(&c.sig); err != nil {
+	if err := c.in.await(&c.sig, ctx, br); err != nil {
 		return Result{}, err
 	}
-	if br != nil {
-		br.wait(&c.sig, ctx)
-	} else {
-		spinFor(&c.sig, ctx)
-	}
-	if c.sig.isSet() {
-		return c.res, c.err
-	}
-	if ctx == nil {
-		<-c.sig.C()
-		return c.res, c.err
-	}
-	select {
-	case <-c.sig.C():
-		return c.res, c.err
-	case <-ctx.Done():
-		if c.sig.isSet() { // both ready: prefer the answer
-			return c.res, c.err
-		}
-		return Result{}, ctx.Err()
-	}
+	return c.res, c.err
 }
 
 // finish runs on the worker goroutine when the ack arrived. data and

@@ -470,30 +470,10 @@ func (f *FlushWait) Wait(ctx context.Context) (wire.FlushResponse, error) {
 // borrower, and wait runs the loop's rounds when the loop hands it the
 // token (borrow.go).
 func (f *FlushWait) wait(ctx context.Context, br *borrower) (wire.FlushResponse, error) {
-	if err := f.in.waitable(&f.sig); err != nil {
+	if err := f.in.await(&f.sig, ctx, br); err != nil {
 		return wire.FlushResponse{}, err
 	}
-	if br != nil {
-		br.wait(&f.sig, ctx)
-	} else {
-		spinFor(&f.sig, ctx)
-	}
-	if f.sig.isSet() {
-		return f.rsp, f.err
-	}
-	if ctx == nil {
-		<-f.sig.C()
-		return f.rsp, f.err
-	}
-	select {
-	case <-f.sig.C():
-		return f.rsp, f.err
-	case <-ctx.Done():
-		if f.sig.isSet() { // both ready: prefer the answer
-			return f.rsp, f.err
-		}
-		return wire.FlushResponse{}, ctx.Err()
-	}
+	return f.rsp, f.err
 }
 
 // finish runs on the progress loop, once per flush.

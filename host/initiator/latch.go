@@ -1,6 +1,7 @@
 package initiator
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -50,4 +51,36 @@ func (l *latch) reset() {
 	l.set.Store(false)
 	l.ch = nil
 	l.mu.Unlock()
+}
+
+// await waits for an answer's latch as Flush, Call and their Waits do: it
+// fails inside a Drive's fn (waitable), runs the loop's rounds while the
+// loop hands them over (br non-nil, borrow.go) or polls (spinFor), and
+// then parks on the latch's channel and ctx's (nil: no limit). It returns
+// nil once l is set, preferring the answer when ctx ended too.
+func (in *Initiator) await(l *latch, ctx context.Context, br *borrower) error {
+	if err := in.waitable(l); err != nil {
+		return err
+	}
+	if br != nil {
+		br.wait(l, ctx)
+	} else {
+		spinFor(l, ctx)
+	}
+	if l.isSet() {
+		return nil
+	}
+	if ctx == nil {
+		<-l.C()
+		return nil
+	}
+	select {
+	case <-l.C():
+		return nil
+	case <-ctx.Done():
+		if l.isSet() {
+			return nil
+		}
+		return ctx.Err()
+	}
 }
