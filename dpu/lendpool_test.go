@@ -336,3 +336,72 @@ func TestLendPoolUserOps(t *testing.T) {
 		}
 	})
 }
+
+// Records too large for two to share the loop's payload budget of a round
+// (dpu's inlineBytes, 1 MiB) all run on the loop, a round each, when they
+// become ready together: none is sent to the client's executor. They wait
+// behind a fenced first record that waits for a blocked op, so that all of
+// them are queued when the op ends. Over TCP the worker cannot map the
+// pool, nothing runs inline, and only the records are checked.
+func TestLendPoolRecordsCarryOver(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		slow := newSlow(t)
+		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{appendop.New(appendop.Options{}), flush.New(), slow}})
+		const recLen, records = 600 << 10, 5
+		s := e.newSetup(1, 4<<20, 0, 4<<20)
+		tail := s.mem(s.base, 8)
+		le.PutUint64(tail, s.base+64)
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		in, pool := s.lendingInitiator(ctx, records*recLen)
+		if err := in.User(opSlow, le.AppendUint64(le.AppendUint64(nil, s.region), s.base+8), []byte("slow")); err != nil {
+			t.Fatal(err)
+		}
+		buf := pool.Bytes()
+		var want []byte
+		lends := make([]rdmoinit.Lend, records)
+		before := e.w.Stats()
+		for i := range lends {
+			rec := buf[i*recLen : (i+1)*recLen]
+			fill(rec, byte(i+1))
+			want = append(want, rec...)
+			snd := in.With(ctx, 0)
+			if i == 0 {
+				snd = in.With(ctx, rdmo.FlagFence)
+			}
+			if _, err := snd.AppendLent(s.base, s.region, s.region, rec, &lends[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "the records to arrive", func() bool {
+			return e.w.Stats().Requests[rdmo.OpAppend]-before.Requests[rdmo.OpAppend] >= records
+		})
+		slow.release()
+		for i := range lends {
+			if err := lends[i].Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
+			t.Fatalf("flush: %+v, %v", rsp, err)
+		}
+		if got := le.Uint64(tail); got != s.base+64+uint64(len(want)) {
+			t.Fatalf("tail %#x, want %#x", got, s.base+64+uint64(len(want)))
+		}
+		if !bytes.Equal(s.mem(s.base+64, len(want)), want) {
+			t.Fatal("the queue does not hold the records as lent")
+		}
+		if tr.Name != "shm" {
+			return
+		}
+		after := e.w.Stats()
+		// The slow op's batch ran at the executor, every record's on the
+		// loop, one batch each; the FLUSH, which writes the queue's tail
+		// back, may run at either.
+		batches, inline := after.Batches-before.Batches, after.InlineBatches-before.InlineBatches
+		if inline < records || batches-inline > 2 {
+			t.Fatalf("%d batches, %d of them on the loop: want the %d records each alone on the loop",
+				batches, inline, records)
+		}
+	})
+}

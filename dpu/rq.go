@@ -482,11 +482,46 @@ func (w *Worker) pump(c *client) {
 	}
 	for c.queued < execQueueDepth {
 		q := w.nextReady(c)
-		if q == nil {
+		if q == nil || w.carryOver(c, q) {
 			return
 		}
 		w.dispatch(c, q)
 	}
+}
+
+// carryOver keeps q's head for the next round when the loop would run
+// its batch itself but for the payload bytes this round already took
+// (inlineBytes): a stream of large records then runs on the loop a round
+// at a time instead of sending every record over the budget to the
+// client's executor, whose wake-up and answer cost two thread hand-offs
+// per batch and, while it copies, a loop polling beside it for the
+// executor's answer. The executor of that client is idle (inlineOK), so
+// it would not have run in parallel with the loop anyway. The next round
+// starts with a Progress, so the other clients' requests are served
+// between two such batches as before.
+func (w *Worker) carryOver(c *client, q *rq) bool {
+	p := q.queue[q.head]
+	if len(p.payload) <= w.inlineBytes || len(p.payload) > inlineBytes || w.inlineLeft <= 0 {
+		return false
+	}
+	bytes := w.inlineBytes
+	w.inlineBytes = inlineBytes
+	ok := w.inlineOK(c, p)
+	w.inlineBytes = bytes
+	if ok {
+		w.carried = append(w.carried, c)
+	}
+	return ok
+}
+
+// recarry marks the clients carryOver kept dirty again, at the start of
+// a round whose budget is whole.
+func (w *Worker) recarry() {
+	for i, c := range w.carried {
+		w.markDirty(c)
+		w.carried[i] = nil
+	}
+	w.carried = w.carried[:0]
 }
 
 // nextReady picks the next queue (round robin) whose head may start: a

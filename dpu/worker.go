@@ -86,6 +86,7 @@ type Worker struct {
 	round       uint64    // rounds of the loop
 	inlineLeft  int       // requests the loop may still run itself this round (runInline)
 	inlineBytes int       // and their payload bytes
+	carried     []*client // clients whose next batch waits for the next round's budget (carryOver)
 	atExec      int       // batches and commands handed to executors, not returned
 	shm         shmCheck  // the shared-memory receive-queue check (shmcheck.go)
 
@@ -424,6 +425,7 @@ func (w *Worker) run(started chan<- error) {
 		w.round++
 		w.readied = 0 // counted by completions in Progress too
 		w.inlineLeft, w.inlineBytes = inlineBudget, inlineBytes
+		w.recarry()
 		n, err := w.uw.Progress()
 		if err != nil && progressErr == nil {
 			progressErr = err
@@ -441,7 +443,7 @@ func (w *Worker) run(started chan<- error) {
 				break
 			}
 		}
-		if n > 0 || did > 0 || w.readied > 0 {
+		if n > 0 || did > 0 || w.readied > 0 || len(w.carried) > 0 {
 			if sp.active() && len(w.woken) > 0 {
 				// Work after a quiet spell that woke an executor (a
 				// request/response conversation): let it run now.
