@@ -307,7 +307,13 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	if len(pages) > 0 {
-		fmt.Fprintf(w, "queue memory pages: %s\n", strings.Join(pages, "; "))
+		hint := ""
+		if len(pages) == 1 && pages[0] == "4 KiB" {
+			// The host offered no huge pages: a fresh registration then
+			// faults once per 4 KiB (the cold rows).
+			hint = " (no huge pages on this host: docs/OPERATIONS.md, \"Huge pages for target memory\")"
+		}
+		fmt.Fprintf(w, "queue memory pages: %s%s\n", strings.Join(pages, "; "), hint)
 	}
 	if r.NoPeerDetection {
 		fmt.Fprintf(w, "RDMO endpoints without peer-failure detection (--no-peer-detection)\n")
