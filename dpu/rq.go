@@ -482,7 +482,14 @@ func (w *Worker) pump(c *client) {
 	}
 	for c.queued < execQueueDepth {
 		q := w.nextReady(c)
-		if q == nil || w.carryOver(c, q) {
+		if q == nil {
+			return
+		}
+		if w.carryOver(c, q) {
+			// The next round starts at q, or a queue whose head is over
+			// the bytes every round another queue's batch leaves would
+			// never get its turn.
+			c.rr = (c.rr + len(c.rqs) - 1) % len(c.rqs)
 			return
 		}
 		w.dispatch(c, q)
