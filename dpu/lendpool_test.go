@@ -241,15 +241,7 @@ func TestLendPoolAppends(t *testing.T) {
 			}
 		}
 		fill(buf[firstLen:off], 0xEE) // the caller's again
-		if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
-			t.Fatalf("flush: %+v, %v", rsp, err)
-		}
-		if got := le.Uint64(tail); got != s.base+64+uint64(len(want)) {
-			t.Fatalf("tail %#x, want %#x", got, s.base+64+uint64(len(want)))
-		}
-		if !bytes.Equal(s.mem(s.base+64, len(want)), want) {
-			t.Fatal("the queue does not hold the records as lent")
-		}
+		s.flushQueue(ctx, in, want)
 		st := in.Stats()
 		if tr.Name == "shm" {
 			// The records above the rendezvous threshold went as 24-byte
@@ -274,6 +266,22 @@ func TestLendPoolAppends(t *testing.T) {
 			t.Fatalf("second Close: %v", err)
 		}
 	})
+}
+
+// flushQueue flushes in and checks that the setup's append queue (its
+// tail at base, records from base+64) holds exactly want.
+func (s *setup) flushQueue(ctx context.Context, in *rdmoinit.Initiator, want []byte) {
+	t := s.e.t
+	t.Helper()
+	if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
+		t.Fatalf("flush: %+v, %v", rsp, err)
+	}
+	if got := le.Uint64(s.mem(s.base, 8)); got != s.base+64+uint64(len(want)) {
+		t.Fatalf("tail %#x, want %#x", got, s.base+64+uint64(len(want)))
+	}
+	if !bytes.Equal(s.mem(s.base+64, len(want)), want) {
+		t.Fatal("the queue does not hold the records as lent")
+	}
 }
 
 // waitFor polls cond until it holds, failing the test at its deadline.
@@ -382,15 +390,7 @@ func TestLendPoolRecordsCarryOver(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if rsp, err := in.Flush(ctx); err != nil || rsp.Failed != 0 {
-			t.Fatalf("flush: %+v, %v", rsp, err)
-		}
-		if got := le.Uint64(tail); got != s.base+64+uint64(len(want)) {
-			t.Fatalf("tail %#x, want %#x", got, s.base+64+uint64(len(want)))
-		}
-		if !bytes.Equal(s.mem(s.base+64, len(want)), want) {
-			t.Fatal("the queue does not hold the records as lent")
-		}
+		s.flushQueue(ctx, in, want)
 		if tr.Name != "shm" {
 			return
 		}

@@ -508,17 +508,11 @@ func (w *Worker) pump(c *client) {
 // between two such batches as before.
 func (w *Worker) carryOver(c *client, q *rq) bool {
 	p := q.queue[q.head]
-	if len(p.payload) <= w.inlineBytes || len(p.payload) > inlineBytes || w.inlineLeft <= 0 {
+	if len(p.payload) <= w.inlineBytes || len(p.payload) > inlineBytes || w.inlineLeft <= 0 || !w.inlineable(c, p) {
 		return false
 	}
-	bytes := w.inlineBytes
-	w.inlineBytes = inlineBytes
-	ok := w.inlineOK(c, p)
-	w.inlineBytes = bytes
-	if ok {
-		w.carried = append(w.carried, c)
-	}
-	return ok
+	w.carried = append(w.carried, c)
+	return true
 }
 
 // recarry marks the clients carryOver kept dirty again, at the start of
@@ -642,14 +636,19 @@ const (
 // fail on the loop, handlerView), so its batches run inline with
 // rendezvous payloads and while earlier Places are still landing.
 func (w *Worker) inlineOK(c *client, p *pending) bool {
+	return w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes && w.inlineable(c, p)
+}
+
+// inlineable is inlineOK without the round's budget: whether the loop
+// may run the batch p leads at all (carryOver asks it of the next round).
+func (w *Worker) inlineable(c *client, p *pending) bool {
 	info := &p.h.info
 	noWait := info.Inline && info.InlineRendezvous // Place only: nothing of the batch waits for the loop
 	// The executor's fields (dirtyUCX, placed) are read only once
 	// atExec == 0 says it is idle: the order of the terms matters.
 	return (info.Inline || p.h == w.flushEntry && c.slowCached <= c.cleanAt) && (!p.rndv || noWait) &&
-		c.atExec == 0 && w.inlineLeft > 0 && len(p.payload) <= w.inlineBytes &&
-		!w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX && (noWait || c.placesDone.Load() == c.placed) &&
-		!c.hostFailed.Load()
+		c.atExec == 0 && !w.cfg.UCXAtomics && c.unmapped == 0 && !c.dirtyUCX &&
+		(noWait || c.placesDone.Load() == c.placed) && !c.hostFailed.Load()
 }
 
 // runInline runs a batch on the loop as the client's executor would: the
