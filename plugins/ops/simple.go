@@ -76,10 +76,15 @@ func (getHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo
 // atomicHandler serves fetch-add or compare-swap.
 type atomicHandler struct {
 	rdmo.BaseHandler
-	op      uint32
-	name    string
-	kind    rdmo.RemoteOpKind
-	scratch *atomic.Pointer[atomicScratch]
+	op   uint32
+	name string
+	kind rdmo.RemoteOpKind
+	// busy is 1 while a batch holds scratch; a batch that finds it taken
+	// makes its own. A flag and a plain pointer, not an atomic.Pointer:
+	// swapping a pointer atomically costs a write barrier's call besides
+	// the swap, which a module pays in full.
+	busy    atomic.Uint32
+	scratch *atomicScratch
 }
 
 // atomicScratch is a batch's working memory, kept for the next batch: two
@@ -101,17 +106,17 @@ const maxKeptScratch = 1024
 // NewFetchAdd returns the fetch-add handler: add a delta to an aligned u64
 // and return the old value.
 func NewFetchAdd() rdmo.Handler {
-	return atomicHandler{op: OpFetchAdd, name: NameFetchAdd, kind: rdmo.RemoteFetchAdd, scratch: new(atomic.Pointer[atomicScratch])}
+	return &atomicHandler{op: OpFetchAdd, name: NameFetchAdd, kind: rdmo.RemoteFetchAdd}
 }
 
 // NewCompareSwap returns the compare-swap handler: store the desired value
 // if the aligned u64 holds the expected one, and return the old value (the
 // swap happened iff it equals the expected one).
 func NewCompareSwap() rdmo.Handler {
-	return atomicHandler{op: OpCompareSwap, name: NameCompareSwap, kind: rdmo.RemoteCompareSwap, scratch: new(atomic.Pointer[atomicScratch])}
+	return &atomicHandler{op: OpCompareSwap, name: NameCompareSwap, kind: rdmo.RemoteCompareSwap}
 }
 
-func (h atomicHandler) Info() rdmo.HandlerInfo {
+func (h *atomicHandler) Info() rdmo.HandlerInfo {
 	return rdmo.HandlerInfo{Name: h.name, Version: Version, Ops: []uint32{h.op}, NoCachedState: true, Inline: true}
 }
 
@@ -123,40 +128,73 @@ func (h atomicHandler) Info() rdmo.HandlerInfo {
 // they ran one after another with nothing in between (a batch of fetch-adds
 // on a counter is one remote atomic, not one round trip each). A
 // compare-swap on a word already in the Sync starts a new one.
-func (h atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
-	sc := h.scratch.Swap(nil)
+func (h *atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []rdmo.Result) {
+	var sc *atomicScratch
+	held := h.busy.CompareAndSwap(0, 1)
+	if held {
+		sc = h.scratch
+	}
 	if sc == nil || cap(sc.ops) < len(reqs) {
 		sc = &atomicScratch{ops: make([]rdmo.RemoteOp, 0, len(reqs)), idx: make([]atomicSlot, 0, len(reqs))}
 	}
 	sc.ops, sc.idx, sc.byWord = sc.ops[:0], sc.idx[:0], nil
+	// The region of the previous request: a batch mostly names one, and
+	// each Target.Region is an interface call (in a WebAssembly module, a
+	// call into the worker). The loop calls nothing for a well-formed
+	// request: a call costs a module tens of nanoseconds, so the checks
+	// are DecodeAtomic's and checkRange's written out, and a request that
+	// fails one goes to them for its error.
+	var reg rdmo.Region
+	var regErr error
+	looked := false
 	for i := range reqs {
-		r, err := DecodeAtomic(&reqs[i])
-		if err == nil {
-			err = checkRange(t, r.Region, r.Addr, 8, h.name)
+		q := &reqs[i]
+		n := FetchAddSubLen
+		if q.Op == OpCompareSwap {
+			n = CompareSwapSubLen
 		}
-		if err != nil {
+		sub := q.Sub
+		if len(sub) != n || q.Rendezvous || q.Length != 0 || le.Uint64(sub[8:])%8 != 0 {
+			_, err := DecodeAtomic(q)
 			results[i] = rdmo.ResultOf(err)
 			continue
 		}
-		k := sc.find(r.Region, r.Addr)
+		op := rdmo.RemoteOp{Kind: h.kind, Region: rdmo.RegionID(le.Uint64(sub)), Addr: le.Uint64(sub[8:])}
+		if q.Op == OpCompareSwap {
+			op.Compare, op.Operand = le.Uint64(sub[16:]), le.Uint64(sub[24:])
+		} else {
+			op.Operand = le.Uint64(sub[16:])
+		}
+		if !looked || reg.ID != op.Region {
+			reg, regErr = t.Region(op.Region)
+			reg.ID, looked = op.Region, true
+		}
+		if regErr != nil || !reg.Contains(op.Addr, 8) {
+			results[i] = rdmo.ResultOf(checkRange(t, op.Region, op.Addr, 8, h.name))
+			continue
+		}
+		k := sc.find(op.Region, op.Addr)
 		if k >= 0 && h.kind == rdmo.RemoteFetchAdd {
 			sc.idx = append(sc.idx, atomicSlot{req: i, op: k, before: sc.ops[k].Operand})
-			sc.ops[k].Operand += r.Operand
+			sc.ops[k].Operand += op.Operand
 			continue
 		}
 		if k >= 0 {
 			h.run(t, sc, results)
 		}
-		sc.add(rdmo.RemoteOp{Kind: h.kind, Region: r.Region, Addr: r.Addr, Operand: r.Operand, Compare: r.Compare}, i, len(reqs))
+		sc.add(op, i, len(reqs))
 	}
 	h.run(t, sc, results)
-	if len(reqs) <= maxKeptScratch {
-		h.scratch.Store(sc)
+	if held {
+		if len(reqs) <= maxKeptScratch {
+			h.scratch = sc
+		}
+		h.busy.Store(0)
 	}
 }
 
 // run makes the atomics of sc one Sync and answers their requests.
-func (h atomicHandler) run(t rdmo.Target, sc *atomicScratch, results []rdmo.Result) {
+func (h *atomicHandler) run(t rdmo.Target, sc *atomicScratch, results []rdmo.Result) {
 	if len(sc.ops) == 0 {
 		return
 	}
