@@ -242,6 +242,18 @@ func rewriteCode(b []byte, check []byte) ([]byte, error) {
 	return out, r.err
 }
 
+// rewriteBody copies a function body with check after every loop's block
+// type, and with the forward jumps of a dispatch loop made direct.
+//
+// A dispatch loop is how Go compiles a function to WebAssembly: the body
+// is one loop whose head is a block per resume point and a br_table on a
+// local (the next "PC"), and a jump between two of Go's basic blocks is
+// `i32.const K; local.set pc; br loop`, through the loop head (its check
+// included) and the br_table, forward jumps too. A forward one is
+// rewritten to branch straight to the end of the block the br_table would
+// pick for K: the same place, without the indirect jump and without the
+// check, which only a backward jump needs (code with no backward jump
+// ends). Backward jumps and every other loop keep theirs.
 func rewriteBody(dst, body, check []byte) ([]byte, error) {
 	r := &reader{b: body}
 	for n := r.u32(); n > 0 && r.err == nil; n-- { // local declarations
@@ -253,20 +265,60 @@ func rewriteBody(dst, body, check []byte) ([]byte, error) {
 	}
 	dst = append(dst, body[:r.off]...)
 	last := r.off
+	var (
+		depth  int         // labels open
+		d      *dispatch   // the body's dispatch loop, once found
+		tried  bool        // whether the first loop was looked at
+		region = -1        // the resume point whose code runs here
+		k      = int64(-1) // an i32.const just before, or -1
+		kSet   bool        // and then a local.set of d.pc
+	)
 	for !r.done() && r.err == nil {
+		start := r.off
 		op := r.byte1()
+		prevK, prevSet := k, kSet
+		k, kSet = -1, false
 		switch {
 		case op == 0x03: // loop
 			r.blocktype()
 			dst = append(dst, body[last:r.off]...)
 			dst = append(dst, check...)
 			last = r.off
+			if !tried {
+				tried = true
+				d = readDispatch(body[r.off:], depth)
+			}
+			depth++
 		case op == 0x02 || op == 0x04: // block, if
 			r.blocktype()
-		case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b, op == 0xd1,
+			depth++
+		case op == 0x0b: // end
+			depth--
+			switch {
+			case d == nil:
+			case depth == d.loop: // the loop's own end: its label is gone
+				d = nil
+			case depth > d.loop && depth <= d.loop+d.blocks:
+				region = d.loop + d.blocks - depth
+			}
+		case op <= 0x01, op == 0x05, op == 0x0f, op == 0x1a, op == 0x1b, op == 0xd1,
 			op >= 0x45 && op <= 0xc4:
 			// no immediate
-		case op == 0x0c || op == 0x0d || op == 0x10 || op == 0x12 || op >= 0x20 && op <= 0x26 || op == 0xd2:
+		case op == 0x0c || op == 0x0d: // br, br_if
+			label := int(r.u32())
+			if d == nil || !prevSet || depth-1-label != d.loop {
+				break
+			}
+			if t := d.target(prevK); t > region && region >= 0 {
+				dst = append(dst, body[last:start+1]...)
+				dst = binary.AppendUvarint(dst, uint64(depth-1-(d.loop+d.blocks-t)))
+				last = r.off
+			}
+		case op == 0x21: // local.set
+			x := r.u32()
+			kSet = d != nil && prevK >= 0 && x == d.pc
+			k = prevK
+		case op == 0x10 || op == 0x12 || op == 0x20 || op >= 0x22 && op <= 0x26 || op == 0xd2:
 			r.u32()
 		case op == 0x0e: // br_table
 			for n := r.u32(); n > 0 && r.err == nil; n-- {
@@ -284,8 +336,8 @@ func rewriteBody(dst, body, check []byte) ([]byte, error) {
 			r.memarg()
 		case op == 0x3f || op == 0x40: // memory.size, memory.grow
 			r.u32()
-		case op == 0x41:
-			r.s64()
+		case op == 0x41: // i32.const
+			k = r.s32()
 		case op == 0x42:
 			r.s64()
 		case op == 0x43:
@@ -306,6 +358,59 @@ func rewriteBody(dst, body, check []byte) ([]byte, error) {
 		return nil, r.err
 	}
 	return append(dst, body[last:]...), nil
+}
+
+// dispatch is a dispatch loop: the loop label's index among the open
+// labels, the blocks of its head, the local the br_table reads and the
+// table (resume point by value of pc; the default last).
+type dispatch struct {
+	loop, blocks int
+	pc           uint32
+	table        []int
+}
+
+// readDispatch reads what follows a loop's block type at b: blocks
+// without results, local.get pc, a br_table to those blocks, end (of the
+// innermost block). loop is the loop label's index. Anything else is no
+// dispatch loop (nil).
+func readDispatch(b []byte, loop int) *dispatch {
+	r := &reader{b: b}
+	n := 0
+	for r.off+1 < len(b) && b[r.off] == 0x02 && b[r.off+1] == 0x40 {
+		r.off += 2
+		n++
+	}
+	if n == 0 || r.byte1() != 0x20 {
+		return nil
+	}
+	d := &dispatch{loop: loop, blocks: n, pc: r.u32()}
+	if r.byte1() != 0x0e {
+		return nil
+	}
+	cnt := r.u32()
+	if r.err != nil || int(cnt) > len(b) {
+		return nil
+	}
+	for i := uint32(0); i <= cnt && r.err == nil; i++ { // the entries and the default
+		t := r.u32()
+		if t >= uint32(n) { // the loop or beyond: not a resume point
+			d.table = append(d.table, -1)
+			continue
+		}
+		d.table = append(d.table, int(t))
+	}
+	if r.err != nil || r.byte1() != 0x0b {
+		return nil
+	}
+	return d
+}
+
+// target is the resume point a jump with pc = k lands on, -1 if none.
+func (d *dispatch) target(k int64) int {
+	if k < 0 || k >= int64(len(d.table)-1) {
+		return d.table[len(d.table)-1]
+	}
+	return d.table[k]
 }
 
 // reader reads a WebAssembly binary; the first error sticks.
@@ -358,6 +463,25 @@ func (r *reader) u32() uint32 {
 		r.err = errors.New("u32 out of range")
 	}
 	return uint32(v)
+}
+
+// s32 reads a signed LEB128 of an i32.const (up to 5 bytes).
+func (r *reader) s32() int64 {
+	var v int64
+	var shift uint
+	for i := 0; i < 5; i++ {
+		c := r.byte1()
+		v |= int64(c&0x7f) << shift
+		shift += 7
+		if c&0x80 == 0 {
+			if shift < 64 && c&0x40 != 0 {
+				v |= -1 << shift
+			}
+			return int64(int32(v))
+		}
+	}
+	r.err = errors.New("LEB128 too long")
+	return 0
 }
 
 // s64 skips a signed LEB128 (up to 10 bytes).
