@@ -243,7 +243,7 @@ func rewriteCode(b []byte, check []byte) ([]byte, error) {
 }
 
 // rewriteBody copies a function body with check after every loop's block
-// type, and with the forward jumps of a dispatch loop made direct.
+// type, and with a dispatch loop's entry and forward jumps made direct.
 //
 // A dispatch loop is how Go compiles a function to WebAssembly: the body
 // is one loop whose head is a block per resume point and a br_table on a
@@ -253,7 +253,8 @@ func rewriteCode(b []byte, check []byte) ([]byte, error) {
 // rewritten to branch straight to the end of the block the br_table would
 // pick for K: the same place, without the indirect jump and without the
 // check, which only a backward jump needs (code with no backward jump
-// ends). Backward jumps and every other loop keep theirs.
+// ends). Backward jumps and every other loop keep theirs. And a call,
+// which enters with pc 0, branches to its block before the br_table.
 func rewriteBody(dst, body, check []byte) ([]byte, error) {
 	r := &reader{b: body}
 	for n := r.u32(); n > 0 && r.err == nil; n-- { // local declarations
@@ -272,9 +273,22 @@ func rewriteBody(dst, body, check []byte) ([]byte, error) {
 		region = -1        // the resume point whose code runs here
 		k      = int64(-1) // an i32.const just before, or -1
 		kSet   bool        // and then a local.set of d.pc
+		entry  = -1        // where the dispatch's local.get pc is
 	)
 	for !r.done() && r.err == nil {
 		start := r.off
+		if start == entry {
+			// A call enters with pc 0: a compare and a direct branch to
+			// its block (local.get pc; i32.eqz; br_if) leave the
+			// br_table's indirect jump to backward jumps and
+			// resumptions, whose targets vary.
+			dst = append(dst, body[last:start]...)
+			dst = append(dst, 0x20)
+			dst = binary.AppendUvarint(dst, uint64(d.pc))
+			dst = append(dst, 0x45, 0x0d)
+			dst = binary.AppendUvarint(dst, uint64(d.table[0]))
+			last = start
+		}
 		op := r.byte1()
 		prevK, prevSet := k, kSet
 		k, kSet = -1, false
@@ -286,7 +300,9 @@ func rewriteBody(dst, body, check []byte) ([]byte, error) {
 			last = r.off
 			if !tried {
 				tried = true
-				d = readDispatch(body[r.off:], depth)
+				if d = readDispatch(body[r.off:], depth); d != nil && d.table[0] >= 0 {
+					entry = r.off + 2*d.blocks
+				}
 			}
 			depth++
 		case op == 0x02 || op == 0x04: // block, if

@@ -122,8 +122,9 @@ func dispatchModule() []byte {
 }
 
 // The rewrite sends a dispatch loop's forward jump straight to its resume
-// point (br 0, the outer block, instead of br 1, the loop) and leaves the
-// backward one through the loop head; the function computes what it did.
+// point (br 0, the outer block, instead of br 1, the loop), leaves the
+// backward one through the loop head, and branches a call (pc 0) to point
+// 0 ahead of the br_table; the function computes what it did.
 func TestStopCheckDirectJumps(t *testing.T) {
 	in := dispatchModule()
 	out, err := addStopCheck(in)
@@ -136,6 +137,10 @@ func TestStopCheckDirectJumps(t *testing.T) {
 	}
 	if backward := []byte{0x41, 0x00, 0x21, 0x01, 0x0c, 0x01}; !bytes.Contains(out, backward) {
 		t.Errorf("f's backward jump was changed:\n%x", out)
+	}
+	// local.get pc; i32.eqz; br_if 0; local.get pc; br_table
+	if entry := []byte{0x20, 0x01, 0x45, 0x0d, 0x00, 0x20, 0x01, 0x0e}; !bytes.Contains(out, entry) {
+		t.Errorf("f's entry has no direct branch:\n%x", out)
 	}
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
