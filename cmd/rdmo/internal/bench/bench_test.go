@@ -318,11 +318,24 @@ func TestHist(t *testing.T) {
 	for i := 1; i <= 1000; i++ {
 		h.Add(time.Duration(i) * time.Microsecond)
 	}
-	for q, want := range map[float64]time.Duration{0.5: 500 * time.Microsecond, 0.99: 990 * time.Microsecond} {
+	// Evenly spread samples: the quantile interpolated within its bucket
+	// is within 1% (a bucket spans up to 6.25%).
+	for q, want := range map[float64]time.Duration{0.5: 500 * time.Microsecond, 0.99: 990 * time.Microsecond, 0.9: 900 * time.Microsecond} {
 		got := h.Quantile(q)
-		if d := got - want; d < -want/16 || d > want/16 {
-			t.Errorf("q%v = %v, want %v ± 6.25%%", q, got, want)
+		if d := got - want; d < -want/100 || d > want/100 {
+			t.Errorf("q%v = %v, want %v ± 1%%", q, got, want)
 		}
+	}
+	// Two sets of evenly spread samples, one 400 ns above the other: their
+	// p50s (36.0 and 36.4 µs, both in the bucket [34816, 36863] ns) differ
+	// by about as much, not by nothing.
+	var lo, hi Hist
+	for i := 0; i < 3000; i++ {
+		lo.Add(time.Duration(30000+4*i) * time.Nanosecond)
+		hi.Add(time.Duration(30400+4*i) * time.Nanosecond)
+	}
+	if l, h := lo.Quantile(0.5), hi.Quantile(0.5); h-l < 300 || h-l > 500 {
+		t.Errorf("p50 of samples 400 ns apart: %v and %v", l, h)
 	}
 	var a, b Hist
 	for i := 0; i < 100; i++ {
