@@ -298,12 +298,15 @@ func rewriteBody(dst, body, check []byte) ([]byte, error) {
 			dst = append(dst, body[last:r.off]...)
 			dst = append(dst, check...)
 			last = r.off
-			if !tried {
-				tried = true
+			// Only a loop without parameters or results (block type
+			// 0x40) dispatches: a branch to it and one to a block then
+			// carry the same (no) values.
+			if !tried && r.err == nil && r.off == start+2 && body[start+1] == 0x40 {
 				if d = readDispatch(body[r.off:], depth); d != nil && d.table[0] >= 0 {
 					entry = r.off + 2*d.blocks
 				}
 			}
+			tried = true
 			depth++
 		case op == 0x02 || op == 0x04: // block, if
 			r.blocktype()
