@@ -141,24 +141,21 @@ func (h *atomicHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results 
 	// The region of the previous request: a batch mostly names one, and
 	// each Target.Region is an interface call (in a WebAssembly module, a
 	// call into the worker). The loop calls nothing for a well-formed
-	// request: a call costs a module tens of nanoseconds, so the checks
-	// are DecodeAtomic's and checkRange's written out, and a request that
-	// fails one goes to them for its error.
+	// request: a call costs a module tens of nanoseconds, so it checks
+	// with atomicOK and Region.Contains (both inline), and a request that
+	// fails goes to DecodeAtomic or checkRange for its error.
 	var reg rdmo.Region
 	var regErr error
 	looked := false
 	for i := range reqs {
 		q := &reqs[i]
-		n := FetchAddSubLen
-		if q.Op == OpCompareSwap {
-			n = CompareSwapSubLen
-		}
-		sub := q.Sub
-		if len(sub) != n || q.Rendezvous || q.Length != 0 || le.Uint64(sub[8:])%8 != 0 {
+		if !atomicOK(q) {
 			_, err := DecodeAtomic(q)
 			results[i] = rdmo.ResultOf(err)
 			continue
 		}
+		// atomicFields written out (it does not inline).
+		sub := q.Sub
 		op := rdmo.RemoteOp{Kind: h.kind, Region: rdmo.RegionID(le.Uint64(sub)), Addr: le.Uint64(sub[8:])}
 		if q.Op == OpCompareSwap {
 			op.Compare, op.Operand = le.Uint64(sub[16:]), le.Uint64(sub[24:])
