@@ -67,8 +67,13 @@ func (lp *loop) busy() bool {
 // handOver frees the token for the callers that wait for it and parks the
 // loop until the token is handed back (or is free, nobody waits and
 // parkLimit passed).
-func (lp *loop) handOver() {
+func (lp *loop) handOver(limit time.Duration, stream bool) {
 	in := lp.in
+	if stream {
+		in.streamLast.Store(int64(time.Since(epoch)))
+		in.streamParked.Store(true)
+		defer in.streamParked.Store(false)
+	}
 	// parked first: whoever finds the token free must find the loop
 	// parked, or its resumeParked would miss it for parkLimit.
 	in.parked.Store(true)
@@ -76,16 +81,20 @@ func (lp *loop) handOver() {
 	in.tok.Store(tokFree)
 	lp.in.stats.handOvers.Add(1)
 	start := time.Now()
+	rounds := in.stats.streamRounds.Load()
 	for {
 		v := in.tok.Load()
 		if v == tokLoop {
-			return
+			break
 		}
-		in.tok.Wait(v, parkLimit)
-		if in.tok.Load() == tokFree && in.spinning.Load() == 0 && time.Since(start) >= parkLimit &&
+		in.tok.Wait(v, limit)
+		if in.tok.Load() == tokFree && in.spinning.Load() == 0 && time.Since(start) >= limit &&
 			in.tok.CompareAndSwap(tokFree, tokLoop) {
-			return
+			break
 		}
+	}
+	if stream && in.stats.streamRounds.Load() == rounds {
+		lp.streamIdle = true
 	}
 }
 
@@ -142,9 +151,11 @@ func (b *borrower) end(held bool) {
 }
 
 // wakeParked resumes a loop parked on a free token for a producer's
-// request, unless a caller counted in borrowers will run the rounds.
+// request, unless a caller counted in borrowers will run the rounds, or
+// the loop parked for a stream whose producers run them (stream.go) and
+// no Drive waits.
 func (in *Initiator) wakeParked() {
-	if in.borrowers.Load() == 0 {
+	if in.borrowers.Load() == 0 && !(in.streamParked.Load() && in.streaming() && !in.q.attn.Load()) {
 		in.resumeParked()
 	}
 }
@@ -165,9 +176,17 @@ func (in *Initiator) resumeParked() {
 // request meanwhile saw the token held (and did not wake the loop); the
 // check after the store sees its request. A caller that stops waiting
 // without taking the token resumes the loop (borrower.end).
-func (in *Initiator) giveBack(lp *loop) {
+func (in *Initiator) giveBack(lp *loop, answered bool) {
 	// A Drive, Close or a peer failure (attn) is the loop's to act on:
 	// callers passing the token among themselves would keep it waiting.
+	if answered && in.streamParked.Load() && !in.q.attn.Load() && lp.sendsOut == 0 {
+		// The loop parked for a stream's producers (stream.go): they
+		// run the rounds. A caller that stops polling without its
+		// answer gives the token to the loop below, since nobody might
+		// run them while it parks.
+		in.tok.Store(tokFree)
+		return
+	}
 	if lp.quiet < quietRounds || in.q.attn.Load() || lp.busy() && in.spinning.Load() == 0 {
 		in.tok.Store(tokLoop)
 		in.tok.Wake()
@@ -208,7 +227,7 @@ func (in *Initiator) borrowWait(l *latch, ctx context.Context) (held bool) {
 			lp.borrowed = true
 			lp.runBorrowed(l, &p)
 			lp.borrowed = false
-			in.giveBack(lp)
+			in.giveBack(lp, l.isSet())
 			return true
 		}
 		// The loop frees the token at a round's top; meanwhile poll as

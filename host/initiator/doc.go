@@ -16,7 +16,11 @@
 // for a short while when it runs out of work and then sleeps in
 // ucp.Worker.Wait; a producer calls ucp.Worker.Wake only when it puts the
 // first request into an empty queue while the progress loop sleeps, so a
-// busy stream of requests costs no system calls.
+// busy stream of requests costs no system calls. While a stream's producers
+// outrun the loop, the loop parks and they send what they queued
+// themselves, a round every 64 requests (and wait for window space or
+// credits by running rounds), so the stream crosses no thread in the
+// initiator (stream.go).
 //
 // # Large payloads: lent, and read in place
 //

@@ -205,12 +205,20 @@ type Initiator struct {
 	// lp is the progress loop, run by the goroutine holding tok (see
 	// borrow.go); borrowers counts the callers that will wait for an
 	// answer, spinning those waiting to take tok; parked is set while the
-	// loop is parked on it.
-	lp        *loop
-	tok       park.Word
-	borrowers atomic.Int32
-	spinning  atomic.Int32
-	parked    atomic.Bool
+	// loop is parked on it; spaceBorrower is set while a producer that
+	// waits for window space or credits is counted there (awaitSpace).
+	lp            *loop
+	tok           park.Word
+	borrowers     atomic.Int32
+	spinning      atomic.Int32
+	parked        atomic.Bool
+	spaceBorrower atomic.Bool
+	// streamParked is set while the loop is parked for a stream's
+	// producers (stream.go): a producer's request does not resume it.
+	streamParked atomic.Bool
+	// streamLast is when a producer last ran a round for a stream
+	// (stream.go), in nanoseconds since epoch.
+	streamLast atomic.Int64
 }
 
 // New creates the UCP context (unless Options.Context is set), worker and

@@ -72,6 +72,22 @@ type loop struct {
 	// SCATTER, up to quietRounds: only then does it hand over to a
 	// waiting caller.
 	quiet int
+	// lentAcks counts the outstanding acks that return a lent buffer
+	// (FlagByRef): their owner waits for the loop.
+	lentAcks int
+	// streamIdle is set when the loop parked for a stream's producers
+	// and none ran a round (the requests were sparse, or the stream
+	// ended), and cleared when it takes a batch of streamMinBatch
+	// appends or scatters (stream.go).
+	streamIdle bool
+}
+
+// dropAck forgets the outstanding ack of seq.
+func (lp *loop) dropAck(seq uint64, rec ackRec) {
+	delete(lp.acks, seq)
+	if rec.lend != nil {
+		lp.lentAcks--
+	}
 }
 
 type ackRec struct {
@@ -231,11 +247,12 @@ func (lp *loop) run() {
 func (lp *loop) round() (closing bool) {
 	if lp.quiet < quietRounds {
 		lp.quiet++
-	} else if lp.in.spinning.Load() > 0 && !lp.driving && !lp.borrowed && lp.sendsOut == 0 && !lp.in.q.Queued() && !lp.in.q.attn.Load() {
+	}
+	if (lp.quiet >= quietRounds || lp.in.spaceBorrower.Load()) && lp.in.spinning.Load() > 0 && !lp.driving && !lp.borrowed && lp.sendsOut == 0 && !lp.in.q.Queued() && !lp.in.q.attn.Load() {
 		// A caller waits for its answer, nothing else is on its way
 		// (no request, no Drive, no Close) and no stream ran lately:
 		// let it run the rounds (borrow.go).
-		lp.handOver()
+		lp.handOver(parkLimit, false)
 	}
 	b, closing, failReq, dr := lp.take()
 	if failReq {
@@ -284,6 +301,11 @@ func (lp *loop) round() (closing bool) {
 		return false
 	}
 	lp.idle++
+	if lp.streamHandOverOK() {
+		lp.handOver(streamPark, true)
+		lp.idle = 0
+		return false
+	}
 	// An answer is due soon while sends are out or a flush or an
 	// acked request (a Call) waits for its answer: a round trip is
 	// far shorter than a sleep's wake-up through the kernel, so the
@@ -423,6 +445,9 @@ func (lp *loop) issue(b *batch) {
 	}
 	if lp.counts.appends+lp.counts.scatters > 0 {
 		lp.quiet = 0
+		if len(b.ents) >= streamMinBatch {
+			lp.streamIdle = false
+		}
 	}
 	in.stats.add(&lp.counts)
 	if b.pending == 0 {
@@ -521,6 +546,9 @@ func (lp *loop) send(b *batch, i, n int) {
 				r.lend = e.lend
 			}
 			lp.acks[e.seq] = r
+			if r.lend != nil {
+				lp.lentAcks++
+			}
 		}
 	}
 	if err := lp.ep.SendAM(amID, hdr, data, flags, lp, uint64(b.id)<<32|uint64(i)); err != nil {
@@ -607,8 +635,8 @@ func (lp *loop) entryFailed(e *entry, err error) {
 			lp.release(e.cost)
 		}
 	case e.flags&rdmo.FlagAck != 0:
-		if _, ok := lp.acks[e.seq]; ok {
-			delete(lp.acks, e.seq)
+		if rec, ok := lp.acks[e.seq]; ok {
+			lp.dropAck(e.seq, rec)
 			lp.release(e.cost)
 			e.call.fail(err)
 		}
@@ -748,7 +776,7 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 		in.log.Warn("ack op differs from the request sent with its seq", zap.Uint64("seq", ack.Seq),
 			zap.String("sent", rdmo.OpName(rec.op)), zap.String("acked", rdmo.OpName(ack.Op)))
 	}
-	delete(lp.acks, ack.Seq)
+	lp.dropAck(ack.Seq, rec)
 	lp.release(rec.cost)
 	rec.lend.giveBack(nil)
 	in.stats.acks.Add(1)
@@ -832,7 +860,7 @@ func (lp *loop) fail(cause error) {
 	}
 	for seq, rec := range lp.acks {
 		lp.release(rec.cost)
-		delete(lp.acks, seq)
+		lp.dropAck(seq, rec)
 		rec.call.fail(pe)
 		rec.lend.giveBack(pe)
 	}
@@ -905,7 +933,7 @@ func (lp *loop) shutdown() error {
 	}
 	for seq, rec := range lp.acks {
 		lp.release(rec.cost)
-		delete(lp.acks, seq)
+		lp.dropAck(seq, rec)
 		rec.call.fail(failErr)
 		rec.lend.giveBack(failErr)
 	}

@@ -3,6 +3,7 @@ package initiator
 import (
 	"context"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -27,7 +28,9 @@ type queue struct {
 	// stream whose producer waits for credits is not woken by every
 	// send that completes, only to find no credit and wait again.
 	windowWaiters, creditWaiters int
-	space                        chan struct{}
+	// space is set when window space or credits were returned while
+	// producers wait (broadcast), and replaced by a new latch.
+	space *latch
 
 	// sleeping is set by the loop before it checks the batch and waits
 	// for work; the producer that puts the first request into the empty
@@ -55,15 +58,16 @@ type queue struct {
 
 func (q *queue) init(window, windowBytes, credits int, wake func()) {
 	q.window, q.windowBytes, q.credits = window, windowBytes, credits
-	q.space = make(chan struct{})
+	q.space = new(latch)
 	q.Init(wake)
 }
 
 // broadcast wakes every waiting producer. Called with mu held.
 func (q *queue) broadcast() {
 	if q.windowWaiters+q.creditWaiters > 0 {
-		close(q.space)
-		q.space = make(chan struct{})
+		l := q.space
+		q.space = new(latch)
+		l.fire()
 	}
 }
 
@@ -309,13 +313,7 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		}
 		*waiters++
 		q.Unlock()
-		// The loop frees the space; a caller counted as a borrower
-		// (Flush, Call) must not leave it parked meanwhile.
-		in.resumeParked()
-		select {
-		case <-space:
-		case <-done:
-		}
+		in.awaitSpace(space, ctx, done)
 		q.Lock()
 		*waiters--
 		if ctx != nil && ctx.Err() != nil {
@@ -328,7 +326,14 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		in.queueCreditFlush()
 	}
 	seq := in.put(r, cost, own)
+	// While the loop is parked for a stream, its producers send what
+	// they queued themselves (stream.go); a request somebody waits for
+	// (a lent buffer, a Call, a Flush) goes at once.
+	run := q.LenLocked() >= streamRoundEvery || r.lend != nil || r.call != nil || r.flush != nil
 	q.Unlock()
+	if run && in.tok.Load() == tokFree {
+		in.streamRound()
+	}
 	return seq, nil
 }
 
@@ -457,4 +462,33 @@ func putBuf(p *[]byte) {
 	}
 	*p = (*p)[:0]
 	bufPools[c].Put(p)
+}
+
+// awaitSpace waits until l is set (window space or credits returned) or
+// done is closed. A stream's producer waits here every few hundred
+// requests, for the answer of flow control's flush. The first producer to
+// wait runs the progress loop's rounds itself meanwhile, as a caller
+// waiting for its answer does (borrow.go): the loop parks for it, so that
+// the producer, the loop and the worker do not poll at once on a machine
+// with fewer cores (each turn a context switch, and the parked producer's
+// wake-up through the scheduler a hand-off of tens of microseconds). The
+// other producers, and every producer with one P or
+// Options.LoopThreadOnly, park.
+func (in *Initiator) awaitSpace(l *latch, ctx context.Context, done <-chan struct{}) {
+	if !in.opts.LoopThreadOnly && runtime.GOMAXPROCS(0) > 1 && in.spaceBorrower.CompareAndSwap(false, true) {
+		br := in.borrowBegin()
+		br.wait(l, ctx)
+		in.spaceBorrower.Store(false)
+	} else {
+		// The loop frees the space; a caller counted as a borrower
+		// (Flush, Call) must not leave it parked meanwhile.
+		in.resumeParked()
+	}
+	if l.isSet() {
+		return
+	}
+	select {
+	case <-l.C():
+	case <-done:
+	}
 }

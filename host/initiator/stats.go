@@ -50,6 +50,9 @@ type Stats struct {
 	// times the loop parked for a waiting caller.
 	Borrows   uint64
 	HandOvers uint64
+	// StreamRounds counts the progress loop's rounds that a stream's
+	// producers ran while the loop was parked for them (stream.go).
+	StreamRounds uint64
 }
 
 type counters struct {
@@ -61,7 +64,7 @@ type counters struct {
 	unknownResponses, malformed, sendErrors atomic.Uint64
 	windowWaits, batches, wakes, sleeps     atomic.Uint64
 	creditWaits, creditFlushes, drives      atomic.Uint64
-	borrows, handOvers                      atomic.Uint64
+	borrows, handOvers, streamRounds        atomic.Uint64
 }
 
 // batchCounts accumulates per-batch counts on the progress loop, so a
@@ -133,5 +136,6 @@ func (c *counters) snapshot() Stats {
 		Drives:             c.drives.Load(),
 		Borrows:            c.borrows.Load(),
 		HandOvers:          c.handOvers.Load(),
+		StreamRounds:       c.streamRounds.Load(),
 	}
 }

@@ -116,6 +116,9 @@ func (q *Batcher[B]) Len() int {
 	return q.n
 }
 
+// LenLocked is Len for a caller that holds the lock.
+func (q *Batcher[B]) LenLocked() int { return q.n }
+
 // Close marks the queue closed and wakes the consumer. It reports whether
 // this call closed it. Items already queued stay there for the consumer.
 func (q *Batcher[B]) Close() bool {
