@@ -35,11 +35,12 @@ var le = binary.LittleEndian
 const (
 	DefaultMemoryLimit  = 128 << 20
 	DefaultBatchTimeout = 2 * time.Second
-	// DefaultInlineTimeout bounds a call on the worker's loop: short,
-	// since every client of the worker waits for it, yet far above what
-	// an inline batch takes (at most 256 requests of some microseconds)
-	// even on a loaded machine, whose scheduler may keep the loop's thread
-	// off a CPU for tens of milliseconds.
+	// DefaultInlineTimeout bounds a module's own running time in a call
+	// on the worker's loop: short, since every client of the worker waits
+	// for it, yet far above what an inline batch takes (at most 256
+	// requests of some microseconds) even on a loaded machine, whose
+	// scheduler may keep the loop's thread off a CPU for tens of
+	// milliseconds.
 	DefaultInlineTimeout = 100 * time.Millisecond
 	// MaxSyncOps bounds the remote ops of one Sync call of a module (a
 	// forged count must not make the worker allocate without bound).
@@ -65,11 +66,14 @@ type LoadOptions struct {
 	// Target calls included (default DefaultBatchTimeout). An instance
 	// that overruns it is stopped and replaced; the batch fails.
 	BatchTimeout time.Duration
-	// InlineTimeout bounds a call the worker's loop makes itself (the
-	// module declares rdmo.HandlerInfo.Inline and the worker chose to run
-	// a batch, or a FLUSH's WriteBack, inline): a module that loops there
-	// stalls every client of the worker for that long, then its call
-	// fails and the instance is replaced (default DefaultInlineTimeout).
+	// InlineTimeout bounds the module's own running time in a call the
+	// worker's loop makes itself (the module declares
+	// rdmo.HandlerInfo.Inline and the worker chose to run a batch, or a
+	// FLUSH's WriteBack, inline): a module that loops there stalls every
+	// client of the worker for that long, then its call fails and the
+	// instance is replaced (default DefaultInlineTimeout). Its Target
+	// calls (a Sync waiting for the target on a loaded machine) do not
+	// count; the call as a whole is bounded by BatchTimeout.
 	InlineTimeout time.Duration
 	// CacheDir, if set, keeps compiled modules on disk so that the next
 	// process that loads the same module does not compile it again. It

@@ -188,6 +188,48 @@ type inlineTarget struct{ *rdmotest.Target }
 
 func (inlineTarget) RunsInline() bool { return true }
 
+// slowTarget is an inline Target whose Sync takes d, as a target's atomics
+// over a slow network or on a loaded machine do.
+type slowTarget struct {
+	inlineTarget
+	d time.Duration
+}
+
+func (s slowTarget) Sync(ops []rdmo.RemoteOp) error {
+	time.Sleep(s.d) // the Target's latency, not a synchronisation
+	return s.inlineTarget.Sync(ops)
+}
+
+// The inline time bound counts the module's own running time: a batch
+// whose Sync waits longer than it (the worker's time, not the module's)
+// completes. The call as a whole is still bounded by BatchTimeout: a Sync
+// longer than that stops it, and the detail names that bound.
+func TestInlineBoundCountsModuleTime(t *testing.T) {
+	h, logs := load(t, testPkg, wasmhost.LoadOptions{BatchTimeout: time.Second, InlineTimeout: 100 * time.Millisecond})
+	tg := rdmotest.NewTarget(7)
+	tg.AddRegion(3, 0x1000, 64)
+	add := func(d time.Duration) rdmo.Result {
+		res := make([]rdmo.Result, 1)
+		h.HandleBatch(slowTarget{inlineTarget{tg}, d}, []rdmo.Request{tg.UserReq(testwasm.OpAdd, sub(3, 0x1000, 1), nil, 0)}, res)
+		tg.EndBatch()
+		return res[0]
+	}
+	for i := range 2 {
+		if r := add(300 * time.Millisecond); r.Status != rdmo.StatusOK || r.Value != uint64(i) {
+			t.Fatalf("add %d with a Sync of 3 inline bounds: %+v", i, r)
+		}
+	}
+	if h.Failures() != 0 {
+		t.Fatalf("failures %d, logs %v", h.Failures(), logs.All())
+	}
+	if r := add(1500 * time.Millisecond); r.Status != rdmo.StatusHandlerFailed || !strings.Contains(r.Detail, "time bound (1s)") {
+		t.Fatalf("add with a Sync past the batch bound: %+v", r)
+	}
+	if h.Failures() != 1 {
+		t.Fatalf("failures %d, logs %v", h.Failures(), logs.All())
+	}
+}
+
 // A module that loops in a batch the worker's loop runs is stopped after
 // the inline time bound, not the batch time bound: the detail names the
 // bound that stopped it. The instance is replaced and the next batch,

@@ -31,11 +31,11 @@ func (h *Handler) hostModule() wazero.HostModuleBuilder {
 	one := []api.ValueType{i32}
 	fn(wasmabi.ImportRegion, hostFunc(hRegion), []api.ValueType{i64, i32}, one)
 	fn(wasmabi.ImportPut, hostFunc(hPut), []api.ValueType{i64, i64, i32, i32}, one)
-	fn(wasmabi.ImportSync, hostFunc(hSync), []api.ValueType{i32, i32}, one)
+	fn(wasmabi.ImportSync, hostFunc(waits(hSync)), []api.ValueType{i32, i32}, one)
 	fn(wasmabi.ImportPlace, hostFunc(hPlace), []api.ValueType{i32, i64, i64}, one)
-	fn(wasmabi.ImportFetch, hostFunc(hFetch), []api.ValueType{i32, i32, i32}, one)
-	fn(wasmabi.ImportFlush, hostFunc(func(in *instance, _ []uint64) error { return in.t.Flush() }), nil, one)
-	fn(wasmabi.ImportWriteBackAll, hostFunc(func(in *instance, _ []uint64) error { return in.t.WriteBackAll() }), nil, one)
+	fn(wasmabi.ImportFetch, hostFunc(waits(hFetch)), []api.ValueType{i32, i32, i32}, one)
+	fn(wasmabi.ImportFlush, hostFunc(waits(func(in *instance, _ []uint64) error { return in.t.Flush() })), nil, one)
+	fn(wasmabi.ImportWriteBackAll, hostFunc(waits(func(in *instance, _ []uint64) error { return in.t.WriteBackAll() })), nil, one)
 	fn(wasmabi.ImportLastError, api.GoModuleFunc(hLastError), []api.ValueType{i32, i32}, one)
 	return b
 }
@@ -65,6 +65,21 @@ func hostFunc(f func(in *instance, stack []uint64) error) api.GoModuleFunc {
 }
 
 // status returns err's wire status, keeping its text for last_error.
+// waits wraps a host function that may wait for the network (a Sync's
+// remote ops, a rendezvous Fetch, a Flush): its time is the worker's, not
+// the module's, and does not count against the call's own time bound
+// (instance.onTimer). The others return at once and are not timed.
+func waits(f func(in *instance, stack []uint64) error) func(in *instance, stack []uint64) error {
+	return func(in *instance, stack []uint64) error {
+		t0 := monoNow()
+		in.hostSince.Store(t0)
+		err := f(in, stack)
+		in.hostNs.Add(monoNow() - t0)
+		in.hostSince.Store(0)
+		return err
+	}
+}
+
 func (in *instance) status(err error) uint32 {
 	if err == nil {
 		return 0

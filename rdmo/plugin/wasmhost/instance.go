@@ -51,7 +51,27 @@ type instance struct {
 	bufCap uint64
 
 	stderr tailWriter
+
+	// The time bound of the call in progress (callWithin, onTimer):
+	// the module's own running time is bounded by bound, the call's by
+	// wall. Time in host functions that wait (waits) does not count against
+	// bound: a Sync waiting for a target on a loaded machine is not the
+	// module running. hostNs and hostSince are written by the call's
+	// goroutine and read by the timer's; the rest is under mu.
+	mu          sync.Mutex
+	active      bool
+	start       int64 // monoNow at the call's start
+	bound, wall time.Duration
+	tripped     time.Duration // the bound that stopped the call
+	hostNs      atomic.Int64  // nanoseconds spent in host functions
+	hostSince   atomic.Int64  // monoNow when the host function in progress began, 0 outside one
 }
+
+// epoch is the origin of monoNow.
+var epoch = time.Now()
+
+// monoNow reads the monotonic clock in nanoseconds since epoch.
+func monoNow() int64 { return int64(time.Since(epoch)) }
 
 // callCtx is an instance's context: never canceled except by its timer.
 type callCtx struct {
@@ -94,14 +114,7 @@ func (h *Handler) newInstance(ctx context.Context) (*instance, error) {
 		}
 		in.stop = g
 	}
-	c := in.ctx
-	in.timer = time.AfterFunc(time.Hour, func() {
-		c.expired.Store(true)
-		if in.stop != nil {
-			in.stop.Set(1)
-		}
-		close(c.done)
-	})
+	in.timer = time.AfterFunc(time.Hour, in.onTimer)
 	in.timer.Stop()
 	// _initialize (the Go runtime and package initializers) runs under a
 	// time bound like a call.
@@ -141,17 +154,28 @@ func (in *instance) call(fn api.Function, stack []uint64) error {
 	return in.callWithin(fn, stack, in.h.opts.BatchTimeout)
 }
 
-// callWithin is call under the time bound d.
+// callWithin is call with the module's own running time bounded by d, and
+// the call's, host functions included, by d or BatchTimeout, whichever is
+// longer.
 func (in *instance) callWithin(fn api.Function, stack []uint64, d time.Duration) error {
 	if in.ctx.expired.Load() {
 		return errTimeout{d}
 	}
+	in.mu.Lock()
+	in.active, in.start, in.bound, in.wall = true, monoNow(), d, max(d, in.h.opts.BatchTimeout)
+	in.hostNs.Store(0)
 	in.timer.Reset(d)
+	in.mu.Unlock()
 	err := fn.CallWithStack(in.ctx, stack)
-	if !in.timer.Stop() {
-		// The timer fired (or is firing): the instance is closed or about
-		// to be, whatever the call returned.
-		return errTimeout{d}
+	in.mu.Lock()
+	in.active = false
+	in.timer.Stop()
+	tripped := in.tripped
+	in.mu.Unlock()
+	if in.ctx.expired.Load() {
+		// The timer stopped the call: the instance is unusable,
+		// whatever the call returned.
+		return errTimeout{tripped}
 	}
 	if err != nil {
 		var ee *sys.ExitError
@@ -164,6 +188,39 @@ func (in *instance) callWithin(fn api.Function, stack []uint64, d time.Duration)
 		return fmt.Errorf("trapped: %s%s", firstLine(err.Error()), in.stderrSuffix())
 	}
 	return nil
+}
+
+// onTimer runs when the call's bound may have passed: it stops the call
+// if the module ran for its bound or the call for its wall bound, and
+// otherwise sets the timer again for what is left (the call spent the
+// difference in host functions).
+func (in *instance) onTimer() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := in.ctx
+	if !in.active || c.expired.Load() {
+		return
+	}
+	now := monoNow()
+	wall := time.Duration(now - in.start)
+	own := wall - time.Duration(in.hostNs.Load())
+	if hs := in.hostSince.Load(); hs != 0 {
+		own -= time.Duration(now - hs)
+	}
+	switch {
+	case wall >= in.wall:
+		in.tripped = in.wall
+	case own >= in.bound:
+		in.tripped = in.bound
+	default:
+		in.timer.Reset(min(in.bound-own, in.wall-wall))
+		return
+	}
+	c.expired.Store(true)
+	if in.stop != nil {
+		in.stop.Set(1)
+	}
+	close(c.done)
 }
 
 func (in *instance) stderrSuffix() string {
