@@ -39,9 +39,11 @@ const (
 	// on the worker's loop: short, since every client of the worker waits
 	// for it, yet far above what an inline batch takes (at most 256
 	// requests of some microseconds) even on a loaded machine, whose
-	// scheduler may keep the loop's thread off a CPU for tens of
-	// milliseconds.
-	DefaultInlineTimeout = 100 * time.Millisecond
+	// scheduler keeps the loop's thread off a CPU meanwhile (the bound is
+	// wall time less the module's waiting Target calls): with two CPU
+	// hogs on two cores, 100 ms stopped a pipelined fetch-add batch of the
+	// bench's forms rows in every run, 500 ms in none of three.
+	DefaultInlineTimeout = 500 * time.Millisecond
 	// MaxSyncOps bounds the remote ops of one Sync call of a module (a
 	// forged count must not make the worker allocate without bound).
 	MaxSyncOps = 1 << 16
