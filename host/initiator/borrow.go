@@ -65,12 +65,12 @@ func (lp *loop) busy() bool {
 }
 
 // handOver frees the token for the callers that wait for it and parks the
-// loop until the token is handed back (or is free, nobody waits and
-// parkLimit passed).
+// loop until the token is handed back (or is free, nobody waits and limit
+// passed). With stream set it parks for a stream's producers (stream.go).
 func (lp *loop) handOver(limit time.Duration, stream bool) {
 	in := lp.in
 	if stream {
-		in.streamLast.Store(int64(time.Since(epoch)))
+		in.streamLast.Store(monoNow())
 		in.streamParked.Store(true)
 		defer in.streamParked.Store(false)
 	}

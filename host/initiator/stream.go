@@ -10,11 +10,11 @@ import (
 // cores the producer, the polling loop and the worker otherwise take turns
 // on the CPUs, and every request crosses from the producer's thread to the
 // loop's. When a round of the loop finds nothing to take or progress soon
-// after it sent appends or scatters (quiet), unless its last such park
-// saw no producer run a round and no stream outran it since, with no
-// send out and no lent
+// after it sent appends or scatters (quiet), with no send out and no lent
 // buffer waiting for its ack, the loop frees the progress token and parks
-// for up to streamPark (handOver). Meanwhile:
+// for up to streamPark (handOver); not again after a park in which no
+// producer ran a round, until a stream outruns it (streamIdle).
+// Meanwhile:
 //
 //   - a producer whose request leaves streamRoundEvery requests queued, or
 //     whose request somebody waits for (a lent buffer, a Call, a Flush),
@@ -49,8 +49,12 @@ const streamPark = time.Millisecond
 // empty queue counts as not part of the stream.
 const streamGap = 20 * time.Microsecond
 
-// epoch is the origin of Initiator.streamLast's monotonic clock.
+// epoch is the origin of monoNow.
 var epoch = time.Now()
+
+// monoNow reads the monotonic clock in nanoseconds since epoch
+// (Initiator.streamLast).
+func monoNow() int64 { return int64(time.Since(epoch)) }
 
 // streamHandOverOK reports whether the idle loop may leave the rounds to a
 // stream's producers.
@@ -69,7 +73,7 @@ func (in *Initiator) streamRound() {
 		return
 	}
 	in.stats.streamRounds.Add(1)
-	in.streamLast.Store(int64(time.Since(epoch)))
+	in.streamLast.Store(monoNow())
 	lp := in.lp
 	lp.borrowed = true
 	closing := lp.round()
@@ -85,5 +89,5 @@ func (in *Initiator) streamRound() {
 // streaming reports whether a stream's producer ran a round within
 // streamGap.
 func (in *Initiator) streaming() bool {
-	return time.Duration(int64(time.Since(epoch))-in.streamLast.Load()) < streamGap
+	return time.Duration(monoNow()-in.streamLast.Load()) < streamGap
 }

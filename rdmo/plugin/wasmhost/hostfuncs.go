@@ -64,7 +64,6 @@ func hostFunc(f func(in *instance, stack []uint64) error) api.GoModuleFunc {
 	}
 }
 
-// status returns err's wire status, keeping its text for last_error.
 // waits wraps a host function that may wait for the network (a Sync's
 // remote ops, a rendezvous Fetch, a Flush): its time is the worker's, not
 // the module's, and does not count against the call's own time bound
@@ -80,6 +79,7 @@ func waits(f func(in *instance, stack []uint64) error) func(in *instance, stack 
 	}
 }
 
+// status returns err's wire status, keeping its text for last_error.
 func (in *instance) status(err error) uint32 {
 	if err == nil {
 		return 0

@@ -63,8 +63,8 @@ type instance struct {
 	start       int64 // monoNow at the call's start
 	bound, wall time.Duration
 	tripped     time.Duration // the bound that stopped the call
-	hostNs      atomic.Int64  // nanoseconds spent in host functions
-	hostSince   atomic.Int64  // monoNow when the host function in progress began, 0 outside one
+	hostNs      atomic.Int64  // nanoseconds spent in host functions that wait
+	hostSince   atomic.Int64  // monoNow when the waiting host function in progress began, 0 outside one
 }
 
 // epoch is the origin of monoNow.
