@@ -54,6 +54,7 @@ type targetOp struct {
 	rq       *rq
 	msg      [wire.FlushResponseLen]byte // opReply
 	big      *replyBuf                   // opReply: an ack with a result, instead of msg
+	acks     []byte                      // opReply: an ACK group's entries (msg: its header)
 }
 
 type groupKind uint8
@@ -213,6 +214,13 @@ func (w *Worker) issueNow(i int32) bool {
 	case opReply:
 		if q := op.rq; q.closed || q.epFailed || q.ep == nil {
 			err = ucp.ErrClosed
+		} else if op.acks != nil {
+			// Longer than the inline bytes: the buffer stays the op's
+			// until its completion (opFinished).
+			err = q.ep.SendAM(0, op.msg[:op.n], op.acks, 0, w.comp, tag)
+			if err == nil {
+				return true
+			}
 		} else if rb := op.big; rb != nil {
 			// At most wire.MaxAckMessageLen bytes: copied into C memory
 			// now, so the buffer is free once SendAM returns.
@@ -224,6 +232,7 @@ func (w *Worker) issueNow(i int32) bool {
 			return false
 		}
 		w.putReplyBuf(op.big)
+		w.putAckBuf(op.acks)
 		if err != nil {
 			w.log.Debug("answer not sent", zap.Uint64("rq", op.rq.id), zap.Error(err))
 		}
@@ -309,6 +318,11 @@ func (w *Worker) opFinished(i int32, value uint64, err error) {
 		op.g.fail(rdmo.StatusInternal, err)
 		w.bounce.put(op.buf)
 		w.placeDone(op.c, op.ticket)
+	case opReply: // an ACK group (other answers complete at once)
+		w.putAckBuf(op.acks)
+		if err != nil {
+			w.log.Debug("ack group not sent", zap.Uint64("rq", op.rq.id), zap.Error(err))
+		}
 	case opRQFlush:
 		op.rq.flushDone = true
 		if err != nil {

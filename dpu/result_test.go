@@ -47,12 +47,24 @@ func (resultHandler) HandleBatch(t rdmo.Target, reqs []rdmo.Request, results []r
 }
 
 // Results with data and failures with details reach the initiator's Call,
-// pipelined (CallAsync) and one at a time.
+// pipelined (CallAsync) and one at a time, with each ack in its own message
+// and in ACK groups.
 func TestCallResults(t *testing.T) {
+	for _, groups := range []bool{false, true} {
+		name := "ack-each"
+		if groups {
+			name = "ack-groups"
+		}
+		t.Run(name, func(t *testing.T) { testCallResults(t, groups) })
+	}
+}
+
+func testCallResults(t *testing.T, groups bool) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		e := newEnv(t, tr, dpu.Config{Handlers: []rdmo.Handler{resultHandler{}}})
 		s := e.newSetup(5, 4096, 0, 4096)
-		in, err := hostinit.New(hostinit.Options{WorkerAddress: s.waddr, ClientID: 5, Context: e.ctx})
+		in, err := hostinit.New(hostinit.Options{WorkerAddress: s.waddr, ClientID: 5, Context: e.ctx,
+			GroupAcks: groups && hostinit.AckGroupSupported(dpu.Capabilities())})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,6 +125,44 @@ func TestCallResults(t *testing.T) {
 		}
 		if st := in.Stats(); st.ErrorsDropped != 0 || len(in.Errors()) != 0 {
 			t.Errorf("failed calls went to Errors too: %+v, %d queued", st, len(in.Errors()))
+		}
+
+		// Answers leave in the order the worker made them: the acks of
+		// calls before a FLUSH are in before its response.
+		waits = waits[:0]
+		for i := 0; i < 50; i++ {
+			c, err := in.CallAsync(ctx, opResult, mode(uint64(2*(i%2))), []byte{byte(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waits = append(waits, c)
+		}
+		if rsp, _ := in.Flush(ctx); rsp.Failed != 25 {
+			t.Fatalf("flush after 25 failing calls reports %d", rsp.Failed)
+		}
+		for i, c := range waits {
+			select {
+			case <-c.Done():
+			default:
+				t.Fatalf("call %d not answered when the FLUSH after it was", i)
+			}
+			res, err := c.Wait(ctx)
+			if i%2 == 0 && (err != nil || res.Value != 1 || !bytes.Equal(res.Data, []byte{byte(i)})) ||
+				i%2 == 1 && (!errors.Is(err, statusTestFull) || !strings.HasPrefix(res.Detail, "no room for")) {
+				t.Fatalf("call %d: %+v, %v", i, res, err)
+			}
+		}
+
+		// With groups, acks shared messages; without, none came grouped.
+		ist, wst := in.Stats(), e.w.Stats()
+		if ist.Acks != 253 || wst.Acks != 253 {
+			t.Errorf("acks: initiator %d, worker %d; want 253", ist.Acks, wst.Acks)
+		}
+		if ist.AckGroups != wst.AckGroups || ist.MalformedResponses != 0 {
+			t.Errorf("ack groups: initiator received %d (%d malformed), worker sent %d", ist.AckGroups, ist.MalformedResponses, wst.AckGroups)
+		}
+		if groups && (ist.AckGroups == 0 || ist.AckGroups >= ist.Acks) || !groups && ist.AckGroups != 0 {
+			t.Errorf("GroupAcks %v: %d acks in %d groups", groups, ist.Acks, ist.AckGroups)
 		}
 	})
 }

@@ -38,6 +38,12 @@ type rq struct {
 	free     []*pending
 	boxes    []*heldBox // recycled
 
+	// The ACK group being filled (ackgroup.go): acks of requests sent
+	// with FlagAckGroup, sent at the end of the loop's round.
+	acks     []byte
+	ackCount uint32
+	ackDirty bool // in Worker.ackDirty
+
 	// Failures since the last flush response.
 	failed      uint32
 	firstOp     uint32
@@ -791,6 +797,10 @@ func (w *Worker) complete(q *rq, k *reqKey, res *rdmo.Result) {
 			detail = ""
 		}
 		w.stats.acks.Add(1)
+		if k.flags&rdmo.FlagAckGroup != 0 {
+			w.groupAck(q, a, data, detail)
+			return
+		}
 		if len(data) == 0 && len(detail) == 0 {
 			var msg [wire.AckResponseLen]byte
 			wire.AppendAck(msg[:0], a)
@@ -835,6 +845,7 @@ func (w *Worker) reply(q *rq, msg []byte) {
 	if q.closed || q.epFailed {
 		return
 	}
+	w.sendAckGroup(q) // answers leave in the order they were made
 	i := w.ops.alloc()
 	op := &w.ops.ops[i]
 	op.kind = opReply
@@ -875,6 +886,7 @@ func (w *Worker) replyBig(q *rq, rb *replyBuf) {
 		w.putReplyBuf(rb)
 		return
 	}
+	w.sendAckGroup(q)
 	i := w.ops.alloc()
 	op := &w.ops.ops[i]
 	op.kind = opReply
@@ -920,6 +932,7 @@ func (w *Worker) advanceRQ(q *rq) {
 		return
 	}
 	q.flushing = true
+	w.sendAckGroup(q) // before the flush that lets the answers leave
 	i := w.ops.alloc()
 	op := &w.ops.ops[i]
 	op.kind = opRQFlush
@@ -948,6 +961,7 @@ func (w *Worker) rqReadyToClose(q *rq, now time.Time) bool {
 // closeRQ closes the queue's endpoint and forgets it.
 func (w *Worker) closeRQ(q *rq) {
 	q.closed = true
+	w.sendAckGroup(q) // drops the group: nobody will read it
 	if q.ep != nil {
 		q.ep.Value = nil
 		if err := q.ep.CloseForce(); err != nil {
@@ -1055,9 +1069,10 @@ func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // worker implements, as capability strings: wire.CapabilityBatch (it
 // unpacks BATCH containers, docs/PROTOCOL.md section 11),
 // wire.CapabilityResult (acks carry result data and failure details,
-// section 6.4) and wire.CapabilityLend (lend pools, section 13). A target
-// passes them to its initiators out of band (host/oob.WorkerInfo), which
-// enable what they know (initiator.Options.Aggregate).
+// section 6.4), wire.CapabilityLend (lend pools, section 13) and
+// wire.CapabilityAckGroup (acks in groups, section 14). A target passes
+// them to its initiators out of band (host/oob.WorkerInfo), which enable
+// what they know (initiator.Options.Aggregate, GroupAcks).
 func Capabilities() []string {
-	return []string{wire.CapabilityBatch, wire.CapabilityResult, wire.CapabilityLend}
+	return []string{wire.CapabilityBatch, wire.CapabilityResult, wire.CapabilityLend, wire.CapabilityAckGroup}
 }

@@ -100,6 +100,7 @@ type counters struct {
 	shmChecks atomic.Uint64
 	flushRsp  atomic.Uint64
 	acks      atomic.Uint64
+	ackGroups atomic.Uint64
 	failures  [32]atomic.Uint64 // by status; the last counts codes >= 31
 	lat       [rdmo.OpUserBase]latency
 	latUser   map[uint32]*latency // registered user ops; fixed after New
@@ -186,6 +187,7 @@ func (w *Worker) Stats() Stats {
 		ShmChecks:         c.shmChecks.Load(),
 		FlushResponses:    c.flushRsp.Load(),
 		Acks:              c.acks.Load(),
+		AckGroups:         c.ackGroups.Load(),
 		Failures:          map[rdmo.Status]uint64{},
 		Latency:           map[uint32]OpLatency{},
 		InFlight:          map[uint64]int64{},

@@ -34,7 +34,11 @@ type Worker struct {
 	handlers []*handlerEntry
 	// replyFree are reply buffers for acks with a result (loop-owned).
 	replyFree []*replyBuf
-	byOp      [rdmo.OpUserBase]*handlerEntry
+	// ackDirty are the request queues with an ACK group to send at the
+	// end of the round, ackFree the group buffers for reuse (loop-owned).
+	ackDirty []*rq
+	ackFree  [][]byte
+	byOp     [rdmo.OpUserBase]*handlerEntry
 	// flushEntry is byOp[OpFlush] when it is the built-in flush handler,
 	// whose no-op FLUSHes the loop answers itself (flushInline).
 	flushEntry *handlerEntry
@@ -442,6 +446,9 @@ func (w *Worker) run(started chan<- error) {
 			if w.shutdown && len(w.clients) == 0 && len(w.removals) == 0 && len(w.closingRQs) == 0 {
 				break
 			}
+		}
+		if len(w.ackDirty) > 0 {
+			did += w.sendAckGroups()
 		}
 		if n > 0 || did > 0 || w.readied > 0 || len(w.carried) > 0 {
 			if sp.active() && len(w.woken) > 0 {

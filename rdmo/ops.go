@@ -43,6 +43,11 @@ const (
 	// FlagAck: the ack tells the initiator its bytes were read. A handler
 	// sees the bytes, as if they had come with the request.
 	FlagByRef uint32 = 1 << 2
+	// FlagAckGroup (extension): the initiator takes this request's ack
+	// in an ACK group, many acks in one message (docs/PROTOCOL.md
+	// section 14). Only with FlagAck, and only to a worker that
+	// advertises the capability: an older one refuses the flag.
+	FlagAckGroup uint32 = 1 << 3
 )
 
 // IsUserOp reports whether op belongs to the plugin-defined range.

@@ -103,6 +103,16 @@ type Options struct {
 	// drops it unanswered): set it only when the target said the worker
 	// has it (see LendSupported). Default false.
 	Lend bool
+	// GroupAcks asks the worker to answer the requests sent with
+	// rdmo.FlagAck in ACK groups: the acks of the requests it completed
+	// in one round of its loop come in one message instead of one each,
+	// which over TCP saves a system call per answer on both sides. Each
+	// ack still completes its own call, in the order the worker made
+	// them. Only a worker that advertises wire.CapabilityAckGroup knows
+	// the flag this sets (an older one of ours fails the request with
+	// UnknownFlags): set it only when the target said the worker has it
+	// (see AckGroupSupported). Default false.
+	GroupAcks bool
 	// MaxAggregate bounds a container's size in bytes (its 24-byte header
 	// and its data). A request whose entry alone does not fit, and one that
 	// goes by rendezvous, is sent on its own. Containers are sent eager.
@@ -284,6 +294,18 @@ func New(opts Options) (*Initiator, error) {
 		return nil, err
 	}
 	return in, nil
+}
+
+// AckGroupSupported reports whether a worker with these capabilities (as
+// the target passes them out of band, host/oob.WorkerInfo.Capabilities)
+// answers acks in groups, so that Options.GroupAcks may be set.
+func AckGroupSupported(capabilities []string) bool {
+	for _, c := range capabilities {
+		if c == wire.CapabilityAckGroup {
+			return true
+		}
+	}
+	return false
 }
 
 // AggregateSupported reports whether a worker with these capabilities (as

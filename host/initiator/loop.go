@@ -681,6 +681,8 @@ func (lp *loop) HandleMessages(_ *ucp.Worker, msgs []ucp.Message) {
 			lp.flushResponse(m)
 		case wire.RspAck:
 			lp.ackResponse(m)
+		case wire.RspAckGroup:
+			lp.ackGroup(m)
 		}
 	}
 }
@@ -759,6 +761,49 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 		in.log.Warn("malformed ack", zap.Error(err), zap.Int("header_len", len(m.Header)))
 		return
 	}
+	var data, detail []byte
+	if m.Rendezvous {
+		// Our worker's results fit an eager message (rdmo.MaxResultData);
+		// a rendezvous one is not fetched.
+		err = fmt.Errorf("ack data sent by rendezvous: %w", rdmo.ErrRendezvousRefused)
+	} else {
+		data, detail, err = wire.AckResult(ack, m.Data)
+	}
+	lp.ack(ack, data, detail, err)
+}
+
+// ackGroup takes the acks of an ACK group (wire.CapabilityAckGroup) in
+// order. A malformed entry ends the group: the acks before it count, the
+// requests of those after it are answered by no ack (their calls end with
+// the Initiator's, or their context).
+func (lp *loop) ackGroup(m *ucp.Message) {
+	in := lp.in
+	count, err := wire.ParseAckGroupHeader(m.Header)
+	if err == nil && m.Rendezvous {
+		err = fmt.Errorf("ack group sent by rendezvous: %w", rdmo.ErrRendezvousRefused)
+	}
+	if err != nil {
+		in.stats.malformed.Add(1)
+		in.log.Warn("malformed ack group", zap.Error(err), zap.Int("header_len", len(m.Header)))
+		return
+	}
+	in.stats.ackGroups.Add(1)
+	it := wire.NewAckGroupIter(m.Data, count)
+	for it.Next() {
+		ack := it.Ack()
+		data, detail, err := wire.AckResult(ack, it.Result())
+		lp.ack(ack, data, detail, err)
+	}
+	if err := it.Err(); err != nil {
+		in.stats.malformed.Add(1)
+		in.log.Warn("malformed ack group", zap.Error(err), zap.Uint32("count", count))
+	}
+}
+
+// ack answers the request an ack names; resErr is the failure to read its
+// result (data and detail are then ignored).
+func (lp *loop) ack(ack wire.AckResponse, data, detail []byte, resErr error) {
+	in := lp.in
 	rec, ok := lp.acks[ack.Seq]
 	if !ok {
 		in.stats.unknownResponses.Add(1)
@@ -780,15 +825,7 @@ func (lp *loop) ackResponse(m *ucp.Message) {
 	lp.release(rec.cost)
 	rec.lend.giveBack(nil)
 	in.stats.acks.Add(1)
-	var data, detail []byte
-	if m.Rendezvous {
-		// Our worker's results fit an eager message (rdmo.MaxResultData);
-		// a rendezvous one is not fetched.
-		err = fmt.Errorf("ack data sent by rendezvous: %w", rdmo.ErrRendezvousRefused)
-	} else {
-		data, detail, err = wire.AckResult(ack, m.Data)
-	}
-	if err != nil {
+	if err := resErr; err != nil {
 		// The ack itself is good: the request is answered, without its
 		// result, and says so.
 		in.stats.malformed.Add(1)

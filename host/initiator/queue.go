@@ -370,6 +370,9 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 	e.flush, e.call, e.own, e.lend = r.flush, r.call, own, r.lend
 	e.hdrOff = uint32(len(b.hdr))
 	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
+	if r.flags&rdmo.FlagAck != 0 && in.opts.GroupAcks {
+		h.Flags |= rdmo.FlagAckGroup
+	}
 	switch r.op {
 	case rdmo.OpFlush:
 		b.hdr = wire.AppendFlushRequest(b.hdr, h, rdmo.FlushHeader{FlushID: r.flush.id})

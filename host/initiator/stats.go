@@ -26,6 +26,7 @@ type Stats struct {
 	// responses received (the worker's own count of failed requests).
 	FailuresReported uint64
 	Acks             uint64 // acks matched to an acked request
+	AckGroups        uint64 // ACK groups received (Options.GroupAcks)
 	AckFailures      uint64 // matched acks with a non-OK status
 	ErrorsDropped    uint64 // ack failures not delivered because Errors() was full
 
@@ -61,6 +62,7 @@ type counters struct {
 	messages, containers, aggregated        atomic.Uint64
 	flushesDone, failuresReported           atomic.Uint64
 	acks, ackFailures, errorsDropped        atomic.Uint64
+	ackGroups                               atomic.Uint64
 	unknownResponses, malformed, sendErrors atomic.Uint64
 	windowWaits, batches, wakes, sleeps     atomic.Uint64
 	creditWaits, creditFlushes, drives      atomic.Uint64
@@ -122,6 +124,7 @@ func (c *counters) snapshot() Stats {
 		FlushesDone:        c.flushesDone.Load(),
 		FailuresReported:   c.failuresReported.Load(),
 		Acks:               c.acks.Load(),
+		AckGroups:          c.ackGroups.Load(),
 		AckFailures:        c.ackFailures.Load(),
 		ErrorsDropped:      c.errorsDropped.Load(),
 		UnknownResponses:   c.unknownResponses.Load(),

@@ -53,6 +53,9 @@ type Stats struct {
 	// Answers sent.
 	FlushResponses uint64 `msgpack:"flush_responses"`
 	Acks           uint64 `msgpack:"acks"`
+	// AckGroups counts the messages that carried acks in groups
+	// (wire.CapabilityAckGroup); their acks count in Acks.
+	AckGroups uint64 `msgpack:"ack_groups"`
 
 	// Failures counts failed requests by status.
 	Failures map[rdmo.Status]uint64 `msgpack:"failures"`

@@ -96,7 +96,7 @@ const (
 )
 
 // knownFlags are the request flags a worker accepts.
-const knownFlags = rdmo.FlagFence | rdmo.FlagAck | rdmo.FlagByRef
+const knownFlags = rdmo.FlagFence | rdmo.FlagAck | rdmo.FlagByRef | rdmo.FlagAckGroup
 
 // DefaultMaxInFlightPerRQ is how many requests of one request queue our
 // worker accepts before they complete, unless configured otherwise
@@ -564,13 +564,14 @@ func AppendReferenceFlushResponse(dst []byte, flushID uint64) []byte {
 }
 
 // ParseResponseID returns the rsp_id of a response so the initiator can
-// pick the decoder. Ids other than RspFlush and RspAck are rdmo.ErrUnknownOp.
+// pick the decoder. Ids other than RspFlush, RspAck and RspAckGroup are
+// rdmo.ErrUnknownOp.
 func ParseResponseID(b []byte) (uint32, error) {
 	if len(b) < 4 {
 		return 0, wireErr(rdmo.StatusShortHeader, "response is "+itoa(len(b))+" bytes, at least 4 needed")
 	}
 	id := le.Uint32(b[ResponseIDOffset:])
-	if id != RspFlush && id != RspAck {
+	if id != RspFlush && id != RspAck && id != RspAckGroup {
 		return id, wireErr(rdmo.StatusUnknownOp, "response id "+utoa(uint64(id))+" is not defined")
 	}
 	return id, nil

@@ -211,6 +211,7 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 			Window:        req.Window,
 			Aggregate:     req.Aggregate,
 			Lend:          req.Lend,
+			GroupAcks:     req.AckGroups,
 			ErrorHandling: errorHandling(req.NoDetect),
 			OnAck:         p.acks.onAck,
 			Name:          "bench-initiator-" + strconv.Itoa(p.id) + "-" + req.Strategy,
@@ -394,6 +395,7 @@ type rdmoReq struct {
 	Window    int    `json:"window,omitempty"`
 	Aggregate bool   `json:"aggregate,omitempty"`
 	Lend      bool   `json:"lend,omitempty"`
+	AckGroups bool   `json:"ack_groups,omitempty"`
 	NoDetect  bool   `json:"no_detect,omitempty"`
 }
 

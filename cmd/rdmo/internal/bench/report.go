@@ -29,6 +29,8 @@ type Report struct {
 	// NoLendPool: the rdmo-append rows lent large records from Go
 	// buffers, not from a lend pool the worker reads in place.
 	NoLendPool bool `json:"no_lend_pool,omitempty"`
+	// NoAckGroups: RDMO initiators took every ack in its own message.
+	NoAckGroups bool `json:"no_ack_groups,omitempty"`
 
 	Duration   time.Duration `json:"duration_ns"`
 	Interval   time.Duration `json:"interval_ns"`
@@ -159,8 +161,8 @@ func newReport(o Options) *Report {
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
 		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate, NoPeerDetection: o.NoPeerDetection, Populate: o.Populate,
-		NoLendPool: !o.LendPool,
-		Wide:       o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
+		NoLendPool: !o.LendPool, NoAckGroups: !o.AckGroups,
+		Wide: o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
 }
@@ -323,6 +325,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.NoLendPool {
 		fmt.Fprintf(w, "rdmo-append rows lend records of 4 KiB and more from Go buffers (--lend-pool=false)\n")
+	}
+	if r.NoAckGroups {
+		fmt.Fprintf(w, "every ack in its own message (--ack-groups=false)\n")
 	}
 	for _, row := range r.Rows {
 		if row.Error != "" {

@@ -190,6 +190,8 @@ func (c *client) run(ctx context.Context) error {
 		// Large records lent from a pool the worker reads in place, when
 		// it says it maps lend pools (RecordRing).
 		Lend: initiator.LendSupported(wi.Capabilities),
+		// Acks of many requests in one message, when the worker groups them.
+		GroupAcks: initiator.AckGroupSupported(wi.Capabilities),
 		// A flush not answered in time fails every request at once.
 		FlushTimeout: c.flushTimeout,
 	})
