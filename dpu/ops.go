@@ -214,13 +214,15 @@ func (w *Worker) issueNow(i int32) bool {
 	case opReply:
 		if q := op.rq; q.closed || q.epFailed || q.ep == nil {
 			err = ucp.ErrClosed
-		} else if op.acks != nil {
+		} else if op.acks != nil && int(op.n)+len(op.acks) > ucp.InlineLen {
 			// Longer than the inline bytes: the buffer stays the op's
 			// until its completion (opFinished).
 			err = q.ep.SendAM(0, op.msg[:op.n], op.acks, 0, w.comp, tag)
 			if err == nil {
 				return true
 			}
+		} else if op.acks != nil {
+			err = q.ep.SendAM(0, op.msg[:op.n], op.acks, 0, nil, 0)
 		} else if rb := op.big; rb != nil {
 			// At most wire.MaxAckMessageLen bytes: copied into C memory
 			// now, so the buffer is free once SendAM returns.

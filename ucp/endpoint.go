@@ -258,9 +258,14 @@ func (e *Endpoint) Transports() []string {
 	return out
 }
 
+// InlineLen is how many bytes of an active message SendAM copies at once
+// into the send's own C memory: a header and payload that fit together
+// are free for reuse when SendAM returns, and need no completion.
+const InlineLen = C.SHIM_INLINE
+
 // SendAM queues an active message with a header and a payload. The payload
 // must stay untouched until the completion; the header, and a payload that
-// fits with it in the slot's inline bytes, are copied at once.
+// fits with it in the slot's inline bytes (InlineLen), are copied at once.
 func (e *Endpoint) SendAM(id uint16, header, data []byte, flags SendFlags, c Completer, tag uint64) error {
 	if err := e.usable(); err != nil {
 		return err

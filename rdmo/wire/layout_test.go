@@ -67,6 +67,10 @@ struct rdmo_ack_rsp {
 struct rdmo_ack_result_rsp {
 	struct rdmo_ack_rsp ack; uint32_t data_len; uint32_t detail_len;
 };
+/* Extension: the ACK group's AM header (section 14). */
+struct rdmo_ack_group_rsp {
+	uint32_t rsp_id; uint32_t count; uint64_t reserved;
+};
 
 /* Extension: the whole extended flush response. The reference places
  * flush_id at offset 4 (rsp_hdr + 1), unaligned, so no natural struct can
@@ -161,6 +165,8 @@ int main(void)
 	SIZE(rdmo_ack_result_rsp);
 	OFF(rdmo_ack_result_rsp, data_len);
 	OFF(rdmo_ack_result_rsp, detail_len);
+	SIZE(rdmo_ack_group_rsp);
+	OFF(rdmo_ack_group_rsp, count);
 	SIZE(rdmo_batch_hdr);
 	OFF(rdmo_batch_hdr, count);
 	SIZE(rdmo_batch_entry);
@@ -430,6 +436,8 @@ func checkLayout(t *testing.T, c map[string]uint64) {
 		{"sizeof(rdmo_ack_result_rsp)", get("size rdmo_ack_result_rsp"), wire.AckResultLen},
 		{"ack data_len", get("off rdmo_ack_result_rsp.data_len"), wire.AckDataLenOffset},
 		{"ack detail_len", get("off rdmo_ack_result_rsp.detail_len"), wire.AckDetailLenOffset},
+		{"sizeof(rdmo_ack_group_rsp)", get("size rdmo_ack_group_rsp"), wire.AckGroupHeaderLen},
+		{"ack group count", get("off rdmo_ack_group_rsp.count"), wire.AckGroupCountOffset},
 
 		{"batch header length", hdr + get("size rdmo_batch_hdr"), wire.BatchHeaderLen},
 		{"batch count", hdr + get("off rdmo_batch_hdr.count"), wire.BatchCountOffset},
