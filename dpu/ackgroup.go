@@ -1,13 +1,18 @@
 package dpu
 
-import "github.com/openrdmo/rdmo/rdmo/wire"
+import (
+	"encoding/binary"
+
+	"github.com/openrdmo/rdmo/rdmo/wire"
+)
 
 // ACK groups (docs/PROTOCOL.md section 14): the acks of one request queue's
-// requests sent with rdmo.FlagAckGroup are gathered during a round of the
-// loop and leave in one message at its end, or earlier when the group is
-// full or another answer must not overtake them. An initiator that keeps
-// many calls in flight then gets a message per round instead of one per
-// call: over TCP each message is a system call on both sides.
+// requests sent with rdmo.FlagAckGroup are gathered while a batch
+// completes and leave in one message after it (Worker.completeBatch), at
+// the end of the loop's round for acks made elsewhere, or earlier when the
+// group is full or another answer must not overtake them. An initiator
+// that keeps many calls in flight then gets a message per batch instead of
+// one per call: over TCP each message is a system call on both sides.
 
 // groupAck adds an ack to q's group.
 func (w *Worker) groupAck(q *rq, a wire.AckResponse, data []byte, detail string) {
@@ -40,6 +45,12 @@ func (w *Worker) sendAckGroup(q *rq) {
 		w.putAckBuf(buf)
 		return
 	}
+	if count == 1 {
+		// A group of one goes as the ack itself, as it would without
+		// groups: its header alone when it carries no result.
+		w.sendLoneAck(q, buf)
+		return
+	}
 	i := w.ops.alloc()
 	op := &w.ops.ops[i]
 	op.kind = opReply
@@ -47,6 +58,26 @@ func (w *Worker) sendAckGroup(q *rq) {
 	op.n = uint8(len(wire.AppendAckGroupHeader(op.msg[:0], count)))
 	op.acks = buf
 	w.stats.ackGroups.Add(1)
+	w.issue(i)
+}
+
+// sendLoneAck sends a group's only entry as a plain ack (section 6.3 or,
+// with a result, 6.4) and keeps buf for reuse.
+func (w *Worker) sendLoneAck(q *rq, buf []byte) {
+	dataLen := int(binary.LittleEndian.Uint32(buf[wire.AckDataLenOffset:]))
+	detailLen := int(binary.LittleEndian.Uint32(buf[wire.AckDetailLenOffset:]))
+	i := w.ops.alloc()
+	op := &w.ops.ops[i]
+	op.kind = opReply
+	op.rq = q
+	if dataLen == 0 && detailLen == 0 {
+		op.n = uint8(copy(op.msg[:], buf[:wire.AckResponseLen]))
+	} else {
+		rb := w.getReplyBuf()
+		rb.n = copy(rb.b[:], buf[:wire.AckResultLen+dataLen+detailLen])
+		op.big = rb
+	}
+	w.putAckBuf(buf)
 	w.issue(i)
 }
 

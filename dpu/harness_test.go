@@ -214,6 +214,7 @@ type initiator struct {
 	details map[uint64]string // an ack's failure detail, by seq
 	flushes []wire.FlushResponse
 	order   []string // "ack:<seq>" / "flush:<id>" in arrival order
+	groups  []int    // the entries of each ACK group, in arrival order
 	bad     []string
 	sendErr []error
 }
@@ -230,6 +231,10 @@ func (e *env) newInitiator(client uint64) *initiator {
 	}
 	w.SetHandler(0, ucp.MessageHandlerFunc(func(_ *ucp.Worker, msgs []ucp.Message) {
 		for _, m := range msgs {
+			if id, _ := wire.ParseResponseID(m.Header); id == wire.RspAckGroup {
+				in.ackGroup(m.Header, m.Data)
+				continue
+			}
 			in.response(m.Header)
 			if a, err := wire.ParseAck(m.Header); err == nil && a.DetailLen > 0 {
 				if _, detail, err := wire.AckResult(a, m.Data); err == nil {
@@ -240,6 +245,33 @@ func (e *env) newInitiator(client uint64) *initiator {
 	}))
 	e.t.Cleanup(in.close)
 	return in
+}
+
+// ackGroup records an ACK group's acks as response records a lone ack.
+func (in *initiator) ackGroup(hdr, data []byte) {
+	count, err := wire.ParseAckGroupHeader(hdr)
+	if err != nil {
+		in.bad = append(in.bad, err.Error())
+		return
+	}
+	it := wire.NewAckGroupIter(data, count)
+	n := 0
+	for it.Next() {
+		a := it.Ack()
+		_, detail, err := wire.AckResult(a, it.Result())
+		if err != nil {
+			in.bad = append(in.bad, err.Error())
+		}
+		in.response(wire.AppendAck(nil, a)[:wire.AckResponseLen])
+		if len(detail) > 0 {
+			in.details[a.Seq] = string(detail)
+		}
+		n++
+	}
+	if it.Err() != nil {
+		in.bad = append(in.bad, it.Err().Error())
+	}
+	in.groups = append(in.groups, n)
 }
 
 func (in *initiator) response(b []byte) {

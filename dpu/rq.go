@@ -740,6 +740,7 @@ func (w *Worker) completeBatch(b *batch) {
 		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
 	lat.flush(&w.stats)
+	w.sendAckGroup(q)
 	q.started -= len(b.ents)
 	b.c.putBatch(b)
 	w.markDirty(q.c)

@@ -105,10 +105,11 @@ type Options struct {
 	Lend bool
 	// GroupAcks asks the worker to answer the requests sent with
 	// rdmo.FlagAck in ACK groups: the acks of the requests it completed
-	// in one round of its loop come in one message instead of one each,
-	// which over TCP saves a system call per answer on both sides. Each
-	// ack still completes its own call, in the order the worker made
-	// them. Only a worker that advertises wire.CapabilityAckGroup knows
+	// in one batch come in one message instead of one each, which over
+	// TCP saves a system call per answer on both sides. Each ack still
+	// completes its own call, in the order the worker made them. Requests
+	// that lend their payload keep their own acks, which return the
+	// buffers one by one. Only a worker that advertises wire.CapabilityAckGroup knows
 	// the flag this sets (an older one of ours fails the request with
 	// UnknownFlags): set it only when the target said the worker has it
 	// (see AckGroupSupported). Default false.

@@ -370,7 +370,10 @@ func (in *Initiator) put(r *request, cost int, own *[]byte) (seq uint64) {
 	e.flush, e.call, e.own, e.lend = r.flush, r.call, own, r.lend
 	e.hdrOff = uint32(len(b.hdr))
 	h := wire.Header{ClientID: in.opts.ClientID, Op: r.op, Flags: r.flags}
-	if r.flags&rdmo.FlagAck != 0 && in.opts.GroupAcks {
+	if r.flags&rdmo.FlagAck != 0 && r.lend == nil && in.opts.GroupAcks {
+		// A lent buffer's ack comes alone: a stream of lent records
+		// whose buffers came back in groups would refill them in
+		// bursts, and its worker would wait between them.
 		h.Flags |= rdmo.FlagAckGroup
 	}
 	switch r.op {

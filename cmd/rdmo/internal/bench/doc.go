@@ -117,6 +117,8 @@
 // the initiator pack queued requests into BATCH messages; --lend-pool=false
 // lends the large records from Go buffers, which then travel through the
 // transport (one more copy over shared memory), to compare.
+// --ack-groups=false takes every ack (the calls' answers, the lent
+// records' returns) in its own message instead of in ACK groups.
 // --no-peer-detection makes the RDMO endpoints without peer-failure
 // detection, which UCX 1.13 pays for with its zero-copy rendezvous lanes
 // (docs/SECURITY.md); the report says so, and which pages backed the
