@@ -26,6 +26,7 @@ type metrics struct {
 	puts, putBytes, places, fetches           *prometheus.Desc
 	syncs, syncOps, fences, flushes           *prometheus.Desc
 	readbacks, panics, flushResponses, acks   *prometheus.Desc
+	ackGroups                                 *prometheus.Desc
 	inlineBatches, cpuAtomics, shmChecks      *prometheus.Desc
 	failures, inFlight, clients, rqs, regions *prometheus.Desc
 	latency                                   *prometheus.Desc
@@ -57,6 +58,7 @@ func newMetrics() *metrics {
 		panics:         w("handler_panics_total", "Handler calls that panicked."),
 		flushResponses: w("flush_responses_total", "Flush responses sent."),
 		acks:           w("acks_total", "Acks sent for requests sent with the ACK flag."),
+		ackGroups:      w("ack_groups_total", "Messages that carried several acks (ACK groups; their acks count in acks_total)."),
 
 		inlineBatches: w("inline_batches_total", "Handler calls (of batches_total) that ran on the worker's loop instead of the client's executor (handlers declaring Inline)."),
 		cpuAtomics:    w("cpu_atomics_total", "Atomics inside Target.Sync calls done with the CPU's atomic instructions on a mapping of target memory instead of through UCX."),
@@ -90,7 +92,7 @@ func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
 		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
-		c.readbacks, c.panics, c.flushResponses, c.acks, c.inlineBatches, c.cpuAtomics, c.shmChecks, c.failures, c.inFlight,
+		c.readbacks, c.panics, c.flushResponses, c.acks, c.ackGroups, c.inlineBatches, c.cpuAtomics, c.shmChecks, c.failures, c.inFlight,
 		c.clients, c.rqs, c.regions, c.latency,
 	} {
 		ch <- d
@@ -135,6 +137,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	counter(c.panics, st.HandlerPanics, id)
 	counter(c.flushResponses, st.FlushResponses, id)
 	counter(c.acks, st.Acks, id)
+	counter(c.ackGroups, st.AckGroups, id)
 	counter(c.inlineBatches, st.InlineBatches, id)
 	counter(c.cpuAtomics, st.CPUAtomics, id)
 	counter(c.shmChecks, st.ShmChecks, id)

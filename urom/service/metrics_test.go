@@ -162,7 +162,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		"rdmo_worker_target_puts_total", "rdmo_worker_target_put_bytes_total",
 		"rdmo_worker_places_total", "rdmo_worker_fetches_total", "rdmo_worker_syncs_total",
 		"rdmo_worker_sync_ops_total", "rdmo_worker_fences_total", "rdmo_worker_flushes_total",
-		"rdmo_worker_flush_responses_total", "rdmo_worker_acks_total", "rdmo_worker_failures_total",
+		"rdmo_worker_flush_responses_total", "rdmo_worker_acks_total", "rdmo_worker_ack_groups_total", "rdmo_worker_failures_total",
 		"rdmo_worker_inline_batches_total", "rdmo_worker_cpu_atomics_total", "rdmo_worker_shm_checks_total",
 		"rdmo_worker_in_flight_requests", "rdmo_worker_clients", "rdmo_worker_request_queues",
 		"rdmo_worker_regions",
