@@ -85,6 +85,7 @@ type Target struct {
 	client      uint64
 	workerAddr  []byte
 	maxInFlight uint32
+	caps        []string
 
 	done     chan struct{}
 	doneOnce sync.Once
@@ -183,7 +184,7 @@ func (t *Target) start(ctx context.Context, opts Options) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t.workerAddr, t.maxInFlight = n.Addr, n.MaxInFlightPerRQ
+	t.workerAddr, t.maxInFlight, t.caps = n.Addr, n.MaxInFlightPerRQ, n.Capabilities
 	return nil
 }
 
@@ -252,6 +253,13 @@ func (t *Target) WorkerAddress() []byte { return t.workerAddr }
 // CLIENT_INIT), for the initiators' flow control; 0: the worker did not
 // say (rdmo.DefaultMaxInFlightPerRQ).
 func (t *Target) MaxInFlightPerRQ() uint32 { return t.maxInFlight }
+
+// WorkerCapabilities are the wire extensions the worker implements (from
+// CLIENT_INIT; empty from a worker too old to say), for the initiators'
+// options: initiator.AggregateSupported, AckGroupSupported, LendSupported.
+// A target passes them to remote initiators out of band
+// (host/oob.WorkerInfo.Capabilities).
+func (t *Target) WorkerCapabilities() []string { return slices.Clone(t.caps) }
 
 // WorkerID is the worker's id at its UROM service.
 func (t *Target) WorkerID() uint64 { return t.w.ID }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -140,6 +141,11 @@ func TestTargetFlow(t *testing.T) {
 			}
 			if tg.ClientID() != 7 || len(tg.WorkerAddress()) == 0 || tg.WorkerPID() == 0 || tg.Err() != nil {
 				t.Fatalf("client %d, worker address %d bytes, pid %d, err %v", tg.ClientID(), len(tg.WorkerAddress()), tg.WorkerPID(), tg.Err())
+			}
+			// The worker's extensions reach the target at CLIENT_INIT,
+			// through the service, for the initiators' options.
+			if caps := tg.WorkerCapabilities(); !slices.Equal(caps, dpu.Capabilities()) || !initiator.AckGroupSupported(caps) {
+				t.Fatalf("worker capabilities %v, want %v", caps, dpu.Capabilities())
 			}
 			reg, err := tg.Register(ctx, mem)
 			if err != nil {

@@ -175,6 +175,12 @@ type Notification struct {
 	// Added after the first release: 0 (an older worker) means unknown,
 	// which is wire.DefaultMaxInFlightPerRQ.
 	MaxInFlightPerRQ uint32 `msgpack:"max_in_flight_per_rq,omitempty"`
+	// Capabilities (CLIENT_INIT) are the wire extensions the worker
+	// implements (dpu.Capabilities), which the target passes to its
+	// initiators so that they enable them (initiator.AggregateSupported,
+	// AckGroupSupported, LendSupported). Added after the first release:
+	// nil from an older worker.
+	Capabilities []string `msgpack:"capabilities,omitempty"`
 }
 
 // Err returns nil for a successful notification, else an error matching

@@ -157,7 +157,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *zap.Logger) error 
 	if err != nil {
 		return err
 	}
-	in, err := initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(), Logger: log})
+	caps := tg.WorkerCapabilities()
+	in, err := initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(), Logger: log,
+		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps)})
 	if err != nil {
 		return fmt.Errorf("initiator: %w", err)
 	}

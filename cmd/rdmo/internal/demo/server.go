@@ -223,9 +223,8 @@ func (s *server) run(ctx context.Context) error {
 		WorkerAddress: s.t.WorkerAddress(),
 		ClientID:      s.clientID,
 		Regions:       regions,
-		// The worker runs the same RDMO component version as this binary
-		// (the UROM handshake checked it), so its capabilities are ours.
-		Capabilities: append([]string{"append", "scatter", "flush"}, dpu.Capabilities()...),
+		// What the worker said it implements at CLIENT_INIT.
+		Capabilities: append([]string{"append", "scatter", "flush"}, s.t.WorkerCapabilities()...),
 		Workload:     &wl,
 		// The initiator's flow control stays within the worker's limit.
 		MaxInFlightPerRQ: s.t.MaxInFlightPerRQ(),

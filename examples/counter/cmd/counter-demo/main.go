@@ -43,7 +43,11 @@ func main() {
 	defer tg.Close()
 	reg := must(tg.Register(context.Background(), mem))
 	// The initiator: connect (RQ_CREATE), then call the plugin's op.
-	in := must(initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID()}))
+	// The worker's extensions it says it has: calls packed into one
+	// message, and their answers taken in groups.
+	caps := tg.WorkerCapabilities()
+	in := must(initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(),
+		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps)}))
 	defer in.Close()
 	must(tg.CreateRQ(context.Background(), in.Address()))
 	start, calls := time.Now(), make([]*initiator.CallWait, n)
