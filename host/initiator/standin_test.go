@@ -38,6 +38,9 @@ type standIn struct {
 	nflush  int // flush responses sent
 	nacks   int
 	arrived atomic.Uint64 // requests (inner ones of containers included)
+	// completed counts the requests complete has answered (their
+	// arrival's Status and Payload are set by then).
+	completed atomic.Uint64
 	// messages counts the AMs that arrived, containers the BATCH
 	// containers among them.
 	messages     atomic.Uint64
@@ -339,6 +342,7 @@ func (s *standIn) complete() bool {
 			s.got[p.index].Payload = p.payload
 			s.mu.Unlock()
 		}
+		s.completed.Add(1)
 		isFlush := p.perr == nil && p.hdr.Header.Op == rdmo.OpFlush
 		if st != rdmo.StatusOK {
 			if s.failed == 0 {

@@ -49,7 +49,11 @@ func TestStreamProducersRunTheLoop(t *testing.T) {
 		}
 		const total = producers*appends + producers*(producers-1)/2
 		appended := func() uint64 { return s.arrived.Load() - in.Stats().CreditFlushes }
-		testutil.WaitFor(t, "every append of the stream to arrive without a Flush", func() bool { return appended() >= total })
+		// Arrived, and completed by the stand-in (which records their
+		// payloads then): it answers in its own time, later under load.
+		testutil.WaitFor(t, "every append of the stream to arrive without a Flush", func() bool {
+			return appended() >= total && s.completed.Load() >= s.arrived.Load()
+		})
 
 		next := make([]uint64, producers)
 		n := 0
