@@ -67,6 +67,14 @@
 // at once as a plain request. Everything else (sequence numbers, acks, flushes, FENCE, the
 // window, ordering) stays per request. docs/PROTOCOL.md section 11.
 //
+// The answers travel the same way with Options.GroupAcks (only against a
+// worker that advertises wire.CapabilityAckGroup): the acks of a batch
+// the worker completed come in one ACK group, which over TCP saves a
+// system call per answer on each side; each still completes its own call,
+// in order. AggregateSupported and AckGroupSupported read the
+// capabilities a target got from its worker (host/target
+// Target.WorkerCapabilities). docs/PROTOCOL.md section 14.
+//
 // # Send window
 //
 // Memory is bounded: at most Options.Window requests may be queued, in
