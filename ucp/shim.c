@@ -290,7 +290,7 @@ static ucs_status_t shim_am_cb(void *arg, const void *header, size_t header_leng
             return UCS_OK;
         }
         ev->am_flags |= SHIM_AM_DATA_COPIED;
-        ev->data      = (void*)(uintptr_t)doff;
+        ev->data_off  = doff;
     }
     return ret;
 }

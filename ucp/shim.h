@@ -47,7 +47,13 @@ typedef struct shim_event {
     uint32_t am_flags;
     uint32_t header_len;
     uint32_t header_off;  /* offset of the header copy in the arena   */
-    void    *data;        /* AM data, descriptor, or arena offset      */
+    void    *data;        /* AM data or rendezvous descriptor          */
+    uint64_t data_off;    /* SHIM_AM_DATA_COPIED: offset in the arena.
+                             Never in data: Go reads data as a pointer,
+                             and a pointer-typed value below 4096 on a
+                             goroutine's stack makes the runtime throw
+                             ("invalid pointer found on stack") when it
+                             copies the stack.                          */
     uint64_t length;      /* AM data length, or received length        */
     void    *ep;          /* reply ep, failed ep, or conn request      */
 } shim_event_t;

@@ -464,7 +464,7 @@ func (w *Worker) message(ev *C.shim_event_t) Message {
 		m.desc = ev.data
 		m.Data = unsafe.Slice((*byte)(ev.data), int(ev.length))
 	case ev.length > 0:
-		m.Data = unsafe.Slice((*byte)(unsafe.Add(arena, uintptr(ev.data))), int(ev.length))
+		m.Data = unsafe.Slice((*byte)(unsafe.Add(arena, uintptr(ev.data_off))), int(ev.length))
 	}
 	if ev.am_flags&C.SHIM_AM_HAS_REPLY_EP != 0 {
 		m.Reply = w.replyEndpoint(C.ucp_ep_h(ev.ep))
