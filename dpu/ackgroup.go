@@ -30,7 +30,7 @@ func (w *Worker) groupAck(q *rq, a wire.AckResponse, data []byte, detail string)
 		q.ackDirty = true
 		w.ackDirty = append(w.ackDirty, q)
 	}
-	q.acks = wire.AppendAckGroupEntry(q.acks, a, data, stringBytes(detail))
+	q.acks = wire.AppendAckGroupEntry(q.acks, a, data, []byte(detail))
 	q.ackCount++
 }
 
@@ -117,11 +117,3 @@ func (w *Worker) putAckBuf(b []byte) {
 // maxFreeAckBufs bounds the group buffers kept for reuse: one per queue
 // answered in a round, and those whose sends are still in flight.
 const maxFreeAckBufs = 64
-
-// stringBytes is s's bytes (a copy: details are short and rare).
-func stringBytes(s string) []byte {
-	if s == "" {
-		return nil
-	}
-	return []byte(s)
-}

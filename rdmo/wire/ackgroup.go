@@ -48,14 +48,11 @@ func AppendAckGroupHeader(dst []byte, count uint32) []byte {
 func AppendAckGroupEntry(dst []byte, a AckResponse, data, detail []byte) []byte {
 	a.DataLen, a.DetailLen = uint32(len(data)), uint32(len(detail))
 	start := len(dst)
-	dst = le.AppendUint32(dst, RspAck)
-	dst = le.AppendUint32(dst, a.Op)
-	dst = le.AppendUint64(dst, a.Seq)
-	dst = le.AppendUint32(dst, uint32(a.Status))
-	dst = le.AppendUint32(dst, 0)
-	dst = le.AppendUint64(dst, a.Value)
-	dst = le.AppendUint32(dst, a.DataLen)
-	dst = le.AppendUint32(dst, a.DetailLen)
+	dst = AppendAck(dst, a)
+	if len(dst)-start == AckResponseLen {
+		// AppendAck's 32-byte form: the entry still states its lengths.
+		dst = le.AppendUint64(dst, 0)
+	}
 	dst = append(dst, data...)
 	dst = append(dst, detail...)
 	for (len(dst)-start)%AckGroupAlign != 0 {
