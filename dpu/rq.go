@@ -39,7 +39,8 @@ type rq struct {
 	boxes    []*heldBox // recycled
 
 	// The ACK group being filled (ackgroup.go): acks of requests sent
-	// with FlagAckGroup, sent at the end of the loop's round.
+	// with FlagAckGroup, sent when their batch completes (others at the
+	// end of the loop's round).
 	acks     []byte
 	ackCount uint32
 	ackDirty bool // in Worker.ackDirty
