@@ -61,7 +61,7 @@ const parkLimit = time.Millisecond
 // Called by the token's holder.
 func (lp *loop) busy() bool {
 	q := &lp.in.q
-	return q.Queued() || q.attn.Load() || lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal
+	return q.Queued() || q.attn.Load() || lp.sendsOut > 0 || len(lp.flushes) > 0 || lp.acks.len() > 0 || lp.fatal
 }
 
 // handOver frees the token for the callers that wait for it and parks the

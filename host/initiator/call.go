@@ -52,6 +52,12 @@ type CallWait struct {
 // Done is closed when the call has its answer (or failed).
 func (c *CallWait) Done() <-chan struct{} { return c.sig.C() }
 
+// Ready reports whether the call has its answer or has failed: Wait (or
+// Driver.Wait) would return at once. It never runs the loop, so a caller
+// that drives can take every answered call after one Driver.Wait without
+// another round.
+func (c *CallWait) Ready() bool { return c.sig.isSet() }
+
 // reset makes a settled (or never queued) CallWait ready for another call.
 func (c *CallWait) reset(in *Initiator) {
 	c.in, c.res, c.err = in, Result{}, nil

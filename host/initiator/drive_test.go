@@ -188,8 +188,9 @@ func TestDriveMatchesCall(t *testing.T) {
 }
 
 // TestDriveStartReuse: a CallWait given to Driver.Start is refused while
-// its call is outstanding, works with Done and CallWait.Wait after the
-// Drive, and is ready for another call once settled.
+// its call is outstanding, is Ready once its Wait returned, works with
+// Done and CallWait.Wait after the Drive, and is ready for another call
+// once settled.
 func TestDriveStartReuse(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		_, in := startResults(t, tr, initiator.Options{})
@@ -207,19 +208,22 @@ func TestDriveStartReuse(t *testing.T) {
 				return errors.New("Start with a nil CallWait succeeded")
 			}
 			var none initiator.CallWait
+			if none.Ready() {
+				return errors.New("a zero CallWait is Ready")
+			}
 			if _, err := d.Wait(&none); !errors.Is(err, initiator.ErrNoCall) {
 				return fmt.Errorf("Driver.Wait for a zero CallWait: %v, want ErrNoCall", err)
 			}
 			for i := 0; i < 3; i++ {
 				res, err := d.Wait(&w)
-				if err != nil || string(res.Data) != "cba" {
-					return fmt.Errorf("call %d: %q %v", i, res.Data, err)
+				if err != nil || string(res.Data) != "cba" || !w.Ready() {
+					return fmt.Errorf("call %d: %q %v, Ready %v", i, res.Data, err, w.Ready())
 				}
 				if err := d.Start(&w, opRefuse, nil, payload); err != nil {
 					return err
 				}
-				if _, err := d.Wait(&w); !errors.Is(err, rdmo.ErrOutOfBounds) {
-					return fmt.Errorf("refused call %d: %v, want OutOfBounds", i, err)
+				if _, err := d.Wait(&w); !errors.Is(err, rdmo.ErrOutOfBounds) || !w.Ready() {
+					return fmt.Errorf("refused call %d: %v, want OutOfBounds; Ready %v", i, err, w.Ready())
 				}
 				if err := d.Start(&w, opReverse, nil, payload); err != nil {
 					return err

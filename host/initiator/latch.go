@@ -13,23 +13,31 @@ import (
 // that waiting for an answer costs no allocation and no channel locks per
 // poll.
 type latch struct {
-	set atomic.Bool
-	mu  sync.Mutex
-	ch  chan struct{} // made on demand, closed once set; under mu
+	// state holds latchSet and latchChan. The loop fires a latch and
+	// reuses it for every call of a pipeline, so fire and reset take the
+	// mutex only when a channel was made.
+	state atomic.Uint32
+	mu    sync.Mutex
+	ch    chan struct{} // made on demand, closed once set; under mu
 }
+
+const (
+	latchSet  = 1 << iota // the event happened
+	latchChan             // ch was made (under mu, before the bit is set)
+)
 
 // isSet reports whether the event happened; what was written before fire
 // is then visible.
-func (l *latch) isSet() bool { return l.set.Load() }
+func (l *latch) isSet() bool { return l.state.Load()&latchSet != 0 }
 
-// fire sets the latch (once: the caller makes sure of that).
+// fire sets the latch (once: the caller makes sure of that). Of fire and
+// C, whichever sets its bit second closes the channel.
 func (l *latch) fire() {
-	l.mu.Lock()
-	l.set.Store(true)
-	if l.ch != nil {
+	if l.state.Or(latchSet)&latchChan != 0 {
+		l.mu.Lock()
 		close(l.ch)
+		l.mu.Unlock()
 	}
-	l.mu.Unlock()
 }
 
 // C returns a channel that is closed once the latch is set.
@@ -38,7 +46,7 @@ func (l *latch) C() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.ch == nil {
 		l.ch = make(chan struct{})
-		if l.set.Load() {
+		if l.state.Or(latchChan)&latchSet != 0 {
 			close(l.ch)
 		}
 	}
@@ -47,9 +55,12 @@ func (l *latch) C() <-chan struct{} {
 
 // reset makes a latch that was set (or never used) ready for another event.
 func (l *latch) reset() {
+	if l.state.CompareAndSwap(latchSet, 0) || l.state.CompareAndSwap(0, 0) {
+		return // no channel: C sets latchChan only under mu, after making one
+	}
 	l.mu.Lock()
-	l.set.Store(false)
 	l.ch = nil
+	l.state.Store(0)
 	l.mu.Unlock()
 }
 

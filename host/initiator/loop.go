@@ -29,7 +29,7 @@ type loop struct {
 	free    []*batch
 
 	flushes map[uint64]*FlushWait // by flush id: issued, not answered
-	acks    map[uint64]ackRec     // by sequence number: issued, not acked
+	acks    ackTable              // by sequence number: issued, not acked
 
 	sendsOut   int // sends issued and not complete
 	freedSlots int // window space freed since the last settle
@@ -84,7 +84,7 @@ type loop struct {
 
 // dropAck forgets the outstanding ack of seq.
 func (lp *loop) dropAck(seq uint64, rec ackRec) {
-	delete(lp.acks, seq)
+	lp.acks.del(seq)
 	if rec.lend != nil {
 		lp.lentAcks--
 	}
@@ -132,7 +132,7 @@ func (in *Initiator) run(ready chan<- error) {
 }
 
 func (in *Initiator) setup() (lp *loop, err error) {
-	lp = &loop{in: in, flushes: map[uint64]*FlushWait{}, acks: map[uint64]ackRec{}}
+	lp = &loop{in: in, flushes: map[uint64]*FlushWait{}}
 	defer func() {
 		if err != nil {
 			if lp.ep != nil {
@@ -311,7 +311,7 @@ func (lp *loop) round() (closing bool) {
 	// far shorter than a sleep's wake-up through the kernel, so the
 	// loop keeps polling for a bounded number of rounds before it
 	// sleeps. With nothing outstanding it sleeps after idleSpins.
-	awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0
+	awaiting := lp.sendsOut > 0 || len(lp.flushes) > 0 || lp.acks.len() > 0
 	if !awaiting && lp.conversing() {
 		return false
 	}
@@ -388,7 +388,7 @@ func (lp *loop) sleep() {
 	}
 	timeout := time.Duration(-1)
 	// A Driver sleeping here must still see its context end.
-	if lp.sendsOut > 0 || len(lp.flushes) > 0 || len(lp.acks) > 0 || lp.fatal || lp.driving {
+	if lp.sendsOut > 0 || len(lp.flushes) > 0 || lp.acks.len() > 0 || lp.fatal || lp.driving {
 		timeout = pollInterval
 	}
 	lp.in.stats.sleeps.Add(1)
@@ -545,7 +545,7 @@ func (lp *loop) send(b *batch, i, n int) {
 			if e.byRef {
 				r.lend = e.lend
 			}
-			lp.acks[e.seq] = r
+			lp.acks.put(e.seq, r)
 			if r.lend != nil {
 				lp.lentAcks++
 			}
@@ -635,7 +635,7 @@ func (lp *loop) entryFailed(e *entry, err error) {
 			lp.release(e.cost)
 		}
 	case e.flags&rdmo.FlagAck != 0:
-		if rec, ok := lp.acks[e.seq]; ok {
+		if rec, ok := lp.acks.get(e.seq); ok {
 			lp.dropAck(e.seq, rec)
 			lp.release(e.cost)
 			e.call.fail(err)
@@ -804,7 +804,7 @@ func (lp *loop) ackGroup(m *ucp.Message) {
 // result (data and detail are then ignored).
 func (lp *loop) ack(ack wire.AckResponse, data, detail []byte, resErr error) {
 	in := lp.in
-	rec, ok := lp.acks[ack.Seq]
+	rec, ok := lp.acks.get(ack.Seq)
 	if !ok {
 		in.stats.unknownResponses.Add(1)
 		if lp.closing {
@@ -895,12 +895,12 @@ func (lp *loop) fail(cause error) {
 		lp.release(wire.FlushHeaderLen)
 		delete(lp.flushes, id)
 	}
-	for seq, rec := range lp.acks {
+	lp.acks.each(func(seq uint64, rec ackRec) {
 		lp.release(rec.cost)
 		lp.dropAck(seq, rec)
 		rec.call.fail(pe)
 		rec.lend.giveBack(pe)
-	}
+	})
 }
 
 // peerFailed acts on PeerFailed: fail everything and close the endpoint at
@@ -968,12 +968,12 @@ func (lp *loop) shutdown() error {
 		lp.release(wire.FlushHeaderLen)
 		delete(lp.flushes, id)
 	}
-	for seq, rec := range lp.acks {
+	lp.acks.each(func(seq uint64, rec ackRec) {
 		lp.release(rec.cost)
 		lp.dropAck(seq, rec)
 		rec.call.fail(failErr)
 		rec.lend.giveBack(failErr)
-	}
+	})
 	var errs []error
 	var err error
 	if drained && lp.failed == nil {
