@@ -89,6 +89,9 @@ func handleBatch(n int32, client int64) (code int32) {
 		results = make([]rdmo.Result, n)
 	}
 	reqs, results = reqs[:n], results[:n]
+	// One clear, not a store per field: a module pays a write-barrier
+	// check for each pointer it stores.
+	clear(results)
 	recs := records[wasmabi.ReqRecord](0, int(n))
 	for i := range reqs {
 		// Decoded here, not in a function: a call per request costs a module
@@ -106,8 +109,6 @@ func handleBatch(n int32, client int64) (code int32) {
 				q.Payload = []byte{}
 			}
 		}
-		res := &results[i]
-		res.Status, res.Detail, res.Value, res.Data = 0, "", 0, nil
 	}
 	tgt.begin(rdmo.ClientID(client))
 	defer batchDone(&code)
