@@ -66,15 +66,14 @@ func hostFunc(f func(in *instance, stack []uint64) error) api.GoModuleFunc {
 
 // waits wraps a host function that may wait for the network (a Sync's
 // remote ops, a rendezvous Fetch, a Flush): its time is the worker's, not
-// the module's, and does not count against the call's own time bound
-// (instance.onTimer). The others return at once and are not timed.
+// the module's, and does not count against the call's own time bound (a
+// tick of instance.onTimer that finds the call in one counts the interval
+// as the worker's). The others return at once and are not marked.
 func waits(f func(in *instance, stack []uint64) error) func(in *instance, stack []uint64) error {
 	return func(in *instance, stack []uint64) error {
-		t0 := monoNow()
-		in.hostSince.Store(t0)
+		in.inHost.Store(true)
 		err := f(in, stack)
-		in.hostNs.Add(monoNow() - t0)
-		in.hostSince.Store(0)
+		in.inHost.Store(false)
 		return err
 	}
 }

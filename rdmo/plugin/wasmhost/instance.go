@@ -52,20 +52,44 @@ type instance struct {
 
 	stderr tailWriter
 
-	// The time bound of the call in progress (callWithin, onTimer):
-	// the module's own running time is bounded by bound, the call's by
-	// wall. Time in host functions that wait (waits) does not count against
-	// bound: a Sync waiting for a target on a loaded machine is not the
-	// module running. hostNs and hostSince are written by the call's
-	// goroutine and read by the timer's; the rest is under mu.
-	mu          sync.Mutex
-	active      bool
-	start       int64 // monoNow at the call's start
-	bound, wall time.Duration
-	tripped     time.Duration // the bound that stopped the call
-	hostNs      atomic.Int64  // nanoseconds spent in host functions that wait
-	hostSince   atomic.Int64  // monoNow when the waiting host function in progress began, 0 outside one
+	// The watch on the call in progress (callWithin, onTimer). A call
+	// costs its goroutine two atomic stores and a compare-and-swap; the
+	// timer is set only by a call that finds it unset, and the timer's
+	// function sets it again while calls keep coming, every tick (an
+	// eighth of the call's bound), and leaves it unset when it finds none.
+	// A saturated worker so pays a few timer wake-ups a second, not a
+	// timer, a mutex and three clock reads per batch, and an idle one
+	// none. The tick, not the call, reads the clock.
+	state   atomic.Uint64 // callSeq<<2 | callActive | callTripped
+	bound   atomic.Int64  // the module's own-time bound of the call in progress, ns
+	inHost  atomic.Bool   // a host function that waits (waits) is in progress
+	armed   atomic.Bool   // the timer is set
+	tripped atomic.Int64  // the bound that stopped the call, ns
+	watchMu sync.Mutex    // onTimer's: a timer's functions may overlap
+	watch   callWatch
 }
+
+// callWatch is what the ticks saw of one call: the state it ran under,
+// the last tick's clock, and the wall and own time seen since the first
+// tick that found it running.
+type callWatch struct {
+	state     uint64
+	last      int64
+	wall, own time.Duration
+}
+
+// The low bits of instance.state.
+const (
+	callActive  = 1
+	callTripped = 2
+)
+
+// tickOf is the watch's period for a call bounded by d: a call is stopped
+// at most one tick past its bound (it counts from the first tick that
+// saw it running), and its own time is sampled once a tick (a tick that
+// finds it in a host function that waits counts the interval as the
+// worker's).
+func tickOf(d time.Duration) time.Duration { return max(d/8, time.Millisecond) }
 
 // epoch is the origin of monoNow.
 var epoch = time.Now()
@@ -156,26 +180,29 @@ func (in *instance) call(fn api.Function, stack []uint64) error {
 
 // callWithin is call with the module's own running time bounded by d, and
 // the call's, host functions included, by d or BatchTimeout, whichever is
-// longer.
+// longer (each to within a tick, tickOf).
 func (in *instance) callWithin(fn api.Function, stack []uint64, d time.Duration) error {
 	if in.ctx.expired.Load() {
-		return errTimeout{d}
+		return errTimeout{time.Duration(in.tripped.Load())}
 	}
-	in.mu.Lock()
-	in.active, in.start, in.bound, in.wall = true, monoNow(), d, max(d, in.h.opts.BatchTimeout)
-	in.hostNs.Store(0)
-	in.timer.Reset(d)
-	in.mu.Unlock()
+	// The bound before the state: a tick that sees this call sees its
+	// bound.
+	tick := false
+	if b := time.Duration(in.bound.Load()); b != d {
+		in.bound.Store(int64(d))
+		// A timer set for a longer bound would see this call late.
+		tick = d < b
+	}
+	s := (in.state.Load()>>2+1)<<2 | callActive
+	in.state.Store(s)
+	if !in.armed.Load() && in.armed.CompareAndSwap(false, true) || tick {
+		in.timer.Reset(tickOf(d))
+	}
 	err := fn.CallWithStack(in.ctx, stack)
-	in.mu.Lock()
-	in.active = false
-	in.timer.Stop()
-	tripped := in.tripped
-	in.mu.Unlock()
-	if in.ctx.expired.Load() {
+	if !in.state.CompareAndSwap(s, s&^callActive) || in.ctx.expired.Load() {
 		// The timer stopped the call: the instance is unusable,
 		// whatever the call returned.
-		return errTimeout{tripped}
+		return errTimeout{time.Duration(in.tripped.Load())}
 	}
 	if err != nil {
 		var ee *sys.ExitError
@@ -190,32 +217,52 @@ func (in *instance) callWithin(fn api.Function, stack []uint64, d time.Duration)
 	return nil
 }
 
-// onTimer runs when the call's bound may have passed: it stops the call
-// if the module ran for its bound or the call for its wall bound, and
-// otherwise sets the timer again for what is left (the call spent the
-// difference in host functions).
+// onTimer is a tick of the watch: it stops the call in progress if the
+// module ran for its bound or the call for its wall bound, sets the timer
+// again while a call runs, and leaves it unset when none does (the next
+// call sets it).
 func (in *instance) onTimer() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	c := in.ctx
-	if !in.active || c.expired.Load() {
+	in.watchMu.Lock()
+	defer in.watchMu.Unlock()
+	in.armed.Store(false)
+	s := in.state.Load()
+	if s&callActive == 0 || s&callTripped != 0 {
 		return
+	}
+	if !in.armed.CompareAndSwap(false, true) {
+		return // a call that started since set the timer
 	}
 	now := monoNow()
-	wall := time.Duration(now - in.start)
-	own := wall - time.Duration(in.hostNs.Load())
-	if hs := in.hostSince.Load(); hs != 0 {
-		own -= time.Duration(now - hs)
+	bound := time.Duration(in.bound.Load())
+	wall := max(bound, in.h.opts.BatchTimeout)
+	w := &in.watch
+	if w.state != s {
+		*w = callWatch{state: s, last: now}
+	} else {
+		dt := time.Duration(now - w.last)
+		w.last, w.wall = now, w.wall+dt
+		if !in.inHost.Load() {
+			w.own += dt
+		}
 	}
+	var b time.Duration
 	switch {
-	case wall >= in.wall:
-		in.tripped = in.wall
-	case own >= in.bound:
-		in.tripped = in.bound
+	case w.wall >= wall:
+		b = wall
+	case w.own >= bound:
+		b = bound
 	default:
-		in.timer.Reset(min(in.bound-own, in.wall-wall))
+		in.timer.Reset(tickOf(bound))
 		return
 	}
+	in.tripped.Store(int64(b))
+	if !in.state.CompareAndSwap(s, s|callTripped) {
+		// The call returned meanwhile; the timer stays set for the
+		// next one (armed is true).
+		in.timer.Reset(tickOf(bound))
+		return
+	}
+	c := in.ctx
 	c.expired.Store(true)
 	if in.stop != nil {
 		in.stop.Set(1)
