@@ -19,19 +19,21 @@ import (
 // lentMin is the smallest record the rows lend; lentRingBytes bounds a
 // ring's memory (at most lentRing buffers, at least 2).
 //
-// A ring of 4 MiB stays in the caches (512 KiB of L2 per core and a 32 MiB
-// L3 that the queue's writes stream through), so the initiator's fill and
-// the worker's read of a slot meet there rather than in memory: 1 MiB
-// appends ran at 1.08-1.15 of native-owned from sixteen slots (16 MiB),
-// 1.35-1.60 from four, and waited 0.8 ms (p50) instead of 3.3-3.7 ms. At
-// 64 KiB four slots instead of sixteen cost CPU (+24% per append,
-// make bench-compare): the stream then waits for its buffers. So the
-// ring is bounded by bytes, and smaller records keep sixteen slots
+// A ring of 4 MiB lets the initiator's fill and the worker's read of a
+// slot meet in the caches rather than in memory: 1 MiB appends ran at
+// 1.08-1.15 of native-owned from sixteen slots (16 MiB), 1.35-1.60 from
+// four, and waited 0.8 ms (p50) instead of 3.3-3.7 ms. Smaller records
+// want more slots than sixteen (on a machine with 1 MiB of L2 per core,
+// sixteen slots of 64 KiB are one core's whole L2): 64 slots (4 MiB) took
+// 64 KiB appends from 0.44-0.68 to 0.49-0.92 of native-owned and their
+// CPU from 15-30 to 12-23 us, and 16 KiB ones from 0.28-0.43 to
+// 0.36-0.47 (four pairs alternated). So the ring is bounded by bytes, and
+// by 64 slots
 // (docs/benchmarks/large-payloads.md, "A lend ring the caches hold").
 const (
 	lentMin       = 4 << 10
 	lentRingBytes = 4 << 20
-	lentRing      = 16
+	lentRing      = 64
 )
 
 // rdmoAppend streams APPENDs of records to the queue, then flushes: when
