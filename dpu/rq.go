@@ -19,7 +19,7 @@ import (
 const smallPayload = 1024
 
 // rq is a request queue: the connection from one initiator, bound to one
-// client. Loop-owned, except inflight (read by Stats).
+// client. Loop-owned, except inflightSeen (read by Stats).
 type rq struct {
 	id      uint64
 	c       *client
@@ -31,12 +31,17 @@ type rq struct {
 	nextSeq  uint64
 	queue    []*pending // accepted, not yet dispatched; queue[head:]
 	head     int
-	started  int          // requests dispatched and not completed
-	inflight atomic.Int64 // accepted and not completed
-	arena    payloadArena // copies of small payloads
-	pools    map[wire.PoolID]*lendPool
-	free     []*pending
-	boxes    []*heldBox // recycled
+	started  int   // requests dispatched and not completed
+	inflight int64 // accepted and not completed
+	// inflightSeen is inflight for Stats, stored once per container,
+	// plain request and completed batch: a locked add per request (two,
+	// counting its completion) waits for every store before it, the
+	// handlers' copies into target memory among them.
+	inflightSeen atomic.Int64
+	arena        payloadArena // copies of small payloads
+	pools        map[wire.PoolID]*lendPool
+	free         []*pending
+	boxes        []*heldBox // recycled
 
 	// The ACK group being filled (ackgroup.go): acks of requests sent
 	// with FlagAckGroup, sent when their batch completes (others at the
@@ -215,7 +220,11 @@ func (w *Worker) handleMessage(m *ucp.Message) {
 		w.stats.bytes.Add(uint64(m.Length))
 	}
 	w.request(q, &a)
+	q.publishInflight()
 }
+
+// publishInflight lets Stats see inflight.
+func (q *rq) publishInflight() { q.inflightSeen.Store(q.inflight) }
 
 // keepContainer returns the box of an inner request's container, keeping
 // the container's AM data on first use.
@@ -323,6 +332,7 @@ func (w *Worker) handleContainer(q *rq, m *ucp.Message) {
 	if run > 0 {
 		w.stats.requests(runOp, run)
 	}
+	q.publishInflight()
 }
 
 // request validates one arriving request and queues it, or completes it at
@@ -384,7 +394,7 @@ func (w *Worker) request(q *rq, a *arrival) {
 		w.reject(q, &k, hdr, rdmo.StatusOf(err), err.Error())
 		return
 	}
-	if q.inflight.Load() >= int64(w.cfg.MaxInFlightPerRQ) {
+	if q.inflight >= int64(w.cfg.MaxInFlightPerRQ) {
 		w.reject(q, &k, hdr, rdmo.StatusTooManyInFlight,
 			"limit of "+utoa(uint64(w.cfg.MaxInFlightPerRQ))+" requests in flight reached")
 		return
@@ -425,7 +435,7 @@ func (w *Worker) request(q *rq, a *arrival) {
 		end := a.poff + len(data)
 		p.payload = b.held.Data[a.poff:end:end]
 	}
-	q.inflight.Add(1)
+	q.inflight++
 	q.queue = append(q.queue, p)
 	w.markDirty(q.c)
 }
@@ -705,6 +715,7 @@ func (w *Worker) flushInline(c *client, q *rq) bool {
 	w.complete(q, &p.reqKey, &rdmo.Result{})
 	w.releasePayload(q, p)
 	q.putPending(p, w.cfg.MaxInFlightPerRQ)
+	q.publishInflight()
 	if q.closing {
 		w.advanceRQ(q)
 	}
@@ -741,6 +752,7 @@ func (w *Worker) completeBatch(b *batch) {
 		q.putPending(p, w.cfg.MaxInFlightPerRQ)
 	}
 	lat.flush(&w.stats)
+	q.publishInflight()
 	w.sendAckGroup(q)
 	q.started -= len(b.ents)
 	b.c.putBatch(b)
@@ -766,7 +778,7 @@ func (w *Worker) releasePayload(q *rq, p *pending) {
 	if p.pool != nil {
 		w.unrefPool(p.pool)
 	}
-	q.inflight.Add(-1)
+	q.inflight--
 }
 
 // complete accounts a finished request and sends its answers: the flush
@@ -916,6 +928,7 @@ func (w *Worker) startRQTeardown(q *rq, waiter *command, failWith rdmo.Status, f
 			w.complete(q, &p.reqKey, &rdmo.Result{Status: failWith, Detail: "request queue closed before the request started"})
 			q.putPending(p, w.cfg.MaxInFlightPerRQ)
 		}
+		q.publishInflight()
 	}
 	if q.closing {
 		return
@@ -924,13 +937,13 @@ func (w *Worker) startRQTeardown(q *rq, waiter *command, failWith rdmo.Status, f
 	q.deadline = time.Now().Add(w.cfg.DrainTimeout)
 	w.closingRQs = append(w.closingRQs, q)
 	w.log.Debug("request queue closing", zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id),
-		zap.Int64("in_flight", q.inflight.Load()))
+		zap.Int64("in_flight", q.inflight))
 }
 
 // advanceRQ starts the final flush of a draining queue's endpoint, so the
 // answers already sent leave before it is closed.
 func (w *Worker) advanceRQ(q *rq) {
-	if q.inflight.Load() > 0 || q.flushing || q.closed || q.epFailed || q.noFlush {
+	if q.inflight > 0 || q.flushing || q.closed || q.epFailed || q.noFlush {
 		return
 	}
 	q.flushing = true
@@ -944,13 +957,13 @@ func (w *Worker) advanceRQ(q *rq) {
 
 func (w *Worker) rqReadyToClose(q *rq, now time.Time) bool {
 	if now.After(q.deadline) {
-		if q.inflight.Load() > 0 || !q.flushDone {
+		if q.inflight > 0 || !q.flushDone {
 			w.log.Warn("request queue closed before draining", zap.Uint64("client", q.c.id), zap.Uint64("rq", q.id),
-				zap.Int64("in_flight", q.inflight.Load()))
+				zap.Int64("in_flight", q.inflight))
 		}
 		return true
 	}
-	if q.inflight.Load() > 0 {
+	if q.inflight > 0 {
 		return false
 	}
 	if q.epFailed || q.noFlush {
@@ -987,7 +1000,7 @@ func (w *Worker) closeRQ(q *rq) {
 	w.regMu.Lock()
 	delete(w.rqByID, q.id)
 	w.regMu.Unlock()
-	if q.inflight.Load() == 0 {
+	if q.inflight == 0 {
 		q.arena.reset()
 		q.free = nil
 	}

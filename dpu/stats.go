@@ -232,7 +232,7 @@ func (w *Worker) Stats() Stats {
 	}
 	w.regMu.Lock()
 	for id, q := range w.rqByID {
-		s.InFlight[id] = q.inflight.Load()
+		s.InFlight[id] = q.inflightSeen.Load()
 	}
 	s.RQs = len(w.rqByID)
 	s.Clients = w.nclients

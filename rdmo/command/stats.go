@@ -66,7 +66,7 @@ type Stats struct {
 	Latency map[uint32]OpLatency `msgpack:"latency"`
 
 	// Gauges.
-	InFlight map[uint64]int64 `msgpack:"in_flight"` // accepted, not completed, by request queue
+	InFlight map[uint64]int64 `msgpack:"in_flight"` // accepted, not completed, by request queue (as of the worker's last container, request or batch completion on it)
 	Clients  int              `msgpack:"clients"`
 	RQs      int              `msgpack:"rqs"`
 	Regions  int              `msgpack:"regions"`
