@@ -27,13 +27,18 @@ import (
 // sixteen slots of 64 KiB are one core's whole L2): 64 slots (4 MiB) took
 // 64 KiB appends from 0.44-0.68 to 0.49-0.92 of native-owned and their
 // CPU from 15-30 to 12-23 us, and 16 KiB ones from 0.28-0.43 to
-// 0.36-0.47 (four pairs alternated). So the ring is bounded by bytes, and
-// by 64 slots
-// (docs/benchmarks/large-payloads.md, "A lend ring the caches hold").
+// 0.36-0.47 (four pairs alternated). Records sent by value (up to the
+// rendezvous threshold: the worker copies them out of its FIFO, and the
+// slot is free at once) keep sixteen: over eight pairs 4 KiB ones ran at
+// a median 0.35 of native-owned from 64 slots, 0.40 from sixteen.
+// So the ring is bounded by bytes, by 64 slots, and by 16 for records sent
+// by value (docs/benchmarks/large-payloads.md, "A lend ring the caches
+// hold").
 const (
-	lentMin       = 4 << 10
-	lentRingBytes = 4 << 20
-	lentRing      = 64
+	lentMin        = 4 << 10
+	lentRingBytes  = 4 << 20
+	lentRing       = 64
+	lentRingByCopy = 16
 )
 
 // rdmoAppend streams APPENDs of records to the queue, then flushes: when
@@ -103,6 +108,9 @@ func (p *initProc) rdmoAppendDrive(s roundSpec) (roundResult, error) {
 // plain path.
 func (p *initProc) rdmoAppendLent(s roundSpec) (roundResult, error) {
 	k := min(max(lentRingBytes/s.Size, 2), lentRing)
+	if s.Size <= initiator.DefaultRendezvousThreshold {
+		k = min(k, lentRingByCopy)
+	}
 	ring, err := p.lentBuffers(k, s.Size)
 	if err != nil {
 		return roundResult{}, err
