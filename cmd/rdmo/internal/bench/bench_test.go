@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -485,6 +487,37 @@ func TestSpreadAndCPU(t *testing.T) {
 	}
 	if c.total() == 0 || readCPU(-1).total() != 0 {
 		t.Errorf("readCPU: %+v", c)
+	}
+}
+
+// readSwitches counts every thread's context switches: a thread that
+// blocks in the kernel adds at least one.
+func TestReadSwitches(t *testing.T) {
+	st := []byte("Name:\trdmo\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t4\n")
+	if v, n := statusField(st, "voluntary_ctxt_switches:"), statusField(st, "nonvoluntary_ctxt_switches:"); v != 17 || n != 4 {
+		t.Errorf("statusField: %d, %d; want 17, 4", v, n)
+	}
+	if statusField(st, "Missing:") != 0 {
+		t.Error("statusField of a missing key")
+	}
+	before := readSwitches(os.Getpid())
+	done := make(chan uint64)
+	go func() {
+		// A thread of its own that blocks in nanosleep: the kernel
+		// switches away from it each time.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for range 3 {
+			ts := syscall.Timespec{Nsec: 100_000}
+			syscall.Nanosleep(&ts, nil)
+		}
+		done <- readSwitches(os.Getpid())
+	}()
+	if after := <-done; after < before+3 {
+		t.Errorf("readSwitches: %d before three blocking sleeps, %d after", before, after)
+	}
+	if readSwitches(-1) != 0 {
+		t.Error("readSwitches of no process")
 	}
 }
 

@@ -17,20 +17,37 @@ import (
 // every Linux architecture Go supports).
 const clockTick = 10 * time.Millisecond
 
-// cpuTime is a process's CPU time so far.
-type cpuTime struct{ user, sys time.Duration }
+// cpuTime is a process's CPU time so far, and the context switches of its
+// threads (switches).
+type cpuTime struct {
+	user, sys time.Duration
+	switches  uint64
+}
 
 func (c cpuTime) total() time.Duration { return c.user + c.sys }
 
-func (c cpuTime) sub(o cpuTime) cpuTime { return cpuTime{c.user - o.user, c.sys - o.sys} }
+func (c cpuTime) sub(o cpuTime) cpuTime {
+	return cpuTime{c.user - o.user, c.sys - o.sys, c.switches - o.switches}
+}
 
-func (c cpuTime) add(o cpuTime) cpuTime { return cpuTime{c.user + o.user, c.sys + o.sys} }
+func (c cpuTime) add(o cpuTime) cpuTime {
+	return cpuTime{c.user + o.user, c.sys + o.sys, c.switches + o.switches}
+}
 
-// readCPU reads the CPU time of process pid (zero if it is gone).
+// readCPU reads the CPU time and context switches of process pid (zero if
+// it is gone).
 func readCPU(pid int) cpuTime {
 	if pid <= 0 {
 		return cpuTime{}
 	}
+	c := readStat(pid)
+	c.switches = readSwitches(pid)
+	return c
+}
+
+// readStat reads the user and system time of process pid from
+// /proc/<pid>/stat.
+func readStat(pid int) cpuTime {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return cpuTime{}
@@ -47,7 +64,50 @@ func readCPU(pid int) cpuTime {
 	}
 	ut, _ := strconv.ParseUint(string(f[11]), 10, 64) // field 14: utime
 	st, _ := strconv.ParseUint(string(f[12]), 10, 64) // field 15: stime
-	return cpuTime{time.Duration(ut) * clockTick, time.Duration(st) * clockTick}
+	return cpuTime{user: time.Duration(ut) * clockTick, sys: time.Duration(st) * clockTick}
+}
+
+// readSwitches sums the context switches, voluntary (the thread blocked:
+// a futex wait, a sleep, a blocking poll) and involuntary (it was
+// preempted), of process pid's live threads (/proc/<pid>/task/*/status;
+// the kernel keeps no total for the process). Every switch costs the
+// thread's CPU a trip through the scheduler, and on a machine whose busy
+// threads outnumber its CPUs each wake-up preempts one of them: a
+// saturated pipeline should need few per operation. Threads that exited
+// take their counts with them; Go's threads rarely exit.
+func readSwitches(pid int) uint64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		n += statusField(b, "voluntary_ctxt_switches:") + statusField(b, "nonvoluntary_ctxt_switches:")
+	}
+	return n
+}
+
+// statusField returns the number after key at the start of a line of a
+// /proc status file (0 if there is none).
+func statusField(b []byte, key string) uint64 {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+			n, _ := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // cpuSample is the CPU time of a row's processes at one moment, by part.

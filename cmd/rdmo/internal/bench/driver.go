@@ -437,6 +437,8 @@ func (rs *rowState) finish() Row {
 		if all.total() > 0 {
 			row.CPUSysShare = float64(all.sys) / float64(all.total())
 		}
+		perK := func(t cpuTime) float64 { return float64(t.switches) * 1000 / float64(row.Ops) }
+		row.SwitchesInitPerKop, row.SwitchesWorkerPerKop = perK(rs.cpu.init), perK(rs.cpu.worker)
 	}
 	row.Spread = spread(rs.rates)
 	row.Stable = !rs.short && row.Rounds >= StableRounds && row.Spread <= StableSpread

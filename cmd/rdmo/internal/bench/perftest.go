@@ -178,7 +178,7 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 				if last != nil && last.final && d.o.Short {
 					// The count ran out: the whole run, CPU from the
 					// processes' exit accounting.
-					c := cpuSample{init: cpuTime{st.UserTime(), st.SystemTime()}}
+					c := cpuSample{init: cpuTime{user: st.UserTime(), sys: st.SystemTime()}}
 					return last.iters, last.elapsed, c, nil
 				}
 				if first != nil && last != first {
@@ -188,7 +188,7 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 					// Over before a second report: the whole run, CPU
 					// from the exit accounting (client) and the last
 					// report (server).
-					c := cpuSample{init: cpuTime{st.UserTime(), st.SystemTime()}, target: final.cpu.target}
+					c := cpuSample{init: cpuTime{user: st.UserTime(), sys: st.SystemTime()}, target: final.cpu.target}
 					return final.iters, final.elapsed, c, nil
 				}
 				return 0, 0, cpuSample{}, fmt.Errorf("%s -t %s -s %d ended without a measurement (%v): %s%s", perftestBinary, test, size, err,

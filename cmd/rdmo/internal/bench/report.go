@@ -93,6 +93,12 @@ type Row struct {
 	CPUWorkerNsPerOp float64 `json:"cpu_worker_ns_per_op,omitempty"`
 	CPUTargetNsPerOp float64 `json:"cpu_target_ns_per_op,omitempty"`
 	CPUSysShare      float64 `json:"cpu_sys_share"`
+	// Context switches (voluntary and involuntary, every thread) per
+	// 1000 operations of the initiators and of the RDMO worker over the
+	// measured rounds (/proc/<pid>/task/*/status): the thread hand-offs
+	// and wake-ups a row's operations cost.
+	SwitchesInitPerKop   float64 `json:"switches_init_per_kop"`
+	SwitchesWorkerPerKop float64 `json:"switches_worker_per_kop,omitempty"`
 	// Spread is (max - min) / median of the measured rounds' rates;
 	// Stable says it is within StableSpread over at least StableRounds
 	// rounds (never for --short). Goals compare stable rows only.
@@ -234,7 +240,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nrdmo bench: topology %s, %d initiator(s), %d CPUs, %s, load average %s → %s (ratios are to rows of the same run and size)\n",
 		r.Topology, r.Initiators, r.CPUs, r.Date.Format(time.RFC3339), firstField(r.LoadAvg[0]), firstField(r.LoadAvg[1]))
 	head := []string{"mode", "size", "op/s", "MB/s", "p50", "p99", "spread", "stable", "CPU/op", "init", "worker", "target", "sys",
-		"×perftest-am", "×raw-am", "×native-owned", "×native-blk", "×native-pipe", "p50×pingpong", "writes/op", "AMs/op", "batch", "worker RSS", "×native", "p50×native"}
+		"×perftest-am", "×raw-am", "×native-owned", "×native-blk", "×native-pipe", "p50×pingpong", "writes/op", "AMs/op", "batch", "worker RSS", "×native", "p50×native", "switches/kop"}
 	var cells [][]string
 	for _, row := range r.Rows {
 		c := make([]string, len(head))
@@ -268,6 +274,12 @@ func (r *Report) WriteTable(w io.Writer) {
 			c[22] = fmt.Sprintf("%s→%s (anon %s→%s)", mib(row.WorkerRSSStart), mib(row.WorkerRSSEnd), mib(row.WorkerAnonStart), mib(row.WorkerAnonEnd))
 		}
 		c[23], c[24] = x(row.XNative), x(row.LatXNative)
+		if row.CPUNsPerOp > 0 {
+			c[25] = fmt.Sprintf("%.1f", row.SwitchesInitPerKop)
+			if row.Worker != nil {
+				c[25] += fmt.Sprintf("+%.1f", row.SwitchesWorkerPerKop)
+			}
+		}
 		cells = append(cells, c)
 	}
 	if !r.Wide {
@@ -290,6 +302,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "CPU/op: user+system CPU time per operation of the row's processes (init: initiators or the ucx_perftest client; worker: the RDMO worker; target: the target or the ucx_perftest server), from /proc/<pid>/stat; sys: the kernel's share.\n")
+	if r.Wide {
+		fmt.Fprintf(w, "switches/kop: context switches (voluntary and involuntary, all threads) per 1000 operations, initiators+worker, from /proc/<pid>/task/*/status.\n")
+	}
 	if !r.Wide {
 		fmt.Fprintf(w, "columns: those that fit 100 columns (--wide: all; ×raw: rate / raw-am's, p50×pp: p50 / am-pingpong's, ×nat and p50×nat: to the row's baseline); a ? after op/s: not stable.\n")
 	}

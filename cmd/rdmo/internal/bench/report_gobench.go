@@ -13,11 +13,13 @@ import (
 // (golang.org/x/perf/benchfmt), for benchstat: the run's settings as
 // configuration lines, then a line per measured row,
 //
-//	BenchmarkRDMO/mode=rdmo-append:owned/size=64  <ops>  <ns> ns/op  <MB/s> MB/s  <ns> cpu-ns/op  <ns> p50-ns
+//	BenchmarkRDMO/mode=rdmo-append:owned/size=64  <ops>  <ns> ns/op  <MB/s> MB/s  <ns> cpu-ns/op  <n> switches/kop  <ns> p50-ns
 //
 // ns/op is the inverse of the row's rate (all initiators), MB/s its
 // payload (rows that carry none have no MB/s), cpu-ns/op its
-// CPU time per operation, p50-ns the p50 of its sampled latencies. A
+// CPU time per operation, switches/kop the context switches of the
+// initiators and the worker per 1000 operations, p50-ns the p50 of its
+// sampled latencies. A
 // row's "/" is written ":" (benchfmt splits names on "/"); failed rows are
 // left out.
 func (r *Report) WriteGoBench(w io.Writer) {
@@ -37,7 +39,7 @@ func (r *Report) WriteGoBench(w io.Writer) {
 			fmt.Fprintf(w, " %.6g MB/s", row.MBps)
 		}
 		if row.CPUNsPerOp > 0 {
-			fmt.Fprintf(w, " %.1f cpu-ns/op", row.CPUNsPerOp)
+			fmt.Fprintf(w, " %.1f cpu-ns/op %.4g switches/kop", row.CPUNsPerOp, row.SwitchesInitPerKop+row.SwitchesWorkerPerKop)
 		}
 		if row.P50 > 0 {
 			fmt.Fprintf(w, " %d p50-ns", row.P50.Nanoseconds())

@@ -15,7 +15,7 @@ import (
 // rows are left out. --results-from writes a JSON report in that form.
 func TestGoBench(t *testing.T) {
 	r := &Report{Topology: TopologySHM, Initiators: 1, CPUs: 2, Rows: []Row{
-		{Mode: ModeRDMOAppendOwned, Size: 64, Ops: 1000, Rate: 2e6, MBps: 128, CPUNsPerOp: 350.5, P50: 3 * time.Microsecond},
+		{Mode: ModeRDMOAppendOwned, Size: 64, Ops: 1000, Rate: 2e6, MBps: 128, CPUNsPerOp: 350.5, SwitchesInitPerKop: 1.25, SwitchesWorkerPerKop: 0.5, P50: 3 * time.Microsecond},
 		{Mode: ModeWorkload, Size: 0, Ops: 500, Rate: 1e5, MBps: 30.125},
 		{Mode: "chase/4", Size: 64, Ops: 10, Rate: 1e6, P50: 2 * time.Microsecond},
 		{Mode: ModeFlushIdle, Size: 64, Error: "lost"},
@@ -24,7 +24,7 @@ func TestGoBench(t *testing.T) {
 	r.WriteGoBench(&b)
 	want := []string{
 		"topology: shm",
-		"BenchmarkRDMO/mode=rdmo-append:owned/size=64 1000 500.0 ns/op 128 MB/s 350.5 cpu-ns/op 3000 p50-ns",
+		"BenchmarkRDMO/mode=rdmo-append:owned/size=64 1000 500.0 ns/op 128 MB/s 350.5 cpu-ns/op 1.75 switches/kop 3000 p50-ns",
 		"BenchmarkRDMO/mode=workload/size=mix 500 10000.0 ns/op 30.125 MB/s",
 		"BenchmarkRDMO/mode=chase:4/size=64 10 1000.0 ns/op 2000 p50-ns",
 	}
