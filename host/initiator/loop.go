@@ -105,6 +105,9 @@ const (
 	// complete (about a millisecond) before it sleeps anyway, so a peer
 	// that stopped reading does not cost a spinning core.
 	pendingSpins = 2048
+	// yieldPEvery is how many of those rounds pass between two yields
+	// of the loop's P (runtime.Gosched) while sends wait.
+	yieldPEvery = 1024
 	// minCloseWait is the least a graceful endpoint close is given at
 	// Close, however much of CloseTimeout the drain used.
 	minCloseWait = 100 * time.Millisecond
@@ -335,12 +338,17 @@ func (lp *loop) round() (closing bool) {
 		// Sends wait in UCX for room at the receiver (a full
 		// shared-memory FIFO), which no wake-up event announces:
 		// keep progressing, yielding the CPU (sched_yield) to the
-		// threads that drain it. Now and then, or with one P, also
-		// let this process's other goroutines run (the receiver may
-		// be one of them): a locked goroutine's Gosched hands its P
-		// to another thread and parks its own, two thread switches
-		// that per round would cost more than the wait.
-		if runtime.GOMAXPROCS(0) > 1 && lp.idle%idleSpins != 0 {
+		// threads that drain it. Once in a long wait (yieldPEvery
+		// rounds), or with one P, also let this process's other
+		// goroutines run (the receiver may be one of them): a
+		// locked goroutine's Gosched hands its P to another thread
+		// and parks its own, two thread switches and a futex wake.
+		// A stream that outruns its worker waits like this many
+		// times a second, so the yield must be rare: every
+		// idleSpins rounds it cost a 4 KiB stream a third of its
+		// rate (docs/benchmarks/large-payloads.md, "Yielding the
+		// P").
+		if runtime.GOMAXPROCS(0) > 1 && lp.idle%yieldPEvery != 0 {
 			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			return false
 		}
