@@ -224,6 +224,9 @@ type Initiator struct {
 	spinning      atomic.Int32
 	parked        atomic.Bool
 	spaceBorrower atomic.Bool
+	// answerPoller is set while a FlushWait's or CallWait's Wait polls
+	// for its answer (spinAnswer).
+	answerPoller atomic.Bool
 	// streamParked is set while the loop is parked for a stream's
 	// producers (stream.go): a producer's request does not resume it.
 	streamParked atomic.Bool

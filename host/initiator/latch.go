@@ -66,7 +66,7 @@ func (l *latch) reset() {
 
 // await waits for an answer's latch as Flush, Call and their Waits do: it
 // fails inside a Drive's fn (waitable), runs the loop's rounds while the
-// loop hands them over (br non-nil, borrow.go) or polls (spinFor), and
+// loop hands them over (br non-nil, borrow.go) or polls (spinAnswer), and
 // then parks on the latch's channel and ctx's (nil: no limit). It returns
 // nil once l is set, preferring the answer when ctx ended too.
 func (in *Initiator) await(l *latch, ctx context.Context, br *borrower) error {
@@ -76,7 +76,7 @@ func (in *Initiator) await(l *latch, ctx context.Context, br *borrower) error {
 	if br != nil {
 		br.wait(l, ctx)
 	} else {
-		spinFor(l, ctx)
+		in.spinAnswer(l, ctx)
 	}
 	if l.isSet() {
 		return nil

@@ -75,6 +75,28 @@ func spinFor(l *latch, ctx context.Context) {
 	}
 }
 
+// spinAnswer polls l as spinFor does for a FlushWait's or CallWait's Wait,
+// while polling can still pay: only one such waiter polls at a time (the
+// others park at once), and it stops once the loop issued two batches
+// after it began, since the caller then pipelines (FlushAsync or CallAsync
+// among a stream of requests) and its answer waits behind theirs. Waiters
+// polling side by side on a machine with few cores take turns on the CPUs
+// with each other, the stream's producer, the loop and the worker: the
+// bench's workload row, a FlushAsync every 128 operations each waited on
+// by a goroutine of its own, had several polling at once
+// (docs/benchmarks/idle-policy.md, "One waiter polls").
+func (in *Initiator) spinAnswer(l *latch, ctx context.Context) {
+	if runtime.GOMAXPROCS(0) < 2 || !in.answerPoller.CompareAndSwap(false, true) {
+		return
+	}
+	defer in.answerPoller.Store(false)
+	b0 := in.stats.batches.Load()
+	p := pace{ctx: ctx}
+	for !l.isSet() && p.more() && in.stats.batches.Load() <= b0+1 {
+		p.yield()
+	}
+}
+
 // spinWhile polls cond for up to answerSpin, pacing its polls as spinFor
 // does, and returns when it turned false or the time is up.
 func spinWhile(cond func() bool) {
