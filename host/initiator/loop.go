@@ -345,9 +345,9 @@ func (lp *loop) round() (closing bool) {
 		// and parks its own, two thread switches and a futex wake.
 		// A stream that outruns its worker waits like this many
 		// times a second, so the yield must be rare: every
-		// idleSpins rounds it cost a 4 KiB stream a third of its
-		// rate (docs/benchmarks/large-payloads.md, "Yielding the
-		// P").
+		// idleSpins rounds it made a 4 KiB stream's initiator
+		// switch threads two to seven times as often
+		// (docs/benchmarks/large-payloads.md, "Yielding the P").
 		if runtime.GOMAXPROCS(0) > 1 && lp.idle%yieldPEvery != 0 {
 			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			return false
