@@ -490,31 +490,49 @@ func TestSpreadAndCPU(t *testing.T) {
 	}
 }
 
-// readSwitches counts every thread's context switches: a thread that
-// blocks in the kernel adds at least one.
+// readSwitches counts context switches from /proc: a thread that blocks
+// in the kernel adds at least one to its own count, and the process's sum
+// covers its threads.
 func TestReadSwitches(t *testing.T) {
 	st := []byte("Name:\trdmo\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t4\n")
-	if v, n := statusField(st, "voluntary_ctxt_switches:"), statusField(st, "nonvoluntary_ctxt_switches:"); v != 17 || n != 4 {
-		t.Errorf("statusField: %d, %d; want 17, 4", v, n)
+	if n := ctxtSwitches(st); n != 21 {
+		t.Errorf("ctxtSwitches: %d, want 21", n)
 	}
-	if statusField(st, "Missing:") != 0 {
-		t.Error("statusField of a missing key")
+	if ctxtSwitches([]byte("Name:\trdmo\n")) != 0 {
+		t.Error("ctxtSwitches of a status without switch counts")
 	}
-	before := readSwitches(os.Getpid())
-	done := make(chan uint64)
+	type counts struct{ before, after, all uint64 }
+	done := make(chan counts)
 	go func() {
 		// A thread of its own that blocks in nanosleep: the kernel
-		// switches away from it each time.
+		// switches away from it each time. Its own count is read, so
+		// that threads exiting elsewhere in the process cannot hide it.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		self := "/proc/self/task/" + strconv.Itoa(syscall.Gettid()) + "/status"
+		read := func() uint64 {
+			b, err := os.ReadFile(self)
+			if err != nil {
+				t.Errorf("reading %s: %v", self, err)
+			}
+			return ctxtSwitches(b)
+		}
+		var c counts
+		c.before = read()
 		for range 3 {
 			ts := syscall.Timespec{Nsec: 100_000}
 			syscall.Nanosleep(&ts, nil)
 		}
-		done <- readSwitches(os.Getpid())
+		c.after = read()
+		c.all = readSwitches(os.Getpid())
+		done <- c
 	}()
-	if after := <-done; after < before+3 {
-		t.Errorf("readSwitches: %d before three blocking sleeps, %d after", before, after)
+	c := <-done
+	if c.after < c.before+3 {
+		t.Errorf("a thread's switches: %d before three blocking sleeps, %d after", c.before, c.after)
+	}
+	if c.all < c.after {
+		t.Errorf("readSwitches: %d for the process, less than one of its threads' %d", c.all, c.after)
 	}
 	if readSwitches(-1) != 0 {
 		t.Error("readSwitches of no process")

@@ -87,27 +87,23 @@ func readSwitches(pid int) uint64 {
 		if err != nil {
 			continue // the thread exited meanwhile
 		}
-		n += statusField(b, "voluntary_ctxt_switches:") + statusField(b, "nonvoluntary_ctxt_switches:")
+		n += ctxtSwitches(b)
 	}
 	return n
 }
 
-// statusField returns the number after key at the start of a line of a
-// /proc status file (0 if there is none).
-func statusField(b []byte, key string) uint64 {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
-			n, _ := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
-			return n
+// ctxtSwitches sums the voluntary_ctxt_switches and
+// nonvoluntary_ctxt_switches lines of a /proc status file.
+func ctxtSwitches(status []byte) uint64 {
+	var n uint64
+	for line := range bytes.Lines(status) {
+		key, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && (string(key) == "voluntary_ctxt_switches" || string(key) == "nonvoluntary_ctxt_switches") {
+			k, _ := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+			n += k
 		}
 	}
-	return 0
+	return n
 }
 
 // cpuSample is the CPU time of a row's processes at one moment, by part.

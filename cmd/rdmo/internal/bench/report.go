@@ -304,8 +304,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "CPU/op: user+system CPU time per operation of the row's processes (init: initiators or the ucx_perftest client; worker: the RDMO worker; target: the target or the ucx_perftest server), from /proc/<pid>/stat; sys: the kernel's share.\n")
 	if r.Wide {
 		fmt.Fprintf(w, "switches/kop: context switches (voluntary and involuntary, all threads) per 1000 operations, initiators+worker, from /proc/<pid>/task/*/status.\n")
-	}
-	if !r.Wide {
+	} else {
 		fmt.Fprintf(w, "columns: those that fit 100 columns (--wide: all; ×raw: rate / raw-am's, p50×pp: p50 / am-pingpong's, ×nat and p50×nat: to the row's baseline); a ? after op/s: not stable.\n")
 	}
 	if !r.Short {
