@@ -2,6 +2,7 @@ package dpu_test
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -73,6 +74,30 @@ func TestCapabilities(t *testing.T) {
 	dpu.Capabilities()[0] = "changed"
 	if !slices.Contains(dpu.Capabilities(), wire.CapabilityBatch) {
 		t.Fatal("Capabilities returns shared memory")
+	}
+}
+
+// A worker says it takes large containers only when its shared-memory
+// segments are large and its eager limit admits them: an initiator that
+// believed it otherwise would write past the worker's UCX descriptors.
+func TestCapabilityLargeBatch(t *testing.T) {
+	for _, k := range []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	has := func(cfg dpu.Config) bool { return slices.Contains(dpu.CapabilitiesFor(cfg), wire.CapabilityLargeBatch) }
+	if !has(dpu.Config{}) || !slices.Contains(dpu.Capabilities(), wire.CapabilityLargeBatch) {
+		t.Errorf("a worker with the defaults does not say it takes large containers")
+	}
+	if has(dpu.Config{MaxEagerPayload: 32 << 10}) {
+		t.Errorf("a worker with a 32 KiB eager limit says it takes 60 KiB containers")
+	}
+	if has(dpu.Config{UCXConfig: map[string]string{"MM_SEG_SIZE": "16k"}}) {
+		t.Errorf("a worker configured with 16 KiB segments says it takes large containers")
+	}
+	t.Setenv("UCX_MM_SEG_SIZE", "8256")
+	if has(dpu.Config{}) {
+		t.Errorf("a worker whose environment sets 8 KiB segments says it takes large containers")
 	}
 }
 

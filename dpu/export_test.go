@@ -29,3 +29,6 @@ func (w *Worker) FlushWaiting(rq uint64) bool {
 
 // SetDefaults fills the zero fields of c with their defaults, as New does.
 func (c *Config) SetDefaults() error { return c.setDefaults() }
+
+// CapabilitiesFor is the capability list a worker with cfg reports.
+func CapabilitiesFor(cfg Config) []string { return capabilities(cfg) }

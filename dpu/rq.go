@@ -1080,14 +1080,29 @@ func (a *payloadArena) reset() { a.cur, a.free = nil, nil }
 
 func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
-// Capabilities lists the wire extensions beyond the reference that this
-// worker implements, as capability strings: wire.CapabilityBatch (it
-// unpacks BATCH containers, docs/PROTOCOL.md section 11),
-// wire.CapabilityResult (acks carry result data and failure details,
-// section 6.4), wire.CapabilityLend (lend pools, section 13) and
-// wire.CapabilityAckGroup (acks in groups, section 14). A target passes
-// them to its initiators out of band (host/oob.WorkerInfo), which enable
-// what they know (initiator.Options.Aggregate, GroupAcks).
-func Capabilities() []string {
-	return []string{wire.CapabilityBatch, wire.CapabilityResult, wire.CapabilityLend, wire.CapabilityAckGroup}
+// Capabilities lists the wire extensions beyond the reference that a
+// worker with the default configuration implements, as capability strings:
+// wire.CapabilityBatch (it unpacks BATCH containers, docs/PROTOCOL.md
+// section 11), wire.CapabilityLargeBatch (containers of up to 60 KiB, in
+// one piece over shared memory, section 11.8), wire.CapabilityResult (acks
+// carry result data and failure details, section 6.4), wire.CapabilityLend
+// (lend pools, section 13) and wire.CapabilityAckGroup (acks in groups,
+// section 14). A target passes them to its initiators out of band
+// (host/oob.WorkerInfo), which enable what they know
+// (initiator.Options.Aggregate, LargeBatches, GroupAcks).
+func Capabilities() []string { return capabilities(Config{}) }
+
+// capabilities is Capabilities for a worker with configuration cfg
+// (defaults applied): it takes large containers only when its UCX
+// shared-memory segment is the large one and MaxEagerPayload admits them.
+func capabilities(cfg Config) []string {
+	caps := []string{wire.CapabilityBatch, wire.CapabilityResult, wire.CapabilityLend, wire.CapabilityAckGroup}
+	maxEager := cfg.MaxEagerPayload
+	if maxEager == 0 {
+		maxEager = DefaultMaxEagerPayload
+	}
+	if maxEager >= wire.MaxLargeBatch && ucp.ShmSegmentsLarge(cfg.UCXConfig) {
+		caps = append(caps, wire.CapabilityLargeBatch)
+	}
+	return caps
 }

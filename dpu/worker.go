@@ -396,7 +396,10 @@ func (w *Worker) run(started chan<- error) {
 	defer runtime.UnlockOSThread()
 	defer close(w.done)
 	var err error
-	w.uctx, err = ucp.NewContext(ucp.ContextOptions{Config: w.cfg.UCXConfig, Name: "rdmo-dpu"})
+	// Large shared-memory segments: initiators that know the worker has
+	// them (wire.CapabilityLargeBatch) send containers of up to 60 KiB
+	// in one piece; the worker's own messages stay small (acks, answers).
+	w.uctx, err = ucp.NewContext(ucp.ContextOptions{Config: w.cfg.UCXConfig, Name: "rdmo-dpu", LargeShmSegments: true})
 	if err != nil {
 		started <- fmt.Errorf("dpu: %w", err)
 		return

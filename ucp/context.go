@@ -24,15 +24,24 @@ type ContextOptions struct {
 	Config map[string]string
 	// Name is reported in UCX logs.
 	Name string
+	// LargeShmSegments makes the shared-memory transports carry messages
+	// of up to 64 KiB in one descriptor (ShmSegmentLarge) instead of 8 KiB,
+	// sending and receiving, unless the environment sets the segment
+	// (shmSegmentEnv). Receiving into large descriptors is safe with any
+	// peer; sending large ones is safe only to peers whose descriptors are
+	// as large (see shmsegment.go): set it on a context that sends large
+	// messages only to such peers.
+	LargeShmSegments bool
 }
 
 // Context is a UCP application context with the features the project needs:
 // active messages, RMA, 64-bit atomics and wake-up.
 type Context struct {
-	h   *handle
-	ctx C.ucp_context_h
-	mu  sync.Mutex // guards workers count for Close
-	nw  int
+	h        *handle
+	ctx      C.ucp_context_h
+	mu       sync.Mutex // guards workers count for Close
+	nw       int
+	largeShm bool // made with LargeShmSegments, and they took effect
 }
 
 // shmErrorHandling are the UCX settings that let shared-memory endpoints
@@ -105,6 +114,9 @@ func ShmPeerFailureDetection() bool {
 func NewContext(opts ContextOptions) (*Context, error) {
 	shmErrorHandlingOnce.Do(enableShmErrorHandling)
 	cfg := withProtocolV1(opts.Config)
+	if opts.LargeShmSegments {
+		cfg = withShmSegments(cfg)
+	}
 	keys := make([]*C.char, 0, len(cfg))
 	vals := make([]*C.char, 0, len(cfg))
 	names := make([]string, 0, len(cfg))
@@ -134,8 +146,15 @@ func NewContext(opts ContextOptions) (*Context, error) {
 		return nil, fmt.Errorf("ucp: init context: %w", Status(st))
 	}
 	c.h = newHandle(c, "ucp.Context")
+	c.largeShm = opts.LargeShmSegments && ShmSegmentsLarge(opts.Config)
 	return c, nil
 }
+
+// LargeShmSegments reports whether the context's shared-memory transports
+// carry messages of up to 64 KiB in one descriptor: it was made with
+// ContextOptions.LargeShmSegments and neither its Config nor the
+// environment set a smaller segment (ShmSegmentsLarge).
+func (c *Context) LargeShmSegments() bool { return c.largeShm }
 
 // Close releases the context. Every worker and memory mapping made from it
 // must be closed first.

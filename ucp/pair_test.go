@@ -20,7 +20,12 @@ type pair struct {
 
 func newPair(t testing.TB, tr ucptest.Transport) *pair {
 	t.Helper()
-	ctx := ucptest.NewContext(t, tr)
+	return newPairIn(t, ucptest.NewContext(t, tr))
+}
+
+// newPairIn is newPair with workers of ctx.
+func newPairIn(t testing.TB, ctx *ucp.Context) *pair {
+	t.Helper()
 	p := &pair{t: t, ctx: ctx}
 	var err error
 	if p.a, err = ctx.NewWorker(ucp.WorkerOptions{}); err != nil {

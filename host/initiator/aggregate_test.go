@@ -3,6 +3,7 @@ package initiator_test
 import (
 	"bytes"
 	"encoding/binary"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +77,72 @@ func TestAggregateIdleSendsPlainRequests(t *testing.T) {
 		}
 		if st := in.Stats(); st.Messages != 21 || st.Containers != 0 {
 			t.Errorf("stats: %d messages, %d containers; want 21, 0", st.Messages, st.Containers)
+		}
+	})
+}
+
+// With LargeBatches, requests that pile up go in containers of up to
+// wire.MaxLargeBatch (a worker with large shared-memory segments takes each
+// in one piece) and arrive intact, in order; when the environment gives the
+// initiator's UCX context 8 KiB segments the containers stay at 8 KiB.
+func TestLargeBatches(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		for _, env := range []string{"", "8256"} {
+			t.Run("UCX_MM_SEG_SIZE="+env, func(t *testing.T) {
+				for _, k := range []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"} {
+					t.Setenv(k, "")
+					os.Unsetenv(k)
+				}
+				limit := wire.MaxLargeBatch
+				if env != "" {
+					t.Setenv("UCX_MM_SEG_SIZE", env)
+					limit = initiator.DefaultMaxAggregate
+				}
+				st := newStall()
+				s, in := start(t, tr, standInConfig{largeShm: true}, initiator.Options{Aggregate: true, LargeBatches: true, OnAck: st.onAck})
+				ctx := timeout(t, 20*time.Second)
+				close(st.arm)
+				if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-st.entered:
+				case <-ctx.Done():
+					t.Fatal("no ack")
+				}
+				// 400 appends of 1 to 4 KiB pile up behind the stalled loop:
+				// about 1 MiB, many containers' worth either way.
+				var want [][]byte
+				for i := range 400 {
+					p := pattern(1024+(i*997)%3072, byte(i))
+					if err := in.Append(uint64(i), 1, 2, p); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, p)
+				}
+				close(st.release)
+				if _, err := in.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				got := s.arrivals()
+				if len(got) != len(want)+2 {
+					t.Fatalf("stand-in got %d requests, want %d", len(got), len(want)+2)
+				}
+				for i, w := range want {
+					a := got[i+1]
+					if a.Seq != uint64(i+1) || a.Status != rdmo.StatusOK || !bytes.Equal(a.Payload, w) {
+						t.Fatalf("append %d: seq %d status %v, payload as sent %v", i, a.Seq, a.Status, bytes.Equal(a.Payload, w))
+					}
+				}
+				max := s.maxContainer.Load()
+				if max > int64(limit) {
+					t.Errorf("a container of %d bytes, the limit is %d", max, limit)
+				}
+				if max <= int64(limit-wire.BatchEntrySize(wire.AppendHeaderLen, 4096)) {
+					t.Errorf("the largest container is %d bytes: containers did not fill up to %d", max, limit)
+				}
+				t.Logf("%d appends in %d messages, the largest container %d bytes", len(want), in.Stats().Messages, max)
+			})
 		}
 	})
 }

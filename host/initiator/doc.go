@@ -66,12 +66,15 @@
 // sends); a request taken alone, as on an idle connection, still goes out
 // at once as a plain request. Everything else (sequence numbers, acks, flushes, FENCE, the
 // window, ordering) stays per request. docs/PROTOCOL.md section 11.
+// Containers hold up to 8 KiB, or 60 KiB with Options.LargeBatches (only
+// against a worker that advertises wire.CapabilityLargeBatch, whose UCX
+// shared-memory segments take such a message in one piece; section 11.8).
 //
 // The answers travel the same way with Options.GroupAcks (only against a
 // worker that advertises wire.CapabilityAckGroup): the acks of a batch
 // the worker completed come in one ACK group, which over TCP saves a
 // system call per answer on each side; each still completes its own call,
-// in order. AggregateSupported and AckGroupSupported read the
+// in order. AggregateSupported, LargeBatchSupported and AckGroupSupported read the
 // capabilities a target got from its worker (host/target
 // Target.WorkerCapabilities). docs/PROTOCOL.md section 14.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,8 +118,23 @@ type Options struct {
 	// MaxAggregate bounds a container's size in bytes (its 24-byte header
 	// and its data). A request whose entry alone does not fit, and one that
 	// goes by rendezvous, is sent on its own. Containers are sent eager.
-	// Default DefaultMaxAggregate.
+	// Default DefaultMaxAggregate, or wire.MaxLargeBatch with
+	// LargeBatches.
 	MaxAggregate int
+	// LargeBatches sends containers of up to wire.MaxLargeBatch (60 KiB)
+	// instead of 8 KiB, and gives the Initiator's own UCX context large
+	// shared-memory segments (ucp.ContextOptions.LargeShmSegments) so that
+	// such a container crosses shared memory in one piece: a stream of
+	// small or 4 KiB requests then costs UCX and the worker one message per
+	// many more requests. Set it only when the target said the worker has
+	// wire.CapabilityLargeBatch (see LargeBatchSupported): UCX writes a
+	// message into the receiver's descriptor as large as the sender's
+	// segment, and a worker without it has 8 KiB ones. A Context of the
+	// caller's (Options.Context) keeps its own segments, and the
+	// containers stay at 8 KiB unless it has large ones
+	// (ucp.Context.LargeShmSegments); so do they when the environment
+	// sets a smaller segment (ucp.ShmSegmentsLarge). Default false.
+	LargeBatches bool
 
 	// Ack sets rdmo.FlagAck on every APPEND, SCATTER and user op sent
 	// through the Initiator's own methods (With overrides it per call).
@@ -265,6 +281,9 @@ func New(opts Options) (*Initiator, error) {
 	}
 	if opts.MaxAggregate <= 0 {
 		opts.MaxAggregate = DefaultMaxAggregate
+		if largeSegments(opts) {
+			opts.MaxAggregate = wire.MaxLargeBatch
+		}
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = DefaultCloseTimeout
@@ -310,6 +329,30 @@ func AckGroupSupported(capabilities []string) bool {
 		}
 	}
 	return false
+}
+
+// largeSegments reports whether an Initiator with opts sends containers of
+// up to wire.MaxLargeBatch: with LargeBatches, when its UCX context (its
+// own, or the caller's) carries them over shared memory in one piece. A
+// context with 8 KiB segments would cut each into fragments that the
+// worker's UCX copies together again: 4 KiB appends ran at a tenth of
+// their rate so (docs/benchmarks/append.md, "Large containers").
+func largeSegments(opts Options) bool {
+	if !opts.LargeBatches {
+		return false
+	}
+	if opts.Context != nil {
+		return opts.Context.LargeShmSegments()
+	}
+	return ucp.ShmSegmentsLarge(opts.UCX)
+}
+
+// LargeBatchSupported reports whether a worker with these capabilities (as
+// the target passes them out of band, host/oob.WorkerInfo.Capabilities)
+// takes containers of up to 60 KiB in one piece, so that
+// Options.LargeBatches may be set.
+func LargeBatchSupported(capabilities []string) bool {
+	return slices.Contains(capabilities, wire.CapabilityLargeBatch)
 }
 
 // AggregateSupported reports whether a worker with these capabilities (as

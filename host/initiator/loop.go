@@ -151,7 +151,7 @@ func (in *Initiator) setup() (lp *loop, err error) {
 	}()
 	lp.ctx = in.opts.Context
 	if lp.ctx == nil {
-		lp.ctx, err = ucp.NewContext(ucp.ContextOptions{Config: ucp.WithRendezvousScheme(in.opts.UCX), Name: in.opts.Name})
+		lp.ctx, err = ucp.NewContext(ucp.ContextOptions{Config: ucp.WithRendezvousScheme(in.opts.UCX), Name: in.opts.Name, LargeShmSegments: in.opts.LargeBatches})
 		if err != nil {
 			return lp, fmt.Errorf("initiator: %w", err)
 		}

@@ -86,6 +86,9 @@ type standInConfig struct {
 	// arrival that finds limit requests not yet completed is counted in
 	// overLimit (our worker would fail it with TooManyInFlight).
 	limit int
+	// largeShm gives the stand-in's context large shared-memory segments,
+	// as our worker's (wire.CapabilityLargeBatch).
+	largeShm bool
 }
 
 // arrival is one recorded request.
@@ -118,7 +121,16 @@ type pendingReq struct {
 
 func newStandIn(t testing.TB, tr ucptest.Transport, cfg standInConfig) *standIn {
 	t.Helper()
-	ctx := ucptest.NewContext(t, tr)
+	var ctx *ucp.Context
+	if cfg.largeShm {
+		var err error
+		if ctx, err = ucp.NewContext(ucp.ContextOptions{Config: tr.Config(), LargeShmSegments: true}); err != nil {
+			ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
+		}
+		t.Cleanup(func() { ctx.Close() })
+	} else {
+		ctx = ucptest.NewContext(t, tr)
+	}
 	s := &standIn{t: t, cfg: cfg,
 		stop: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{})}
 	ready := make(chan error, 1)

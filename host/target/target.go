@@ -256,7 +256,8 @@ func (t *Target) MaxInFlightPerRQ() uint32 { return t.maxInFlight }
 
 // WorkerCapabilities are the wire extensions the worker implements (from
 // CLIENT_INIT; empty from a worker too old to say), for the initiators'
-// options: initiator.AggregateSupported, AckGroupSupported, LendSupported.
+// options: initiator.AggregateSupported, LargeBatchSupported,
+// AckGroupSupported, LendSupported.
 // A target passes them to remote initiators out of band
 // (host/oob.WorkerInfo.Capabilities).
 func (t *Target) WorkerCapabilities() []string { return slices.Clone(t.caps) }

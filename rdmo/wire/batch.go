@@ -25,6 +25,22 @@ import "github.com/openrdmo/rdmo/rdmo"
 // then may the initiator send containers.
 const CapabilityBatch = "batch-v1"
 
+// CapabilityLargeBatch is the capability string of a worker that takes
+// BATCH containers of up to MaxLargeBatch bytes and receives messages of
+// that size over shared memory in one piece (its UCX shared-memory segment
+// is ucp.ShmSegmentLarge, just below 64 KiB). An initiator that knows its worker
+// has it may send such containers, and give its own shared-memory
+// transports that segment: UCX writes a message into a descriptor of the
+// receiver's as large as the sender's segment, so a worker without it must
+// never receive from one (docs/PROTOCOL.md section 11.8).
+const CapabilityLargeBatch = "batch-64k-v1"
+
+// MaxLargeBatch is the size (header and data) of the containers an
+// initiator sends to a worker with CapabilityLargeBatch: 60 KiB, within
+// the segment with room for UCX's own headers. A worker without it
+// gets containers of at most 8 KiB, one default segment.
+const MaxLargeBatch = 60 << 10
+
 // Container header (struct rdmo_batch_hdr after the common header).
 const (
 	BatchHeaderLen   = HeaderLen + 8 // + struct rdmo_batch_hdr

@@ -322,7 +322,7 @@ func (d *driver) spawn(strategy string) error {
 		var a struct {
 			Addr []byte `json:"addr"`
 		}
-		req := rdmoReq{Strategy: strategy, Addr: w.Addr, Client: clientID, Window: d.o.Window, Aggregate: d.o.Aggregate, Lend: d.o.LendPool, AckGroups: d.o.AckGroups, NoDetect: d.o.NoPeerDetection}
+		req := rdmoReq{Strategy: strategy, Addr: w.Addr, Client: clientID, Window: d.o.Window, Aggregate: d.o.Aggregate, Lend: d.o.LendPool, AckGroups: d.o.AckGroups, Large: d.o.LargeBatches, NoDetect: d.o.NoPeerDetection}
 		if err := c.call("rdmo", req, "ADDR", &a, time.Minute); err != nil {
 			return err
 		}

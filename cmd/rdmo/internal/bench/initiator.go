@@ -212,6 +212,7 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 			Aggregate:     req.Aggregate,
 			Lend:          req.Lend,
 			GroupAcks:     req.AckGroups,
+			LargeBatches:  req.Large,
 			ErrorHandling: errorHandling(req.NoDetect),
 			OnAck:         p.acks.onAck,
 			Name:          "bench-initiator-" + strconv.Itoa(p.id) + "-" + req.Strategy,
@@ -396,6 +397,7 @@ type rdmoReq struct {
 	Aggregate bool   `json:"aggregate,omitempty"`
 	Lend      bool   `json:"lend,omitempty"`
 	AckGroups bool   `json:"ack_groups,omitempty"`
+	Large     bool   `json:"large_batches,omitempty"`
 	NoDetect  bool   `json:"no_detect,omitempty"`
 }
 

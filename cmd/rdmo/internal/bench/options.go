@@ -74,6 +74,10 @@ type Options struct {
 	// AckGroups lets the RDMO initiators take their acks in groups
 	// (initiator.Options.GroupAcks).
 	AckGroups bool
+	// LargeBatches lets the RDMO initiators send containers of up to
+	// 60 KiB, in one piece over shared memory
+	// (initiator.Options.LargeBatches).
+	LargeBatches bool
 	// NoPeerDetection makes the RDMO initiators' endpoints and their
 	// request queues' without peer-failure detection (docs/SECURITY.md
 	// says what that trades: UCX 1.13 then has zero-copy rendezvous lanes).
@@ -150,6 +154,7 @@ func DefaultOptions() Options {
 		Aggregate:     initiator.AggregateSupported(dpu.Capabilities()),
 		LendPool:      initiator.LendSupported(dpu.Capabilities()),
 		AckGroups:     initiator.AckGroupSupported(dpu.Capabilities()),
+		LargeBatches:  initiator.LargeBatchSupported(dpu.Capabilities()),
 	}
 }
 
@@ -315,6 +320,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.BoolVar(&o.Populate, "populate", o.Populate, "Register the append rows' queues with their pages populated (the worker commits its mapping at MR_REG, outside the rounds)")
 	fs.BoolVar(&o.Aggregate, "aggregate", o.Aggregate, "Let RDMO initiators pack queued requests into BATCH messages")
 	fs.BoolVar(&o.AckGroups, "ack-groups", o.AckGroups, "Let RDMO initiators take the acks of their calls in groups, many in one message")
+	fs.BoolVar(&o.LargeBatches, "large-batches", o.LargeBatches, "Let RDMO initiators send BATCH messages of up to 60 KiB (in one piece over shared memory) instead of 8 KiB")
 	fs.BoolVar(&o.LendPool, "lend-pool", o.LendPool, "Let RDMO initiators lend records of 4 KiB and more from a lend pool the worker reads in place where it can (shared memory), instead of from Go buffers")
 	fs.StringVar(&o.Results, "results", o.Results, "Write the results as JSON to this file (- for standard output); -j/--json stays the DOCA params file")
 	fs.StringVar(&o.ResultsFormat, "results-format", o.ResultsFormat, "Format of --results: json (the report) or gobench (Go benchmark lines for benchstat; --results defaults to standard output)")

@@ -31,6 +31,8 @@ type Report struct {
 	NoLendPool bool `json:"no_lend_pool,omitempty"`
 	// NoAckGroups: RDMO initiators took every ack in its own message.
 	NoAckGroups bool `json:"no_ack_groups,omitempty"`
+	// NoLargeBatches: RDMO initiators sent BATCH messages of at most 8 KiB.
+	NoLargeBatches bool `json:"no_large_batches,omitempty"`
 
 	Duration   time.Duration `json:"duration_ns"`
 	Interval   time.Duration `json:"interval_ns"`
@@ -167,7 +169,7 @@ func newReport(o Options) *Report {
 	return &Report{
 		Date: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Go: runtime.Version(),
 		Topology: o.Topology, Initiators: o.Initiators, Short: o.Short, Aggregate: o.Aggregate, NoPeerDetection: o.NoPeerDetection, Populate: o.Populate,
-		NoLendPool: !o.LendPool, NoAckGroups: !o.AckGroups,
+		NoLendPool: !o.LendPool, NoAckGroups: !o.AckGroups, NoLargeBatches: !o.LargeBatches,
 		Wide: o.Wide, Duration: o.Duration, Interval: o.Interval, Window: o.Window, QueueBytes: o.QueueBytes, Sample: o.Sample,
 		LoadAvg: [2]string{loadAvg()},
 	}
@@ -342,6 +344,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.NoAckGroups {
 		fmt.Fprintf(w, "every ack in its own message (--ack-groups=false)\n")
+	}
+	if r.NoLargeBatches {
+		fmt.Fprintf(w, "BATCH messages of at most 8 KiB (--large-batches=false)\n")
 	}
 	for _, row := range r.Rows {
 		if row.Error != "" {

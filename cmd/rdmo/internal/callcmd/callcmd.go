@@ -159,7 +159,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *zap.Logger) error 
 	}
 	caps := tg.WorkerCapabilities()
 	in, err := initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(), Logger: log,
-		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps)})
+		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps),
+		LargeBatches: initiator.LargeBatchSupported(caps)})
 	if err != nil {
 		return fmt.Errorf("initiator: %w", err)
 	}

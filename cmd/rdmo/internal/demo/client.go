@@ -192,6 +192,9 @@ func (c *client) run(ctx context.Context) error {
 		Lend: initiator.LendSupported(wi.Capabilities),
 		// Acks of many requests in one message, when the worker groups them.
 		GroupAcks: initiator.AckGroupSupported(wi.Capabilities),
+		// Containers of up to 60 KiB, in one piece over shared memory,
+		// when the worker takes them.
+		LargeBatches: initiator.LargeBatchSupported(wi.Capabilities),
 		// A flush not answered in time fails every request at once.
 		FlushTimeout: c.flushTimeout,
 	})

@@ -44,10 +44,12 @@ func main() {
 	reg := must(tg.Register(context.Background(), mem))
 	// The initiator: connect (RQ_CREATE), then call the plugin's op.
 	// The worker's extensions it says it has: calls packed into one
-	// message, and their answers taken in groups.
+	// message (large ones where it takes them), and their answers taken
+	// in groups.
 	caps := tg.WorkerCapabilities()
 	in := must(initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(),
-		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps)}))
+		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps),
+		LargeBatches: initiator.LargeBatchSupported(caps)}))
 	defer in.Close()
 	must(tg.CreateRQ(context.Background(), in.Address()))
 	start, calls := time.Now(), make([]*initiator.CallWait, n)
