@@ -149,6 +149,22 @@ func BenchmarkAppendFlush64(b *testing.B) {
 	}
 }
 
+// BenchmarkFlushIdle is the latency of one Flush with nothing else in
+// flight, each with a deadline of its own (a fresh context.WithTimeout), as
+// rdmo bench's flush/idle row and most callers make them.
+func BenchmarkFlushIdle(b *testing.B) {
+	in, _ := startRoundTrips(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if _, err := in.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+}
+
 // benchCallOp is the user op of the call benchmarks; the stand-in answers
 // its ack with a value and no data.
 const benchCallOp = rdmo.OpUserBase + 1

@@ -252,10 +252,6 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		own = getBuf(r.plen)
 		*own = r.writePayload((*own)[:0])
 	}
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
 	q := &in.q
 	q.Lock()
 	waited, creditWaited := false, false
@@ -313,7 +309,7 @@ func (in *Initiator) enqueue(ctx context.Context, r *request) (uint64, error) {
 		}
 		*waiters++
 		q.Unlock()
-		in.awaitSpace(space, ctx, done)
+		in.awaitSpace(space, ctx)
 		q.Lock()
 		*waiters--
 		if ctx != nil && ctx.Err() != nil {
@@ -471,7 +467,7 @@ func putBuf(p *[]byte) {
 }
 
 // awaitSpace waits until l is set (window space or credits returned) or
-// done is closed. A stream's producer waits here every few hundred
+// ctx (nil: none) ends. A stream's producer waits here every few hundred
 // requests, for the answer of flow control's flush. The first producer to
 // wait runs the progress loop's rounds itself meanwhile, as a caller
 // waiting for its answer does (borrow.go): the loop parks for it, so that
@@ -480,7 +476,7 @@ func putBuf(p *[]byte) {
 // wake-up through the scheduler a hand-off of tens of microseconds). The
 // other producers, and every producer with one P or
 // Options.LoopThreadOnly, park.
-func (in *Initiator) awaitSpace(l *latch, ctx context.Context, done <-chan struct{}) {
+func (in *Initiator) awaitSpace(l *latch, ctx context.Context) {
 	if !in.opts.LoopThreadOnly && runtime.GOMAXPROCS(0) > 1 && in.spaceBorrower.CompareAndSwap(false, true) {
 		br := in.borrowBegin()
 		br.wait(l, ctx)
@@ -492,6 +488,13 @@ func (in *Initiator) awaitSpace(l *latch, ctx context.Context, done <-chan struc
 	}
 	if l.isSet() {
 		return
+	}
+	// ctx's channel only now: a context's Done makes it (a channel and a
+	// lock for a fresh WithTimeout), which a request that finds space at
+	// once, as most do (a Flush with its own deadline), never needs.
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
 	}
 	select {
 	case <-l.C():
