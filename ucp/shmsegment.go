@@ -55,7 +55,8 @@ func withShmSegments(cfg map[string]string) map[string]string {
 		out[k] = v
 	}
 	out["MM_SEG_SIZE"] = strconv.Itoa(ShmSegmentLarge)
-	if _, set := os.LookupEnv("UCX_MM_RX_BUFS_GROW"); !set {
+	_, inCfg := cfg["MM_RX_BUFS_GROW"]
+	if _, inEnv := os.LookupEnv("UCX_MM_RX_BUFS_GROW"); !inCfg && !inEnv {
 		out["MM_RX_BUFS_GROW"] = strconv.Itoa(shmRxBufsGrow)
 	}
 	return out
