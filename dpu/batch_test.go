@@ -2,7 +2,6 @@ package dpu_test
 
 import (
 	"bytes"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -81,10 +80,7 @@ func TestCapabilities(t *testing.T) {
 // segments are large and its eager limit admits them: an initiator that
 // believed it otherwise would write past the worker's UCX descriptors.
 func TestCapabilityLargeBatch(t *testing.T) {
-	for _, k := range []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
-	}
+	ucptest.UnsetShmSegmentEnv(t)
 	has := func(cfg dpu.Config) bool { return slices.Contains(dpu.CapabilitiesFor(cfg), wire.CapabilityLargeBatch) }
 	if !has(dpu.Config{}) || !slices.Contains(dpu.Capabilities(), wire.CapabilityLargeBatch) {
 		t.Errorf("a worker with the defaults does not say it takes large containers")

@@ -137,7 +137,7 @@ func (w *Worker) clientInit(c *command, cmd ClientInit) *CommandError {
 	w.log.Debug("client registered", zap.Uint64("client", cmd.ID), zap.Bool("peer_failure_detection", ep.PeerFailureDetection()))
 	n := Notification{Type: t, Client: cmd.ID, Addr: append([]byte(nil), w.addr...),
 		MaxInFlightPerRQ: uint32(min(uint64(w.cfg.MaxInFlightPerRQ), math.MaxUint32)),
-		Capabilities:     capabilities(w.cfg)}
+		Capabilities:     capabilities(w.cfg, w.uctx.LargeShmSegments())}
 	// Answer once the endpoint to the target is wired up (a flush of a
 	// fresh endpoint completes when its connection is established both
 	// ways). A target that tears down right after CLIENT_INIT otherwise

@@ -1,6 +1,10 @@
 package dpu
 
-import "time"
+import (
+	"time"
+
+	"github.com/openrdmo/rdmo/ucp"
+)
 
 // IdleCounters reports, since New, how long the loop has spun without
 // work before sleeping, how often it has slept, and how many of those
@@ -30,5 +34,8 @@ func (w *Worker) FlushWaiting(rq uint64) bool {
 // SetDefaults fills the zero fields of c with their defaults, as New does.
 func (c *Config) SetDefaults() error { return c.setDefaults() }
 
-// CapabilitiesFor is the capability list a worker with cfg reports.
-func CapabilitiesFor(cfg Config) []string { return capabilities(cfg) }
+// CapabilitiesFor is the capability list a worker with cfg reports: its
+// context's segments are what ucp.ShmSegmentsLarge says of its UCXConfig.
+func CapabilitiesFor(cfg Config) []string {
+	return capabilities(cfg, ucp.ShmSegmentsLarge(cfg.UCXConfig))
+}

@@ -1090,18 +1090,19 @@ func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // section 14). A target passes them to its initiators out of band
 // (host/oob.WorkerInfo), which enable what they know
 // (initiator.Options.Aggregate, LargeBatches, GroupAcks).
-func Capabilities() []string { return capabilities(Config{}) }
+func Capabilities() []string { return capabilities(Config{}, ucp.ShmSegmentsLarge(nil)) }
 
-// capabilities is Capabilities for a worker with configuration cfg
-// (defaults applied): it takes large containers only when its UCX
-// shared-memory segment is the large one and MaxEagerPayload admits them.
-func capabilities(cfg Config) []string {
+// capabilities is Capabilities for a worker with configuration cfg whose
+// UCX context has large shared-memory segments or not
+// (ucp.Context.LargeShmSegments): it takes large containers only with
+// them, and when MaxEagerPayload admits them.
+func capabilities(cfg Config, largeShm bool) []string {
 	caps := []string{wire.CapabilityBatch, wire.CapabilityResult, wire.CapabilityLend, wire.CapabilityAckGroup}
 	maxEager := cfg.MaxEagerPayload
 	if maxEager == 0 {
 		maxEager = DefaultMaxEagerPayload
 	}
-	if maxEager >= wire.MaxLargeBatch && ucp.ShmSegmentsLarge(cfg.UCXConfig) {
+	if maxEager >= wire.MaxLargeBatch && largeShm {
 		caps = append(caps, wire.CapabilityLargeBatch)
 	}
 	return caps

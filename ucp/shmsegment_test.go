@@ -2,21 +2,11 @@ package ucp_test
 
 import (
 	"bytes"
-	"os"
 	"testing"
 
 	"github.com/openrdmo/rdmo/ucp"
 	"github.com/openrdmo/rdmo/ucp/ucptest"
 )
-
-// unsetEnv removes the segment variables for the test, restoring them
-// after it.
-func unsetEnv(t *testing.T) {
-	for _, k := range []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
-	}
-}
 
 func TestShmSegmentsLarge(t *testing.T) {
 	for _, c := range []struct {
@@ -40,7 +30,7 @@ func TestShmSegmentsLarge(t *testing.T) {
 		{name: "config wins over env", env: map[string]string{"UCX_MM_SEG_SIZE": "8256"}, cfg: map[string]string{"MM_SEG_SIZE": "1m"}, want: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			unsetEnv(t)
+			ucptest.UnsetShmSegmentEnv(t)
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
@@ -57,17 +47,9 @@ func TestShmSegmentsLarge(t *testing.T) {
 // segments are large.
 func TestLargeShmSegmentsMessage(t *testing.T) {
 	ucptest.CheckLeaks(t)
-	unsetEnv(t)
+	ucptest.UnsetShmSegmentEnv(t)
 	tr := ucptest.Transports[0] // shm
-	ctx, err := ucp.NewContext(ucp.ContextOptions{Config: tr.Config(), LargeShmSegments: true})
-	if err != nil {
-		ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := ctx.Close(); err != nil {
-			t.Errorf("context close: %v", err)
-		}
-	})
+	ctx := ucptest.NewContextWith(t, tr, ucp.ContextOptions{LargeShmSegments: true})
 	if !ctx.LargeShmSegments() {
 		t.Fatal("a context made with LargeShmSegments says its segments are small")
 	}

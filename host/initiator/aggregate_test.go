@@ -2,8 +2,8 @@ package initiator_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +37,22 @@ type stall struct {
 
 func newStall() *stall {
 	return &stall{arm: make(chan struct{}), entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+// stallOnFirstAck sends an acked append and returns once the progress loop
+// is stalled in its ack (onAck): requests queued from then on pile up
+// until release is closed.
+func (s *stall) stallOnFirstAck(t *testing.T, ctx context.Context, in *initiator.Initiator) {
+	t.Helper()
+	close(s.arm)
+	if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.entered:
+	case <-ctx.Done():
+		t.Fatal("no ack")
+	}
 }
 
 func (s *stall) onAck(wire.AckResponse, []byte) {
@@ -89,10 +105,7 @@ func TestLargeBatches(t *testing.T) {
 	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
 		for _, env := range []string{"", "8256"} {
 			t.Run("UCX_MM_SEG_SIZE="+env, func(t *testing.T) {
-				for _, k := range []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"} {
-					t.Setenv(k, "")
-					os.Unsetenv(k)
-				}
+				ucptest.UnsetShmSegmentEnv(t)
 				limit := wire.MaxLargeBatch
 				if env != "" {
 					t.Setenv("UCX_MM_SEG_SIZE", env)
@@ -101,15 +114,7 @@ func TestLargeBatches(t *testing.T) {
 				st := newStall()
 				s, in := start(t, tr, standInConfig{largeShm: true}, initiator.Options{Aggregate: true, LargeBatches: true, OnAck: st.onAck})
 				ctx := timeout(t, 20*time.Second)
-				close(st.arm)
-				if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case <-st.entered:
-				case <-ctx.Done():
-					t.Fatal("no ack")
-				}
+				st.stallOnFirstAck(t, ctx, in)
 				// 400 appends of 1 to 4 KiB pile up behind the stalled loop:
 				// about 1 MiB, many containers' worth either way.
 				var want [][]byte
@@ -158,16 +163,7 @@ func TestAggregatePacksQueuedRequests(t *testing.T) {
 		s, in := start(t, tr, standInConfig{}, initiator.Options{Aggregate: true, MaxAggregate: maxAgg, OnAck: st.onAck})
 		ctx := timeout(t, 20*time.Second)
 
-		// Stall the progress loop in the ack of a first request.
-		close(st.arm)
-		if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-st.entered:
-		case <-ctx.Done():
-			t.Fatal("no ack")
-		}
+		st.stallOnFirstAck(t, ctx, in)
 
 		type sent struct {
 			seq     uint64
@@ -277,11 +273,7 @@ func TestAggregateOffSendsPlainRequests(t *testing.T) {
 	st := newStall()
 	s, in := start(t, ucptest.Transports[0], standInConfig{}, initiator.Options{OnAck: st.onAck})
 	ctx := timeout(t, 20*time.Second)
-	close(st.arm)
-	if _, err := in.With(ctx, rdmo.FlagAck).Append(8, 1, 1, []byte("first")); err != nil {
-		t.Fatal(err)
-	}
-	<-st.entered
+	st.stallOnFirstAck(t, ctx, in)
 	for i := 0; i < 100; i++ {
 		if err := in.Append(8, 1, 1, []byte{byte(i)}); err != nil {
 			t.Fatal(err)

@@ -121,16 +121,7 @@ type pendingReq struct {
 
 func newStandIn(t testing.TB, tr ucptest.Transport, cfg standInConfig) *standIn {
 	t.Helper()
-	var ctx *ucp.Context
-	if cfg.largeShm {
-		var err error
-		if ctx, err = ucp.NewContext(ucp.ContextOptions{Config: tr.Config(), LargeShmSegments: true}); err != nil {
-			ucptest.SkipOrFail(t, "UCX unavailable: %v", err)
-		}
-		t.Cleanup(func() { ctx.Close() })
-	} else {
-		ctx = ucptest.NewContext(t, tr)
-	}
+	ctx := ucptest.NewContextWith(t, tr, ucp.ContextOptions{LargeShmSegments: cfg.largeShm})
 	s := &standIn{t: t, cfg: cfg,
 		stop: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{})}
 	ready := make(chan error, 1)

@@ -53,6 +53,17 @@ func (tr Transport) PeerFailureDetection() bool {
 	return tr.Name == "tcp" || ucp.ShmPeerFailureDetection()
 }
 
+// UnsetShmSegmentEnv removes the variables that set UCX's shared-memory
+// segment (UCX_MM_SEG_SIZE and the per-transport ones) for the test,
+// restoring them after it, so that a test of ucp.ContextOptions.LargeShmSegments
+// sees what the environment of a default deployment gives.
+func UnsetShmSegmentEnv(t *testing.T) {
+	for _, k := range []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+}
+
 // InCI reports whether the tests run in CI, where nothing may be skipped for
 // want of UCX or root.
 func InCI() bool { return os.Getenv("CI") == "true" }
@@ -70,8 +81,16 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 // Without a working libucp it fails in CI and skips elsewhere.
 func NewContext(t testing.TB, tr Transport) *ucp.Context {
 	t.Helper()
+	return NewContextWith(t, tr, ucp.ContextOptions{})
+}
+
+// NewContextWith is NewContext with opts (its Config replaced by the
+// transport's).
+func NewContextWith(t testing.TB, tr Transport, opts ucp.ContextOptions) *ucp.Context {
+	t.Helper()
 	ucp.CheckThreads(true)
-	ctx, err := ucp.NewContext(ucp.ContextOptions{Config: tr.Config()})
+	opts.Config = tr.Config()
+	ctx, err := ucp.NewContext(opts)
 	if err != nil {
 		SkipOrFail(t, "UCX unavailable: %v", err)
 	}
