@@ -12,10 +12,12 @@ import (
 )
 
 // ErrReceiveQueueBlocked means a shared-memory receive queue of the worker
-// delivers nothing any more: a local peer process died between claiming a
-// slot of it and filling the slot (docs/SECURITY.md finding 9). No message
-// from any local peer on that transport reaches the worker again; UCX has
-// no way to recover the queue. The worker reports it through
+// delivers nothing any more and the worker could not repair it: a local
+// peer process died between claiming a slot of it and filling the slot
+// (docs/SECURITY.md finding 9), and the slot could not be filled (a UCX
+// whose FIFO layout ucp does not know, RDMO_SHM_FIFO_REPAIR=0, or a FIFO
+// that stays blocked after the fill). No message from any local peer on
+// that transport reaches the worker again. The worker reports it through
 // Config.OnFatal.
 var ErrReceiveQueueBlocked = errors.New("dpu: a shared-memory receive queue is blocked by a peer that died while writing to it")
 
@@ -37,9 +39,10 @@ const shmCheckAM = 1
 // Why the worker checks them: a sender claims a slot of the receiver's FIFO
 // (an atomic increment of its head), writes the message, then marks the
 // slot ready; the receiver reads slots in order. A sender killed between
-// the claim and the mark (a window of a few hundred nanoseconds per
-// message, hit about once in 25 kills of an initiator in the middle of a
-// burst: e2e TestFaultHostileInitiatorKilledMidRendezvous) leaves a slot
+// the claim and the mark (a window of the message's copy, hit about once
+// in 25 kills of an initiator in the middle of a burst, e2e
+// TestFaultHostileInitiatorKilledMidRendezvous, and up to once in 10 kills
+// of one streaming small records, TestFaultInitiatorKilled) leaves a slot
 // that never becomes ready, and every later message of every local peer
 // waits behind it for good. The worker cannot see its FIFOs through UCX's
 // API, so after a peer failure it sends itself a message through each of
@@ -63,7 +66,25 @@ type shmCheck struct {
 	got        []uint64   // by probe: the last seq that arrived
 	started    time.Time
 	startRound uint64
-	failed     bool // reported; nothing more to check
+	waits      []ucp.ShmFIFOWait // the FIFOs waiting on a slot when the wait began
+	fillTried  bool              // fillDeadSlots ran at shmFillAfter in this wait
+	failed     bool              // reported; nothing more to check
+}
+
+// shmFillAfter is how long a FIFO slot must stay claimed and unready, with
+// the probes missing, before the worker takes its sender for dead and
+// fills it (bounded by Config.ShmCheckTimeout). A live sender writes its
+// slot in microseconds; one kept off the CPU (a cgroup's quota period is
+// 100 ms) is back well within it, and every other local peer waits this
+// long.
+const shmFillAfter = 2 * time.Second
+
+// restartShmWait waits for the check's probes again after a fill, from
+// the FIFOs' state now.
+func (w *Worker) restartShmWait() {
+	s := &w.shm
+	s.started, s.startRound, s.fillTried = time.Now(), w.round, false
+	s.waits, _ = ucp.ShmFIFOWaits()
 }
 
 // peerFailed asks for a check of the shared-memory receive queues: it runs
@@ -105,7 +126,22 @@ func (w *Worker) checkShm() {
 		s.seq = 0
 		return
 	}
-	if time.Since(s.started) < w.cfg.ShmCheckTimeout || w.round-s.startRound < shmCheckMinRounds {
+	if w.round-s.startRound < shmCheckMinRounds {
+		return
+	}
+	waited := time.Since(s.started)
+	if !s.fillTried && waited >= min(shmFillAfter, w.cfg.ShmCheckTimeout) {
+		s.fillTried = true
+		if w.fillDeadSlots() {
+			w.restartShmWait()
+			return
+		}
+	}
+	if waited < w.cfg.ShmCheckTimeout {
+		return
+	}
+	if w.fillDeadSlots() {
+		w.restartShmWait()
 		return
 	}
 	var blocked []string
@@ -115,7 +151,7 @@ func (w *Worker) checkShm() {
 		}
 	}
 	s.seq, s.failed = 0, true
-	w.log.Error("a shared-memory receive queue is blocked: a local peer died while writing to it, and no local peer's message reaches this worker any more (UCX cannot recover it)",
+	w.log.Error("a shared-memory receive queue is blocked: a local peer died while writing to it, and no local peer's message reaches this worker any more",
 		zap.Strings("transports", blocked), zap.Duration("waited", time.Since(s.started)),
 		zap.Uint64("rounds", w.round-s.startRound))
 	if w.cfg.OnFatal != nil {
@@ -136,7 +172,8 @@ func (w *Worker) startShmCheck() {
 	}
 	s.last++
 	s.seq = s.last
-	s.started, s.startRound = time.Now(), w.round
+	s.started, s.startRound, s.fillTried = time.Now(), w.round, false
+	s.waits, _ = ucp.ShmFIFOWaits()
 	var hdr [16]byte
 	sent := false
 	for i := range s.probes {
@@ -155,6 +192,34 @@ func (w *Worker) startShmCheck() {
 	if !sent {
 		s.seq = 0
 	}
+}
+
+// fillDeadSlots fills every FIFO slot waited on now that was waited on
+// when the wait for the probes began (shmFillAfter ago at least). It
+// reports whether it filled any.
+func (w *Worker) fillDeadSlots() bool {
+	s := &w.shm
+	now, err := ucp.ShmFIFOWaits()
+	if err != nil {
+		w.log.Warn("shared-memory check: the FIFOs cannot be read", zap.Error(err))
+		return false
+	}
+	filled := 0
+	for _, fw := range now {
+		if !slices.ContainsFunc(s.waits, fw.SameSlot) {
+			continue
+		}
+		if err := ucp.UnblockShmFIFO(fw); err != nil {
+			w.log.Warn("shared-memory check: slot not filled", zap.String("fifo", fw.Name), zap.Uint64("slot", fw.Slot), zap.Error(err))
+			continue
+		}
+		filled++
+		w.stats.shmSlotsFilled.Add(1)
+		w.log.Warn("a local peer died while writing into a shared-memory receive FIFO: filled its slot, and the messages behind it are read again",
+			zap.String("fifo", fw.Name), zap.Uint64("slot", fw.Slot), zap.Uint64("claimed", fw.Claimed),
+			zap.Duration("waited", time.Since(s.started)))
+	}
+	return filled > 0
 }
 
 // newShmProbe makes a probe worker that reaches the worker only through

@@ -98,13 +98,15 @@ type counters struct {
 	inlined   atomic.Uint64
 	cpuAtoms  atomic.Uint64
 	shmChecks atomic.Uint64
-	flushRsp  atomic.Uint64
-	acks      atomic.Uint64
-	ackGroups atomic.Uint64
-	failures  [32]atomic.Uint64 // by status; the last counts codes >= 31
-	lat       [rdmo.OpUserBase]latency
-	latUser   map[uint32]*latency // registered user ops; fixed after New
-	latOther  latency
+	// shmSlotsFilled counts FIFO slots of dead senders filled (shmcheck.go).
+	shmSlotsFilled atomic.Uint64
+	flushRsp       atomic.Uint64
+	acks           atomic.Uint64
+	ackGroups      atomic.Uint64
+	failures       [32]atomic.Uint64 // by status; the last counts codes >= 31
+	lat            [rdmo.OpUserBase]latency
+	latUser        map[uint32]*latency // registered user ops; fixed after New
+	latOther       latency
 }
 
 // observe times a completed request of op.
@@ -185,6 +187,7 @@ func (w *Worker) Stats() Stats {
 		InlineBatches:     c.inlined.Load(),
 		CPUAtomics:        c.cpuAtoms.Load(),
 		ShmChecks:         c.shmChecks.Load(),
+		ShmSlotsFilled:    c.shmSlotsFilled.Load(),
 		FlushResponses:    c.flushRsp.Load(),
 		Acks:              c.acks.Load(),
 		AckGroups:         c.ackGroups.Load(),

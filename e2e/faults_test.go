@@ -301,7 +301,12 @@ func TestFaultInitiatorKilled(t *testing.T) {
 			if err := qv.guardsOK(); err != nil {
 				t.Error(err)
 			}
-			t.Logf("the other initiator appended %d records, all there exactly once", bg.records())
+			// The victim may have died between claiming a slot of the
+			// worker's shared-memory FIFO and marking it ready (about 1 kill
+			// in 10 here): the worker filled the slot after its check's
+			// timeout (docs/SECURITY.md finding 9).
+			t.Logf("the other initiator appended %d records, all there exactly once; FIFO slots of the dead filled: %d",
+				bg.records(), tg.worker.Stats().ShmSlotsFilled)
 			survivor.Send("quit")
 		})
 	}
@@ -321,6 +326,11 @@ func TestFaultInitiatorKilled(t *testing.T) {
 // ("no-error-handling"): UCX then refuses its endpoint (asymmetric error
 // handling), so nothing it sends reaches a handler and there is no read
 // to fail.
+//
+// A kill that lands between the victim's claim of a slot of the worker's
+// shared-memory FIFO and its mark (SECURITY.md finding 9) stalls the other
+// initiator for the worker's check timeout, then the worker fills the slot:
+// the other initiator still loses nothing.
 func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 	if !ucptest.Transports[0].PeerFailureDetection() {
 		// This process runs with shared-memory error handling off
@@ -401,22 +411,6 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 				err = <-stopped
 			}
 			if err != nil {
-				// The victim may die between claiming a slot of the
-				// worker's shared-memory FIFO and filling it (2 kills in
-				// 103 runs beside CPU hogs): nothing from any local peer reaches
-				// the worker after that (docs/SECURITY.md finding 9).
-				// The worker must then say so and end its process, and
-				// the other initiator get a peer failure, not wait for
-				// good (TestFaultShmReceiveQueueBlocked makes it happen
-				// for sure).
-				if rw.ended() && strings.Contains(rw.W.Reason(), dpu.ErrReceiveQueueBlocked.Error()) {
-					if !strings.Contains(err.Error(), "peer failed") {
-						t.Fatalf("the other initiator after the worker ended (%s): %v, want a peer failure", rw.W.Reason(), err)
-					}
-					t.Logf("the victim died mid-send into the worker's FIFO: the worker ended (%s); the other initiator got %v", rw.W.Reason(), err)
-					survivor.Kill()
-					return
-				}
 				t.Fatalf("the other initiator: %v\nworker stats: %+v", err, tg.worker.Stats())
 			}
 			if rw.ended() {
@@ -426,8 +420,8 @@ func TestFaultHostileInitiatorKilledMidRendezvous(t *testing.T) {
 				t.Error(err)
 			}
 			st := tg.worker.Stats()
-			t.Logf("worker alive; the other client's initiator appended %d records, all there exactly once; victim's queue tail at base+%d; failures %v",
-				bg.records(), qv.tail()-qv.base, st.Failures)
+			t.Logf("worker alive; the other client's initiator appended %d records, all there exactly once; victim's queue tail at base+%d; failures %v; FIFO slots of the dead filled: %d",
+				bg.records(), qv.tail()-qv.base, st.Failures, st.ShmSlotsFilled)
 			survivor.Send("quit")
 		})
 	}

@@ -49,6 +49,10 @@ type Stats struct {
 	// ShmChecks counts the checks, each after a peer failed, that found
 	// every shared-memory receive queue delivering (shmcheck.go).
 	ShmChecks uint64 `msgpack:"shm_checks"`
+	// ShmSlotsFilled counts the shared-memory FIFO slots the worker filled
+	// for senders that died while writing them (dpu shmcheck.go,
+	// docs/SECURITY.md finding 9).
+	ShmSlotsFilled uint64 `msgpack:"shm_slots_filled"`
 
 	// Answers sent.
 	FlushResponses uint64 `msgpack:"flush_responses"`

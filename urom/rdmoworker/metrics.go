@@ -28,6 +28,7 @@ type metrics struct {
 	readbacks, panics, flushResponses, acks   *prometheus.Desc
 	ackGroups                                 *prometheus.Desc
 	inlineBatches, cpuAtomics, shmChecks      *prometheus.Desc
+	shmSlotsFilled                            *prometheus.Desc
 	failures, inFlight, clients, rqs, regions *prometheus.Desc
 	latency                                   *prometheus.Desc
 }
@@ -60,9 +61,10 @@ func newMetrics() *metrics {
 		acks:           w("acks_total", "Acks sent for requests sent with the ACK flag."),
 		ackGroups:      w("ack_groups_total", "Messages that carried several acks (ACK groups; their acks count in acks_total)."),
 
-		inlineBatches: w("inline_batches_total", "Handler calls (of batches_total) that ran on the worker's loop instead of the client's executor (handlers declaring Inline)."),
-		cpuAtomics:    w("cpu_atomics_total", "Atomics inside Target.Sync calls done with the CPU's atomic instructions on a mapping of target memory instead of through UCX."),
-		shmChecks:     w("shm_checks_total", "Checks, each after a peer failed, that found every shared-memory receive queue of the worker delivering."),
+		inlineBatches:  w("inline_batches_total", "Handler calls (of batches_total) that ran on the worker's loop instead of the client's executor (handlers declaring Inline)."),
+		cpuAtomics:     w("cpu_atomics_total", "Atomics inside Target.Sync calls done with the CPU's atomic instructions on a mapping of target memory instead of through UCX."),
+		shmChecks:      w("shm_checks_total", "Checks, each after a peer failed, that found every shared-memory receive queue of the worker delivering."),
+		shmSlotsFilled: w("shm_slots_filled_total", "Shared-memory receive FIFO slots the worker filled for local peers that died while writing them; each unblocked the FIFO for every other local peer."),
 
 		failures: w("failures_total", "Failed requests by wire status name.", "status"),
 		inFlight: w("in_flight_requests", "Requests accepted and not completed, by request queue.", "rq"),
@@ -92,7 +94,7 @@ func (c *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.requests, c.reqBytes, c.dropped, c.batches, c.batchSize,
 		c.puts, c.putBytes, c.places, c.fetches, c.syncs, c.syncOps, c.fences, c.flushes,
-		c.readbacks, c.panics, c.flushResponses, c.acks, c.ackGroups, c.inlineBatches, c.cpuAtomics, c.shmChecks, c.failures, c.inFlight,
+		c.readbacks, c.panics, c.flushResponses, c.acks, c.ackGroups, c.inlineBatches, c.cpuAtomics, c.shmChecks, c.shmSlotsFilled, c.failures, c.inFlight,
 		c.clients, c.rqs, c.regions, c.latency,
 	} {
 		ch <- d
@@ -141,6 +143,7 @@ func (c *metrics) Collect(ch chan<- prometheus.Metric, id string, decode func(v 
 	counter(c.inlineBatches, st.InlineBatches, id)
 	counter(c.cpuAtomics, st.CPUAtomics, id)
 	counter(c.shmChecks, st.ShmChecks, id)
+	counter(c.shmSlotsFilled, st.ShmSlotsFilled, id)
 	failed := map[string]uint64{}
 	for s, n := range st.Failures {
 		failed[s.Name()] += n
