@@ -455,6 +455,11 @@ func (rs *rowState) finish() Row {
 	return row
 }
 
+// warmLapLimit bounds a queue row's warm-up, which fills the queue once, in
+// intervals: a row too slow to fill it in that time starts its measured
+// rounds with part of the queue cold.
+const warmLapLimit = 10
+
 // runRound runs one round of a row: prepares target memory, hands the
 // round to every initiator at once, collects their results, checks the
 // data, and (unless warming up) adds the round to the row. A round that
@@ -481,6 +486,16 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 		if !warm && d.o.Duration-rs.elapsed < spec.Duration {
 			spec.Duration = max(d.o.Duration-rs.elapsed, 10*time.Millisecond)
 		}
+	}
+	if warm && spec.Duration > 0 && rs.capOps > 0 && !rs.def.Load && d.o.MaxOps == 0 {
+		// The warm-up writes the whole queue once (it ends when the
+		// queue is full), so that the measured rounds write memory
+		// already mapped into the worker and the target: the steady
+		// state queue.go describes. One interval fills a 256 MiB queue
+		// at 4 KiB and more, not at 64 B: there the first measured
+		// rounds used to pay the rest of the queue's first touch (a
+		// page fault per 4 KiB in the worker, counted in its CPU).
+		spec.Duration = warmLapLimit * d.o.Interval
 	}
 	spec.MaxOps = d.o.MaxOps
 	if !warm && d.o.MaxOps > 0 {
