@@ -97,8 +97,11 @@ func TestFaultShmReceiveQueueBlocked(t *testing.T) {
 					t.Fatalf("the worker process ended: %s", rw.W.Reason())
 				}
 				st := tg.worker.Stats()
-				if st.ShmSlotsFilled != uint64(n) || st.ShmChecks != 2 {
-					t.Errorf("worker stats: %d slots filled, %d checks passed; want the %d blocked, 2", st.ShmSlotsFilled, st.ShmChecks, n)
+				// Every claimed slot is filled: the FIFOs mapped twice
+				// (two claims) are the worker's own, which the probes
+				// go through, so the check passes only after both.
+				if st.ShmSlotsFilled != uint64(n) || st.ShmChecks < 2 {
+					t.Errorf("worker stats: %d slots filled, %d checks passed; want the %d blocked, at least 2", st.ShmSlotsFilled, st.ShmChecks, n)
 				}
 				t.Logf("the worker filled %d slots; the other initiators done %v after the kill (%d records)",
 					st.ShmSlotsFilled, time.Since(killed).Round(time.Millisecond), bg.records())
