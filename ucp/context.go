@@ -146,14 +146,16 @@ func NewContext(opts ContextOptions) (*Context, error) {
 		return nil, fmt.Errorf("ucp: init context: %w", Status(st))
 	}
 	c.h = newHandle(c, "ucp.Context")
-	c.largeShm = opts.LargeShmSegments && ShmSegmentsLarge(opts.Config)
+	c.largeShm = opts.LargeShmSegments && (ShmSegmentsLarge(opts.Config) || !shmSelected(opts.Config))
 	return c, nil
 }
 
 // LargeShmSegments reports whether the context's shared-memory transports
 // carry messages of up to 64 KiB in one descriptor: it was made with
 // ContextOptions.LargeShmSegments and neither its Config nor the
-// environment set a smaller segment (ShmSegmentsLarge).
+// environment set a smaller segment (ShmSegmentsLarge). A context whose
+// transport list leaves shared memory out has no descriptor to overrun:
+// true as well.
 func (c *Context) LargeShmSegments() bool { return c.largeShm }
 
 // Close releases the context. Every worker and memory mapping made from it

@@ -35,3 +35,6 @@ func ClaimShmFIFOSlots(t testing.TB) []ShmFIFOWait {
 	}
 	return claimed
 }
+
+// ShmSelected is shmSelected, for its table test.
+var ShmSelected = shmSelected

@@ -40,8 +40,14 @@ const shmRxBufsGrow = 64
 var shmSegmentEnv = []string{"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"}
 
 // withShmSegments returns cfg with the large segment set, unless cfg or
-// the environment sets one (cfg itself is not modified).
+// the environment sets one, or the context's transport list leaves out
+// both shared-memory transports (cfg itself is not modified). UCX warns
+// "invalid configurations" for every cached setting no interface of a
+// context used: a TCP-only worker would print one at each start.
 func withShmSegments(cfg map[string]string) map[string]string {
+	if !shmSelected(cfg) {
+		return cfg
+	}
 	for _, k := range shmSegmentEnv {
 		if _, set := os.LookupEnv(k); set {
 			return cfg
@@ -132,4 +138,29 @@ func parseMemUnits(s string) (int64, bool) {
 		return 0, false
 	}
 	return n * mul, true
+}
+
+// shmSelected reports whether a context with Config cfg may open a
+// shared-memory transport (sysv, posix): its transport list, cfg's TLS or
+// else UCX_TLS, is unset, names one of them or an alias that includes them
+// (all, shm, sm, mm), or excludes ("^...") not both.
+func shmSelected(cfg map[string]string) bool {
+	tls, ok := cfg["TLS"]
+	if !ok {
+		tls, ok = os.LookupEnv("UCX_TLS")
+	}
+	tls = strings.ToLower(strings.TrimSpace(tls))
+	if !ok || tls == "" {
+		return true
+	}
+	exclude := strings.HasPrefix(tls, "^")
+	names := map[string]bool{}
+	for _, n := range strings.Split(strings.TrimPrefix(tls, "^"), ",") {
+		names[strings.TrimSuffix(strings.TrimSpace(n), "\\")] = true
+	}
+	shm := names["shm"] || names["sm"] || names["mm"]
+	if exclude {
+		return !shm && !(names["sysv"] && names["posix"])
+	}
+	return shm || names["all"] || names["sysv"] || names["posix"]
 }

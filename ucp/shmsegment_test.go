@@ -90,3 +90,24 @@ func TestLargeShmSegmentsMessage(t *testing.T) {
 		}
 	}
 }
+
+func TestShmSelected(t *testing.T) {
+	t.Setenv("UCX_TLS", "")
+	for tls, want := range map[string]bool{
+		"": true, "all": true, "tcp,self": false, "tcp": false, "shm,self": true, "sm": true, "mm": true,
+		"sysv": true, "posix,tcp": true, "SHM": true, " tcp , self ": false, "^shm": false, "^sm": false,
+		"^sysv": true, "^sysv,posix": false, "^tcp": true, "rc,ud,self": false, "cma,tcp": false,
+	} {
+		if got := ucp.ShmSelected(map[string]string{"TLS": tls}); got != want {
+			t.Errorf("TLS %q: %v, want %v", tls, got, want)
+		}
+	}
+	// Without TLS in the Config, UCX_TLS decides.
+	t.Setenv("UCX_TLS", "tcp")
+	if ucp.ShmSelected(nil) {
+		t.Error("UCX_TLS=tcp: shared memory selected")
+	}
+	if !ucp.ShmSelected(map[string]string{"TLS": "shm"}) {
+		t.Error("Config TLS=shm over UCX_TLS=tcp: not selected")
+	}
+}
