@@ -79,9 +79,9 @@ type shmCheck struct {
 // long.
 const shmFillAfter = 2 * time.Second
 
-// restartShmWait waits for the check's probes again after a fill, from
-// the FIFOs' state now.
-func (w *Worker) restartShmWait() {
+// beginShmWait starts the wait for the check's probes (when they are sent,
+// and again after a fill), from the FIFOs' state now.
+func (w *Worker) beginShmWait() {
 	s := &w.shm
 	s.started, s.startRound, s.fillTried = time.Now(), w.round, false
 	s.waits, _ = ucp.ShmFIFOWaits()
@@ -133,15 +133,11 @@ func (w *Worker) checkShm() {
 	if !s.fillTried && waited >= min(shmFillAfter, w.cfg.ShmCheckTimeout) {
 		s.fillTried = true
 		if w.fillDeadSlots() {
-			w.restartShmWait()
+			w.beginShmWait()
 			return
 		}
 	}
 	if waited < w.cfg.ShmCheckTimeout {
-		return
-	}
-	if w.fillDeadSlots() {
-		w.restartShmWait()
 		return
 	}
 	var blocked []string
@@ -172,8 +168,7 @@ func (w *Worker) startShmCheck() {
 	}
 	s.last++
 	s.seq = s.last
-	s.started, s.startRound, s.fillTried = time.Now(), w.round, false
-	s.waits, _ = ucp.ShmFIFOWaits()
+	w.beginShmWait()
 	var hdr [16]byte
 	sent := false
 	for i := range s.probes {
