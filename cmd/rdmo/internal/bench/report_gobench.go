@@ -19,7 +19,12 @@ import (
 // payload (rows that carry none have no MB/s), cpu-ns/op its
 // CPU time per operation, switches/kop the context switches of the
 // initiators and the worker per 1000 operations, p50-ns the p50 of its
-// sampled latencies. A
+// sampled latencies. Rows with an RDMO worker add init-cpu-ns/op and
+// worker-cpu-ns/op (the two shares of cpu-ns/op, so that a comparison
+// says which side a change moved) and reqs/msg, the requests per active
+// message the worker received (1 / AMs per operation): a change that
+// makes BATCH containers larger or smaller moves every per-message cost
+// with it. A
 // row's "/" is written ":" (benchfmt splits names on "/"); failed rows are
 // left out.
 func (r *Report) WriteGoBench(w io.Writer) {
@@ -40,6 +45,12 @@ func (r *Report) WriteGoBench(w io.Writer) {
 		}
 		if row.CPUNsPerOp > 0 {
 			fmt.Fprintf(w, " %.1f cpu-ns/op %.4g switches/kop", row.CPUNsPerOp, row.SwitchesInitPerKop+row.SwitchesWorkerPerKop)
+			if row.CPUWorkerNsPerOp > 0 {
+				fmt.Fprintf(w, " %.1f init-cpu-ns/op %.1f worker-cpu-ns/op", row.CPUInitNsPerOp, row.CPUWorkerNsPerOp)
+			}
+		}
+		if row.Worker != nil && row.Worker.AMsPerOp > 0 {
+			fmt.Fprintf(w, " %.4g reqs/msg", 1/row.Worker.AMsPerOp)
 		}
 		if row.P50 > 0 {
 			fmt.Fprintf(w, " %d p50-ns", row.P50.Nanoseconds())
