@@ -93,6 +93,9 @@ func runShort(t *testing.T, o Options) *Report {
 		if row.Strategy != "" && (row.Worker == nil || row.Worker.Failures != 0 || row.WorkerRSSStart == 0) {
 			t.Errorf("row %s: worker figures %+v, RSS %d", row.Mode, row.Worker, row.WorkerRSSStart)
 		}
+		if strings.HasPrefix(row.Mode, "rdmo-append") && (row.Flow == nil || row.Flow.Batches == 0) {
+			t.Errorf("row %s: the initiator's flow figures %+v: no batch taken from its send queue", row.Mode, row.Flow)
+		}
 		if row.LatSamples == 0 {
 			t.Errorf("row %s: no latency samples", row.Mode)
 		}

@@ -376,6 +376,7 @@ type rowState struct {
 	elapsed time.Duration
 	perInit int // measured operations of the busiest initiator
 	fig     WorkerFigures
+	flow    *FlowFigures // the initiators' figures, if they reported any
 	line    lineAcc
 	done    bool
 	short   bool // --short: no timing claims, so never stable
@@ -450,6 +451,13 @@ func (rs *rowState) finish() Row {
 		}
 		f.finish()
 		row.Worker = &f
+	}
+	if rs.flow != nil {
+		f := *rs.flow
+		if row.Ops > 0 {
+			f.CreditWaitsPerKop = float64(f.CreditWaits) * 1000 / float64(row.Ops)
+		}
+		row.Flow = &f
 	}
 	row.Verified = !rs.def.NoData
 	return row
@@ -571,6 +579,12 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	rs.perInit += int(rr.maxOps)
 	rs.addRate(rr.ops, rr.elapsed)
 	rs.cpu = rs.cpu.add(cpu)
+	if rr.flow != nil {
+		if rs.flow == nil {
+			rs.flow = &FlowFigures{}
+		}
+		rs.flow.add(rr.flow)
+	}
 	for i := range res {
 		rs.lat.Merge(&res[i].Lat)
 	}
@@ -639,6 +653,7 @@ func (d *driver) check(def *rowDef, spec roundSpec, res []roundResult) error {
 type roundSum struct {
 	ops, bytes, load, maxOps, msgs uint64
 	elapsed                        time.Duration
+	flow                           *FlowFigures // nil: no initiator reported one
 }
 
 // sumRound adds up the initiators' results: the round lasted as long as
@@ -650,6 +665,12 @@ func sumRound(res []roundResult) roundSum {
 		s.bytes += r.Bytes
 		s.load += r.Load
 		s.msgs += r.Msgs
+		if r.Flow != nil {
+			if s.flow == nil {
+				s.flow = &FlowFigures{}
+			}
+			s.flow.add(r.Flow)
+		}
 		s.maxOps = max(s.maxOps, r.Ops)
 		s.elapsed = max(s.elapsed, r.Elapsed)
 	}

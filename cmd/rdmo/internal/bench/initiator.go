@@ -49,6 +49,9 @@ type roundResult struct {
 	// Msgs is the active messages the RDMO initiator issued in the round
 	// (fewer than requests when it packs them into BATCH containers).
 	Msgs uint64 `json:"msgs"`
+	// Flow is the RDMO initiator's flow control and progress loop over
+	// the round (nil for rows without one).
+	Flow *FlowFigures `json:"flow,omitempty"`
 }
 
 // initProc is an initiator process.
@@ -247,13 +250,16 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 		if err := json.Unmarshal(body, &s); err != nil {
 			return err
 		}
-		var m0 uint64
-		if in := p.ins[s.Strategy]; in != nil {
-			m0 = in.Stats().Messages
+		var st0 initiator.Stats
+		in := p.ins[s.Strategy]
+		if in != nil {
+			st0 = in.Stats()
 		}
 		res, err := p.round(s)
-		if in := p.ins[s.Strategy]; in != nil {
-			res.Msgs = in.Stats().Messages - m0
+		if in != nil {
+			st := in.Stats()
+			res.Msgs = st.Messages - st0.Messages
+			res.Flow = flowDelta(st0, st)
 		}
 		if err != nil {
 			return fmt.Errorf("%s round %d: %w", s.Mode, s.Round, err)
@@ -440,4 +446,19 @@ func errorHandling(none bool) ucp.ErrorHandling {
 		return ucp.ErrorHandlingNone
 	}
 	return ucp.ErrorHandlingPrefer
+}
+
+// flowDelta is the initiator's flow figures between two readings.
+func flowDelta(a, b initiator.Stats) *FlowFigures {
+	return &FlowFigures{
+		CreditWaits:   b.CreditWaits - a.CreditWaits,
+		WindowWaits:   b.WindowWaits - a.WindowWaits,
+		CreditFlushes: b.CreditFlushes - a.CreditFlushes,
+		Batches:       b.Batches - a.Batches,
+		StreamRounds:  b.StreamRounds - a.StreamRounds,
+		HandOvers:     b.HandOvers - a.HandOvers,
+		Borrows:       b.Borrows - a.Borrows,
+		Sleeps:        b.Sleeps - a.Sleeps,
+		Wakes:         b.Wakes - a.Wakes,
+	}
 }

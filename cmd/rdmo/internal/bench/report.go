@@ -122,6 +122,9 @@ type Row struct {
 	LatXNative float64 `json:"lat_x_native,omitempty"`
 
 	Worker *WorkerFigures `json:"worker,omitempty"`
+	// Flow is how the RDMO initiators waited and who ran their progress
+	// loops' rounds (rows with an RDMO initiator).
+	Flow *FlowFigures `json:"flow,omitempty"`
 	// The worker process's resident memory (VmRSS) before the first and
 	// after the last measured round, and its private part (RssAnon: heap
 	// and stacks; the rest is the binary and shared target memory the
@@ -138,6 +141,38 @@ type Row struct {
 	// sink). A row with Error lost or corrupted data, or could not run.
 	Verified bool   `json:"verified"`
 	Error    string `json:"error,omitempty"`
+}
+
+// FlowFigures are the RDMO initiators' counters over a row's measured
+// rounds (initiator.Stats deltas, summed over the initiators). They tell
+// the regimes of a stream apart, which rates alone do not: a producer that
+// waits for flow-control credits (a flush answer) because the worker is
+// behind, a loop parked while the producers run its rounds themselves, a
+// loop that sleeps and is woken.
+type FlowFigures struct {
+	CreditWaits   uint64 `json:"credit_waits"`   // calls that waited for credits
+	WindowWaits   uint64 `json:"window_waits"`   // calls that waited for send-window space
+	CreditFlushes uint64 `json:"credit_flushes"` // FLUSHes flow control queued
+	Batches       uint64 `json:"batches"`        // batches taken from the send queue
+	StreamRounds  uint64 `json:"stream_rounds"`  // rounds producers ran while the loop was parked for them
+	HandOvers     uint64 `json:"hand_overs"`     // times the loop parked for a waiting caller or a stream
+	Borrows       uint64 `json:"borrows"`        // waits (Flush, Call, credits) whose caller ran the rounds
+	Sleeps        uint64 `json:"sleeps"`         // times the loop slept in ucp.Worker.Wait
+	Wakes         uint64 `json:"wakes"`          // wake-ups of a sleeping loop by producers
+	// CreditWaitsPerKop is CreditWaits per 1000 operations of the row.
+	CreditWaitsPerKop float64 `json:"credit_waits_per_kop"`
+}
+
+func (f *FlowFigures) add(o *FlowFigures) {
+	f.CreditWaits += o.CreditWaits
+	f.WindowWaits += o.WindowWaits
+	f.CreditFlushes += o.CreditFlushes
+	f.Batches += o.Batches
+	f.StreamRounds += o.StreamRounds
+	f.HandOvers += o.HandOvers
+	f.Borrows += o.Borrows
+	f.Sleeps += o.Sleeps
+	f.Wakes += o.Wakes
 }
 
 // WorkerFigures are the RDMO worker's counters over a row's measured

@@ -24,7 +24,9 @@ import (
 // says which side a change moved) and reqs/msg, the requests per active
 // message the worker received (1 / AMs per operation): a change that
 // makes BATCH containers larger or smaller moves every per-message cost
-// with it. A
+// with it. Rows with an RDMO initiator add credit-waits/kop, the calls per
+// 1000 operations that waited for flow-control credits: a stream whose
+// worker falls behind shows it here. A
 // row's "/" is written ":" (benchfmt splits names on "/"); failed rows are
 // left out.
 func (r *Report) WriteGoBench(w io.Writer) {
@@ -51,6 +53,9 @@ func (r *Report) WriteGoBench(w io.Writer) {
 		}
 		if row.Worker != nil && row.Worker.AMsPerOp > 0 {
 			fmt.Fprintf(w, " %.4g reqs/msg", 1/row.Worker.AMsPerOp)
+		}
+		if row.Flow != nil {
+			fmt.Fprintf(w, " %.4g credit-waits/kop", row.Flow.CreditWaitsPerKop)
 		}
 		if row.P50 > 0 {
 			fmt.Fprintf(w, " %d p50-ns", row.P50.Nanoseconds())

@@ -16,7 +16,7 @@ import (
 func TestGoBench(t *testing.T) {
 	r := &Report{Topology: TopologySHM, Initiators: 1, CPUs: 2, Rows: []Row{
 		{Mode: ModeRDMOAppendOwned, Size: 64, Ops: 1000, Rate: 2e6, MBps: 128, CPUNsPerOp: 350.5, CPUInitNsPerOp: 200.25, CPUWorkerNsPerOp: 150.25,
-			SwitchesInitPerKop: 1.25, SwitchesWorkerPerKop: 0.5, P50: 3 * time.Microsecond, Worker: &WorkerFigures{AMsPerOp: 0.0125, BatchMean: 97.5}},
+			SwitchesInitPerKop: 1.25, SwitchesWorkerPerKop: 0.5, P50: 3 * time.Microsecond, Worker: &WorkerFigures{AMsPerOp: 0.0125, BatchMean: 97.5}, Flow: &FlowFigures{CreditWaits: 2, CreditWaitsPerKop: 2}},
 		{Mode: ModeNativeOwned, Size: 64, Ops: 100, Rate: 4e6, MBps: 256, CPUNsPerOp: 120, CPUInitNsPerOp: 120},
 		{Mode: ModeWorkload, Size: 0, Ops: 500, Rate: 1e5, MBps: 30.125},
 		{Mode: "chase/4", Size: 64, Ops: 10, Rate: 1e6, P50: 2 * time.Microsecond},
@@ -26,7 +26,7 @@ func TestGoBench(t *testing.T) {
 	r.WriteGoBench(&b)
 	want := []string{
 		"topology: shm",
-		"BenchmarkRDMO/mode=rdmo-append:owned/size=64 1000 500.0 ns/op 128 MB/s 350.5 cpu-ns/op 1.75 switches/kop 200.2 init-cpu-ns/op 150.2 worker-cpu-ns/op 80 reqs/msg 3000 p50-ns",
+		"BenchmarkRDMO/mode=rdmo-append:owned/size=64 1000 500.0 ns/op 128 MB/s 350.5 cpu-ns/op 1.75 switches/kop 200.2 init-cpu-ns/op 150.2 worker-cpu-ns/op 80 reqs/msg 2 credit-waits/kop 3000 p50-ns",
 		"BenchmarkRDMO/mode=native-owned/size=64 100 250.0 ns/op 256 MB/s 120.0 cpu-ns/op 0 switches/kop",
 		"BenchmarkRDMO/mode=workload/size=mix 500 10000.0 ns/op 30.125 MB/s",
 		"BenchmarkRDMO/mode=chase:4/size=64 10 1000.0 ns/op 2000 p50-ns",
