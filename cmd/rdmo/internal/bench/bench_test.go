@@ -493,6 +493,40 @@ func TestSpreadAndCPU(t *testing.T) {
 	}
 }
 
+// Rounds that a full queue ends early count together up to an interval:
+// forty-millisecond rounds alternating between two rates make a steady
+// row, a short last window joins the one before it, and rounds as long as
+// the interval keep a rate each.
+func TestRateWindows(t *testing.T) {
+	rs := &rowState{window: 900 * time.Millisecond}
+	round := 40 * time.Millisecond
+	for i := 0; i < 75; i++ { // 3 s
+		ops := uint64(4000) // 100k op/s
+		if i%2 == 1 {
+			ops = 2000 // 50k op/s
+		}
+		rs.addRate(ops, round)
+	}
+	rates := rs.rates()
+	if len(rates) != 3 {
+		t.Fatalf("%d windows over 3 s of 40 ms rounds (rates %v), want 3", len(rates), rates)
+	}
+	if s := spread(rates); s > 0.05 {
+		t.Errorf("spread %.2f of windows %v: the alternation should average out", s, rates)
+	}
+	if rs.last != 100000 {
+		t.Errorf("last round's rate %v, want 100000", rs.last)
+	}
+
+	long := &rowState{window: 900 * time.Millisecond}
+	for _, ops := range []uint64{100, 80, 120} {
+		long.addRate(ops, time.Second)
+	}
+	if s := spread(long.rates()); s < 0.399 || s > 0.401 {
+		t.Errorf("rounds of an interval each: spread %v, want 0.4", s)
+	}
+}
+
 // readSwitches counts context switches from /proc: a thread that blocks
 // in the kernel adds at least one to its own count, and the process's sum
 // covers its threads.

@@ -131,7 +131,8 @@ func (d *driver) sampleCPU(workerPID int) cpuSample {
 	return s
 }
 
-// StableSpread bounds a stable row: its measured rounds' rates span at
+// StableSpread bounds a stable row: its measured rounds' rates (rounds
+// shorter than an interval counted together, rowState.addRate) span at
 // most this fraction of their median ((max - min) / median), over at
 // least StableRounds rounds. A goal compares rows only when both are
 // stable.

@@ -103,7 +103,10 @@
 // (cpu.go); it moves far less than a rate on a shared machine. A row is
 // stable when its rounds' rates span at most StableSpread of their median
 // over at least StableRounds rounds; a goal line judges stable rows only
-// and says "unstable: re-run" otherwise.
+// and says "unstable: re-run" otherwise. Rounds that a full queue ends
+// before the interval (tens of milliseconds for large appends on shared
+// memory) count together up to an interval, as the progress lines do: a
+// scheduler tick in one such round is not the row's instability.
 //
 // # Flow control
 //

@@ -365,9 +365,14 @@ func (d *driver) stats(strategy string) (dpu.Stats, error) {
 
 // rowState is a row being measured.
 type rowState struct {
-	def     *rowDef
-	row     Row
-	rates   []float64 // per measured round, operations per second
+	def *rowDef
+	row Row
+	// windows are the measured rounds grouped into windows of about one
+	// interval (rateWindows); last is the last round's rate, which sizes
+	// the next round of rows that size theirs.
+	windows []rateWindow
+	window  time.Duration // a window's least length: the progress lines'
+	last    float64
 	cpu     cpuSample // CPU time of the measured rounds
 	capOps  int
 	layout  scatterLayout
@@ -382,25 +387,52 @@ type rowState struct {
 	short   bool // --short: no timing claims, so never stable
 }
 
-// addRate records a measured round's rate.
+// A rateWindow is consecutive measured rounds counted together.
+type rateWindow struct {
+	ops uint64
+	el  time.Duration
+}
+
+// addRate records a measured round. Rounds add up into windows of at least
+// rs.window (the progress lines' length): a round that a full queue ended
+// early (some 40 ms at 64 KiB on shared memory) is more exposed to a
+// scheduler tick or a page-fault burst than an interval of them, and the
+// spread of such rounds called a steady row unstable.
 func (rs *rowState) addRate(ops uint64, el time.Duration) {
 	if el <= 0 {
 		return
 	}
-	r := float64(ops) / el.Seconds()
-	rs.rates = append(rs.rates, r)
-	row := &rs.row
-	if row.RateMin == 0 || r < row.RateMin {
-		row.RateMin = r
+	rs.last = float64(ops) / el.Seconds()
+	n := len(rs.windows)
+	if n == 0 || rs.windows[n-1].el >= rs.window {
+		rs.windows = append(rs.windows, rateWindow{})
+		n++
 	}
-	row.RateMax = max(row.RateMax, r)
+	rs.windows[n-1].ops += ops
+	rs.windows[n-1].el += el
+}
+
+// rates are the windows' rates (operations per second). A last window
+// shorter than half of rs.window is counted with the one before it.
+func (rs *rowState) rates() []float64 {
+	ws := rs.windows
+	if n := len(ws); n >= 2 && ws[n-1].el < rs.window/2 {
+		merged := rateWindow{ws[n-2].ops + ws[n-1].ops, ws[n-2].el + ws[n-1].el}
+		ws = append(ws[:n-2:n-2], merged)
+	}
+	var r []float64
+	for _, w := range ws {
+		r = append(r, float64(w.ops)/w.el.Seconds())
+	}
+	return r
 }
 
 func (d *driver) newRow(def *rowDef, size int) *rowState {
 	if def.Sizeless {
 		size = 0
 	}
-	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy, Plugins: def.Plugins}, short: d.o.Short}
+	rs := &rowState{def: def, row: Row{Mode: def.Name, Size: size, Strategy: def.Strategy, Plugins: def.Plugins}, short: d.o.Short,
+		window: d.o.Interval - d.o.Interval/10}
 	if def.Capacity != nil {
 		rs.capOps = def.Capacity(&d.o, size)
 	}
@@ -441,7 +473,14 @@ func (rs *rowState) finish() Row {
 		perK := func(t cpuTime) float64 { return float64(t.switches) * 1000 / float64(row.Ops) }
 		row.SwitchesInitPerKop, row.SwitchesWorkerPerKop = perK(rs.cpu.init), perK(rs.cpu.worker)
 	}
-	row.Spread = spread(rs.rates)
+	rates := rs.rates()
+	for _, r := range rates {
+		if row.RateMin == 0 || r < row.RateMin {
+			row.RateMin = r
+		}
+		row.RateMax = max(row.RateMax, r)
+	}
+	row.Spread = spread(rates)
 	row.Stable = !rs.short && row.Rounds >= StableRounds && row.Spread <= StableSpread
 	if row.Strategy != "" {
 		f := rs.fig
@@ -608,7 +647,7 @@ func (d *driver) runRound(rs *rowState, warm bool) error {
 	rs.done = d.o.Duration == 0 || rs.elapsed >= d.o.Duration || (d.o.MaxOps > 0 && rs.perInit >= d.o.MaxOps)
 	// One progress line per interval of measurement, as the header says:
 	// rounds that ended early (a full queue) add up into one line.
-	if rs.done || rs.line.elapsed >= d.o.Interval-d.o.Interval/10 {
+	if rs.done || rs.line.elapsed >= rs.window {
 		d.out.interval(*row, rs.elapsed, &rs.line)
 		rs.line = lineAcc{}
 	}

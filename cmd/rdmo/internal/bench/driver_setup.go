@@ -85,8 +85,8 @@ const (
 func setupWorkload(d *driver, rs *rowState, spec *roundSpec) error {
 	if spec.MaxOps == 0 {
 		spec.MaxOps = workloadFirstOps
-		if n := len(rs.rates); n > 0 && spec.Duration > 0 {
-			perInit := rs.rates[n-1] / float64(d.o.Initiators)
+		if rs.last > 0 && spec.Duration > 0 {
+			perInit := rs.last / float64(d.o.Initiators)
 			spec.MaxOps = min(max(int(perInit*spec.Duration.Seconds()*1.5), workloadMinOps), workloadMaxOps)
 		}
 	}

@@ -87,7 +87,7 @@ func (d *driver) perftestRound(rs *rowState, test string, warm bool) error {
 	if d.o.Duration > 0 && d.o.Duration-rs.elapsed < want {
 		want = max(d.o.Duration-rs.elapsed, 10*time.Millisecond)
 	}
-	ops, el, cpu, err := d.perftest(test, row.Size, want, rs.rates)
+	ops, el, cpu, err := d.perftest(test, row.Size, want, rs.last)
 	if err != nil {
 		rs.fail(err)
 		d.out.failed(rs.row)
@@ -111,7 +111,7 @@ func (d *driver) perftestRound(rs *rowState, test string, warm bool) error {
 // warm-up) and returns the iterations, their time and the CPU time of
 // client (init) and server (target) over them (with --short, the
 // client's only: the server is killed, not waited for).
-func (d *driver) perftest(test string, size int, want time.Duration, rates []float64) (uint64, time.Duration, cpuSample, error) {
+func (d *driver) perftest(test string, size int, want time.Duration, lastRate float64) (uint64, time.Duration, cpuSample, error) {
 	initEnv, _ := d.o.envs()
 	port, err := freePort()
 	if err != nil {
@@ -123,8 +123,8 @@ func (d *driver) perftest(test string, size int, want time.Duration, rates []flo
 	// from the last round's rate, else from the bytes a first round may
 	// move.
 	iters := max(2000, min(2_000_000, (2<<30)/size))
-	if n := len(rates); n > 0 {
-		iters = max(2000, int(rates[n-1]*(want.Seconds()+2)*1.5))
+	if lastRate > 0 {
+		iters = max(2000, int(lastRate*(want.Seconds()+2)*1.5))
 	}
 	if d.o.Short {
 		iters = max(d.o.MaxOps, 16) * d.o.Initiators

@@ -71,7 +71,9 @@ type Row struct {
 	Seconds float64 `json:"seconds"`
 	Rate    float64 `json:"rate"` // operations per second
 	MBps    float64 `json:"mb_per_s"`
-	// The slowest and fastest measured round (operations per second).
+	// The slowest and fastest window of measured rounds (operations per
+	// second): a round, or consecutive rounds shorter than an interval
+	// (a full queue ends a round early) counted together up to one.
 	RateMin float64 `json:"rate_min"`
 	RateMax float64 `json:"rate_max"`
 	// flush/load: the appends streamed while flushing.
@@ -101,7 +103,8 @@ type Row struct {
 	// and wake-ups a row's operations cost.
 	SwitchesInitPerKop   float64 `json:"switches_init_per_kop"`
 	SwitchesWorkerPerKop float64 `json:"switches_worker_per_kop,omitempty"`
-	// Spread is (max - min) / median of the measured rounds' rates;
+	// Spread is (max - min) / median of the measured rounds' rates (of
+	// their windows: RateMin);
 	// Stable says it is within StableSpread over at least StableRounds
 	// rounds (never for --short). Goals compare stable rows only.
 	Spread float64 `json:"spread"`
@@ -174,6 +177,13 @@ func (f *FlowFigures) add(o *FlowFigures) {
 	f.Sleeps += o.Sleeps
 	f.Wakes += o.Wakes
 }
+
+// coalesceGoalMax bounds the record sizes that the goal of at most one
+// target write per 16 appends applies to (docs/BENCHMARKS.md states it for
+// 64 B appends): small records that the worker coalesces into one put. A
+// record of 4 KiB or more is a write by itself, and its goals are in
+// bytes per second.
+const coalesceGoalMax = 4096
 
 // WorkerFigures are the RDMO worker's counters over a row's measured
 // rounds (dpu.Stats deltas).
@@ -345,7 +355,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "columns: those that fit 100 columns (--wide: all; ×raw: rate / raw-am's, p50×pp: p50 / am-pingpong's, ×nat and p50×nat: to the row's baseline); a ? after op/s: not stable.\n")
 	}
 	if !r.Short {
-		fmt.Fprintf(w, "stable: at least %d measured rounds whose rates span at most %.0f%% of their median (spread = (max-min)/median); goals compare stable rows only.\n", StableRounds, StableSpread*100)
+		fmt.Fprintf(w, "stable: at least %d measured rounds whose rates span at most %.0f%% of their median (spread = (max-min)/median; rounds a full queue cut short count together, up to an interval, as the progress lines do); goals compare stable rows only.\n", StableRounds, StableSpread*100)
 	}
 	if r.Topology == TopologyDPU && r.hasRow(func(d *rowDef) bool { return d.hasGroup("native-append") }) {
 		fmt.Fprintf(w, "note: UCX over tcp has no network atomics: the native-append rows' fetch-adds are emulated by the target process's progress (its CPU), which an RDMA NIC would do in hardware.\n")
@@ -538,7 +548,7 @@ func (r *Report) writeGoals(w io.Writer) {
 					d.CPUInitNsPerOp+d.CPUWorkerNsPerOp, d.CPUInitNsPerOp, d.CPUWorkerNsPerOp)
 			}
 		}
-		if a.Worker != nil && a.Worker.Requests > 0 {
+		if a.Worker != nil && a.Worker.Requests > 0 && s < coalesceGoalMax {
 			r.goal(w, fmt.Sprintf("%d B: target writes (puts and placements) per append", s), a.Worker.WritesPerOp, "<=", 1.0/16, "", a)
 		}
 		if a.WorkerAnonStart > 0 && !r.Short {
