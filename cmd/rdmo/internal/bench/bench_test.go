@@ -498,7 +498,7 @@ func TestSpreadAndCPU(t *testing.T) {
 // row, a short last window joins the one before it, and rounds as long as
 // the interval keep a rate each.
 func TestRateWindows(t *testing.T) {
-	rs := &rowState{window: 900 * time.Millisecond}
+	rs := &rowState{def: &rowDef{Name: ModeRDMOAppendOwned}, window: 900 * time.Millisecond}
 	round := 40 * time.Millisecond
 	for i := 0; i < 75; i++ { // 3 s
 		ops := uint64(4000) // 100k op/s
@@ -506,6 +506,7 @@ func TestRateWindows(t *testing.T) {
 			ops = 2000 // 50k op/s
 		}
 		rs.addRate(ops, round)
+		rs.row.Rounds++
 	}
 	rates := rs.rates()
 	if len(rates) != 3 {
@@ -516,6 +517,19 @@ func TestRateWindows(t *testing.T) {
 	}
 	if rs.last != 100000 {
 		t.Errorf("last round's rate %v, want 100000", rs.last)
+	}
+
+	row := rs.finish()
+	if !row.Stable || row.Rounds != 75 || row.RateMin < 73000 || row.RateMax > 77000 {
+		t.Errorf("3 s of 40 ms rounds: stable %v, %d rounds, rates %.0f..%.0f", row.Stable, row.Rounds, row.RateMin, row.RateMax)
+	}
+	brief := &rowState{def: &rowDef{Name: ModeRDMOAppendOwned}, window: 900 * time.Millisecond}
+	for i := 0; i < 25; i++ { // 1 s: one window
+		brief.addRate(4000, round)
+		brief.row.Rounds++
+	}
+	if row := brief.finish(); row.Stable {
+		t.Errorf("one window of 25 rounds called stable (spread %v)", row.Spread)
 	}
 
 	long := &rowState{window: 900 * time.Millisecond}

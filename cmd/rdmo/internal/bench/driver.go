@@ -368,8 +368,8 @@ type rowState struct {
 	def *rowDef
 	row Row
 	// windows are the measured rounds grouped into windows of about one
-	// interval (rateWindows); last is the last round's rate, which sizes
-	// the next round of rows that size theirs.
+	// interval (addRate); last is the last round's rate, which sizes the
+	// next round of rows that size theirs.
 	windows []rateWindow
 	window  time.Duration // a window's least length: the progress lines'
 	last    float64
@@ -481,7 +481,9 @@ func (rs *rowState) finish() Row {
 		row.RateMax = max(row.RateMax, r)
 	}
 	row.Spread = spread(rates)
-	row.Stable = !rs.short && row.Rounds >= StableRounds && row.Spread <= StableSpread
+	// At least StableRounds windows, not only rounds: a second of 40 ms
+	// rounds is one window, and its spread says nothing.
+	row.Stable = !rs.short && row.Rounds >= StableRounds && len(rates) >= StableRounds && row.Spread <= StableSpread
 	if row.Strategy != "" {
 		f := rs.fig
 		f.Requests = row.Ops
