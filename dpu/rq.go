@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/openrdmo/rdmo/internal/cacheline"
 	"github.com/openrdmo/rdmo/rdmo"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -744,6 +745,13 @@ func (w *Worker) completeBatch(b *batch) {
 		}
 		if res.Status != rdmo.StatusOK {
 			res.Value, res.Data = 0, nil
+		}
+		if p.pool != nil {
+			// The handler has read the lent record: drop this core's
+			// copy of its lines before the ack frees the buffer, so that
+			// the initiator refilling it needs no probe of this core per
+			// line (internal/cacheline).
+			cacheline.Evict(p.payload)
 		}
 		// The data may point into the request's payload: the answer copies
 		// it before the payload is released.

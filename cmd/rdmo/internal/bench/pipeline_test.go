@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/openrdmo/rdmo/internal/cacheline"
 )
 
 // BenchmarkCopyPipeline measures the two ways an append's bytes can reach
@@ -19,9 +21,13 @@ import (
 //     store each way), as an RDMO initiator lending its records and the
 //     worker's append handler do. The bytes cross cores once, and the
 //     filler writes lines the copier last read.
+//   - two-core-evict: two-core with the copier evicting each slot from its
+//     caches once copied (internal/cacheline), as the worker does with a
+//     lent record before its ack frees it: the filler's next writes to
+//     the slot then need no probe of the copier's core.
 //
 // The queue is 256 MiB, written round and round, so that it is not in the
-// caches. Compare the two at one size: two-core / one-core is what a
+// caches. Compare them at one size: two-core-evict / one-core is what a
 // worker on another core can reach at best on this machine.
 //
 //	go test -run '^$' -bench CopyPipeline -benchtime 3s ./cmd/rdmo/internal/bench
@@ -29,7 +35,8 @@ func BenchmarkCopyPipeline(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
 		slots := max(2, min(64, (4<<20)/size)) // the rows' lend ring (lentRingBytes)
 		b.Run("one-core/size="+strconv.Itoa(size), func(b *testing.B) { copyOneCore(b, size) })
-		b.Run("two-core/size="+strconv.Itoa(size), func(b *testing.B) { copyTwoCore(b, size, slots) })
+		b.Run("two-core/size="+strconv.Itoa(size), func(b *testing.B) { copyTwoCore(b, size, slots, false) })
+		b.Run("two-core-evict/size="+strconv.Itoa(size), func(b *testing.B) { copyTwoCore(b, size, slots, true) })
 	}
 }
 
@@ -54,7 +61,7 @@ func copyOneCore(b *testing.B, size int) {
 	}
 }
 
-func copyTwoCore(b *testing.B, size, slots int) {
+func copyTwoCore(b *testing.B, size, slots int, evict bool) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		b.Skip("two-core needs GOMAXPROCS >= 2")
 	}
@@ -78,7 +85,11 @@ func copyTwoCore(b *testing.B, size, slots int) {
 			if off+size > len(queue) {
 				off = 0
 			}
-			copy(queue[off:off+size], ring[k*size:(k+1)*size])
+			src := ring[k*size : (k+1)*size]
+			copy(queue[off:off+size], src)
+			if evict {
+				cacheline.Evict(src)
+			}
 			off += size
 			copied.Store(int64(i + 1))
 		}
