@@ -97,6 +97,22 @@ func TestCapabilityLargeBatch(t *testing.T) {
 	}
 }
 
+// A worker says it takes 512 KiB eager payloads only when its eager limit
+// admits them: an initiator that believed it otherwise would have every
+// such request fail with LengthOverflow.
+func TestCapabilityLargeEager(t *testing.T) {
+	has := func(cfg dpu.Config) bool { return slices.Contains(dpu.CapabilitiesFor(cfg), wire.CapabilityLargeEager) }
+	if !has(dpu.Config{}) || !slices.Contains(dpu.Capabilities(), wire.CapabilityLargeEager) {
+		t.Errorf("a worker with the defaults does not say it takes 512 KiB eager payloads")
+	}
+	if !has(dpu.Config{MaxEagerPayload: wire.MaxLargeEager}) {
+		t.Errorf("a worker whose eager limit is exactly %d bytes does not say it takes them", wire.MaxLargeEager)
+	}
+	if has(dpu.Config{MaxEagerPayload: wire.MaxLargeEager - 1}) {
+		t.Errorf("a worker with an eager limit below %d bytes says it takes them", wire.MaxLargeEager)
+	}
+}
+
 // A container's inner requests run exactly as if they had arrived one
 // after another: each takes its own sequence number (acks and flush
 // reports use them), FENCE and FLUSH inside behave as usual, small and

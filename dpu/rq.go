@@ -1095,9 +1095,10 @@ func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // one piece over shared memory, section 11.8), wire.CapabilityResult (acks
 // carry result data and failure details, section 6.4), wire.CapabilityLend
 // (lend pools, section 13) and wire.CapabilityAckGroup (acks in groups,
-// section 14). A target passes them to its initiators out of band
-// (host/oob.WorkerInfo), which enable what they know
-// (initiator.Options.Aggregate, LargeBatches, GroupAcks).
+// section 14), and wire.CapabilityLargeEager (eager payloads of 512 KiB,
+// when MaxEagerPayload admits them). A target passes them to its
+// initiators out of band (host/oob.WorkerInfo), which enable what they know
+// (initiator.Options.Aggregate, LargeBatches, GroupAcks, LargeEager).
 func Capabilities() []string { return capabilities(Config{}, ucp.ShmSegmentsLarge(nil)) }
 
 // capabilities is Capabilities for a worker with configuration cfg whose
@@ -1112,6 +1113,9 @@ func capabilities(cfg Config, largeShm bool) []string {
 	}
 	if maxEager >= wire.MaxLargeBatch && largeShm {
 		caps = append(caps, wire.CapabilityLargeBatch)
+	}
+	if maxEager >= wire.MaxLargeEager {
+		caps = append(caps, wire.CapabilityLargeEager)
 	}
 	return caps
 }

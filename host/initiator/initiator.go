@@ -78,9 +78,22 @@ type Options struct {
 	// RendezvousThreshold: APPEND and user-op payloads longer than this
 	// many bytes are sent with the rendezvous protocol, shorter ones eager.
 	// SCATTER is always eager, because the reference worker refuses
-	// rendezvous scatters. Default DefaultRendezvousThreshold; negative:
-	// never force rendezvous.
+	// rendezvous scatters. Default DefaultRendezvousThreshold, or
+	// wire.MaxLargeEager with LargeEager on an endpoint whose only
+	// transport is TCP; negative: never force rendezvous.
+	// Initiator.RendezvousThreshold says which one it uses.
 	RendezvousThreshold int
+	// LargeEager lets an Initiator whose endpoint has no transport but TCP
+	// send appends and user ops of up to wire.MaxLargeEager bytes eager
+	// (when RendezvousThreshold is 0): with peer-failure detection UCX has
+	// no zero-copy lanes on TCP, so a rendezvous costs a handshake and
+	// then the same fragments, and 16 KiB to 256 KiB appends ran 1.2 to 3
+	// times as fast eager (docs/benchmarks/large-payloads.md, "Eager over
+	// TCP"). On shared memory and RDMA it changes nothing. Set it only when
+	// the target said the worker has wire.CapabilityLargeEager (see
+	// LargeEagerSupported): a worker with a smaller eager limit fails
+	// larger eager requests with LengthOverflow. Default false.
+	LargeEager bool
 
 	// Aggregate packs requests that queued up while the progress loop
 	// was busy with earlier sends into BATCH containers (op 3): several
@@ -217,6 +230,9 @@ type Initiator struct {
 	// Lend pools (pool.go): AppendLent finds its data's pool in pools,
 	// and sends by reference a payload longer than byRefMin.
 	byRefMin int
+	// autoRndv: Options.RendezvousThreshold was left 0, so the loop may
+	// raise it once it knows the endpoint's transports (Options.LargeEager).
+	autoRndv bool
 	poolSeq  atomic.Uint64
 	poolMu   sync.Mutex // serialises the writers of pools
 	pools    atomic.Pointer[[]*LendPool]
@@ -269,7 +285,8 @@ func New(opts Options) (*Initiator, error) {
 	case opts.Credits > 0 && opts.Credits < minCredits:
 		return nil, fmt.Errorf("initiator: Options.Credits is %d, at least %d (or negative for no flow control)", opts.Credits, minCredits)
 	}
-	if opts.RendezvousThreshold == 0 {
+	autoRndv := opts.RendezvousThreshold == 0
+	if autoRndv {
 		opts.RendezvousThreshold = DefaultRendezvousThreshold
 	}
 	byRefMin := opts.RendezvousThreshold
@@ -302,6 +319,7 @@ func New(opts Options) (*Initiator, error) {
 		done: make(chan struct{}),
 
 		byRefMin: byRefMin,
+		autoRndv: autoRndv,
 	}
 	if opts.Ack {
 		in.defFlags = rdmo.FlagAck
@@ -354,6 +372,20 @@ func largeSegments(opts Options) bool {
 func LargeBatchSupported(capabilities []string) bool {
 	return slices.Contains(capabilities, wire.CapabilityLargeBatch)
 }
+
+// LargeEagerSupported reports whether a worker with these capabilities (as
+// the target passes them out of band, host/oob.WorkerInfo.Capabilities)
+// accepts eager payloads of wire.MaxLargeEager bytes, so that
+// Options.LargeEager may be set.
+func LargeEagerSupported(capabilities []string) bool {
+	return slices.Contains(capabilities, wire.CapabilityLargeEager)
+}
+
+// RendezvousThreshold is the payload size above which this Initiator sends
+// appends and user ops by rendezvous (negative: never forced), as
+// Options.RendezvousThreshold and Options.LargeEager chose it for its
+// endpoint.
+func (in *Initiator) RendezvousThreshold() int { return in.opts.RendezvousThreshold }
 
 // AggregateSupported reports whether a worker with these capabilities (as
 // the target passes them out of band, host/oob.WorkerInfo.Capabilities)

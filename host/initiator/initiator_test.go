@@ -656,6 +656,54 @@ func TestRendezvousPayloads(t *testing.T) {
 	})
 }
 
+// With LargeEager, appends up to wire.MaxLargeEager go eager where TCP is
+// the endpoint's only transport, and by rendezvous above the default
+// threshold everywhere else; a threshold the caller set wins.
+func TestLargeEager(t *testing.T) {
+	ucptest.ForEachTransport(t, func(t *testing.T, tr ucptest.Transport) {
+		s, in := start(t, tr, standInConfig{}, initiator.Options{LargeEager: true})
+		eager := tr.Name == "tcp"
+		want := initiator.DefaultRendezvousThreshold
+		if eager {
+			want = wire.MaxLargeEager
+		}
+		if got := in.RendezvousThreshold(); got != want {
+			t.Fatalf("over %s the threshold is %d, want %d", tr.Name, got, want)
+		}
+		ctx := timeout(t, 30*time.Second)
+		sizes := []int{initiator.DefaultRendezvousThreshold + 1, 64 << 10, wire.MaxLargeEager, wire.MaxLargeEager + 1, 1 << 20}
+		for i, n := range sizes {
+			if err := in.Append(uint64(i), 1, 1, pattern(n, byte(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := in.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := s.arrivals()
+		if len(got) != len(sizes)+1 {
+			t.Fatalf("stand-in got %d requests", len(got))
+		}
+		for i, n := range sizes {
+			if rndv := !eager || n > wire.MaxLargeEager; got[i].Rendezvous != rndv {
+				t.Errorf("over %s a %d-byte append arrived with rendezvous %v, want %v", tr.Name, n, got[i].Rendezvous, rndv)
+			}
+			if !bytes.Equal(got[i].Payload, pattern(n, byte(i))) {
+				t.Errorf("%d-byte append arrived corrupted (%d bytes)", n, len(got[i].Payload))
+			}
+		}
+
+		_, set := start(t, tr, standInConfig{}, initiator.Options{LargeEager: true, RendezvousThreshold: 4 << 10})
+		if got := set.RendezvousThreshold(); got != 4<<10 {
+			t.Errorf("over %s a threshold of 4 KiB set by the caller became %d", tr.Name, got)
+		}
+		_, off := start(t, tr, standInConfig{}, initiator.Options{})
+		if got := off.RendezvousThreshold(); got != initiator.DefaultRendezvousThreshold {
+			t.Errorf("over %s without LargeEager the threshold is %d", tr.Name, got)
+		}
+	})
+}
+
 // The worker dies with a flush outstanding and appends streaming: the flush
 // and the stream end with a peer-failure error in bounded time.
 func TestPeerKilledMidStream(t *testing.T) {

@@ -190,6 +190,10 @@ func (in *Initiator) setup() (lp *loop, err error) {
 		return lp, fmt.Errorf("initiator: %w", err)
 	}
 	in.detect = lp.ep.PeerFailureDetection()
+	if in.autoRndv && in.opts.LargeEager && tcpOnly(lp.ep.Transports()) {
+		// Set before New returns, and read only by this loop (sendFlags).
+		in.opts.RendezvousThreshold = wire.MaxLargeEager
+	}
 	in.w, in.ctx = lp.w, lp.ctx
 	in.q.Swap(lp.newBatch()) // batch 0 is the queue's first current batch
 	return lp, nil
@@ -1016,4 +1020,14 @@ func (q *queue) failedErr() error {
 	q.Lock()
 	defer q.Unlock()
 	return q.failed
+}
+
+// tcpOnly reports whether every lane of an endpoint is TCP (Options.LargeEager).
+func tcpOnly(transports []string) bool {
+	for _, t := range transports {
+		if t != "tcp" {
+			return false
+		}
+	}
+	return len(transports) > 0
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/openrdmo/rdmo/cmd/rdmo/internal/demo"
+	"github.com/openrdmo/rdmo/dpu"
 	"github.com/openrdmo/rdmo/host/initiator"
 	"github.com/openrdmo/rdmo/rdmo/wire"
 	"github.com/openrdmo/rdmo/ucp"
@@ -216,6 +217,8 @@ func (p *initProc) handle(ls *lineServer, verb string, body []byte) error {
 			Lend:          req.Lend,
 			GroupAcks:     req.AckGroups,
 			LargeBatches:  req.Large,
+			// The run's worker is this binary's, with its default limits.
+			LargeEager:    initiator.LargeEagerSupported(dpu.Capabilities()),
 			ErrorHandling: errorHandling(req.NoDetect),
 			OnAck:         p.acks.onAck,
 			Name:          "bench-initiator-" + strconv.Itoa(p.id) + "-" + req.Strategy,

@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *zap.Logger) error 
 	caps := tg.WorkerCapabilities()
 	in, err := initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(), Logger: log,
 		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps),
-		LargeBatches: initiator.LargeBatchSupported(caps)})
+		LargeBatches: initiator.LargeBatchSupported(caps), LargeEager: initiator.LargeEagerSupported(caps)})
 	if err != nil {
 		return fmt.Errorf("initiator: %w", err)
 	}

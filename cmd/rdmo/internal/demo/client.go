@@ -195,6 +195,9 @@ func (c *client) run(ctx context.Context) error {
 		// Containers of up to 60 KiB, in one piece over shared memory,
 		// when the worker takes them.
 		LargeBatches: initiator.LargeBatchSupported(wi.Capabilities),
+		// Payloads up to 512 KiB eager where TCP is the only transport,
+		// when the worker accepts them.
+		LargeEager: initiator.LargeEagerSupported(wi.Capabilities),
 		// A flush not answered in time fails every request at once.
 		FlushTimeout: c.flushTimeout,
 	})

@@ -49,7 +49,7 @@ func main() {
 	caps := tg.WorkerCapabilities()
 	in := must(initiator.New(initiator.Options{WorkerAddress: tg.WorkerAddress(), ClientID: tg.ClientID(),
 		Aggregate: initiator.AggregateSupported(caps), GroupAcks: initiator.AckGroupSupported(caps),
-		LargeBatches: initiator.LargeBatchSupported(caps)}))
+		LargeBatches: initiator.LargeBatchSupported(caps), LargeEager: initiator.LargeEagerSupported(caps)}))
 	defer in.Close()
 	must(tg.CreateRQ(context.Background(), in.Address()))
 	start, calls := time.Now(), make([]*initiator.CallWait, n)
