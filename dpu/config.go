@@ -54,8 +54,10 @@ type Config struct {
 	// LengthOverflow and its buffer goes back to UCX, so a queue never
 	// holds more than MaxInFlightPerRQ payloads of at most this size. Our
 	// initiator sends eager only appends and user ops up to its
-	// RendezvousThreshold (8 KiB), containers up to MaxAggregate (8 KiB)
-	// and scatters (always eager: 24 bytes per iov plus its chunk).
+	// RendezvousThreshold (8 KiB; 512 KiB over TCP-only endpoints when
+	// this is at least that, wire.CapabilityLargeEager), containers up to
+	// MaxAggregate (8 KiB) and scatters (always eager: 24 bytes per iov
+	// plus its chunk).
 	MaxEagerPayload int
 	// MaxBatch bounds the requests handed to one HandleBatch call.
 	MaxBatch int
